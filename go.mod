@@ -1,0 +1,3 @@
+module github.com/slurmscope/slurmscope
+
+go 1.26.8
