@@ -1,0 +1,322 @@
+package attribution
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/agent/slurm"
+	"github.com/slurmscope/slurmscope/agent/users"
+)
+
+func fixtureUsers(t testing.TB) users.Passwd {
+	p, _, err := users.LoadPasswd("testdata/passwd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func newFixtureResolver(t testing.TB, root string, mod func(*Options)) *Resolver {
+	o := Options{Proc: procfs.New(root), Users: fixtureUsers(t), HostName: "node-a"}
+	if mod != nil {
+		mod(&o)
+	}
+	return New(o)
+}
+
+// copyTree copies the fixture tree so a test can change it.
+func copyTree(t testing.TB, src string) string {
+	dst := t.TempDir()
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		target := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+type want struct {
+	job, name, user, step, task, account, partition, host string
+	stepd                                                 bool
+}
+
+func TestScanFixtureTree(t *testing.T) {
+	r := newFixtureResolver(t, "testdata/proc", nil)
+	procs, err := r.Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[int]Process{}
+	for _, p := range procs {
+		got[p.PID] = p
+	}
+	bobJob := want{job: "4242", name: `train "llama" ✓`, user: "bob", account: "physics", partition: "gpu", host: "node-a"}
+	with := func(w want, f func(*want)) want { f(&w); return w }
+	cases := map[int]want{
+		// v2: slurmstepd, batch, steps, task_special, interactive
+		300: with(bobJob, func(w *want) { w.step, w.stepd = "batch", true }),
+		301: with(bobJob, func(w *want) { w.step, w.task = "batch", "0" }),
+		302: with(bobJob, func(w *want) { w.step, w.task = "0", "0" }),
+		303: with(bobJob, func(w *want) { w.step, w.task = "0", "1" }), // environ unreadable
+		304: with(bobJob, func(w *want) { w.step, w.task = "extern", "special" }),
+		305: with(bobJob, func(w *want) { w.step, w.task = "interactive", "0" }),
+		310: with(bobJob, func(w *want) { w.step, w.stepd = "0", true }),
+		// multiple slurmd
+		400: {job: "4300", name: "multi", user: "alice", account: "bio", partition: "cpu", host: "node-b", step: "0", task: "0"},
+		401: {job: "4300", name: "multi", user: "alice", account: "bio", partition: "cpu", host: "node-b", step: "0", stepd: true},
+		402: {job: "4300", name: "multi", user: "alice", account: "bio", partition: "cpu", host: "node-a", step: "0", task: "0"},
+		// v1: the owner comes from the path even for a root-owned helper
+		500: {job: "5000", name: "v1job", user: "alice", host: "node-a", step: "batch", task: "0"},
+		501: {job: "5000", name: "v1job", user: "alice", host: "node-a", step: "0", task: "0"},
+		502: {job: "5001", user: "alice", host: "node-c", step: "0", task: "3"},
+		// SLUID: the id comes from the job's tasks
+		600: {job: "6000", name: "sluid-job", user: "bob", host: "node-a", step: "0", task: "0"},
+		601: {job: "6000", name: "sluid-job", user: "bob", host: "node-a", step: "0", stepd: true},
+		700: {job: "7000", name: "evil\nname\uFFFD\"} or {a=\"b", user: "bob", host: "node-a", step: "batch", task: "0"},
+		705: {job: "7001", name: "ok", user: "bob", host: "node-a", step: "batch", task: "0"},
+		800: {job: "8001", name: "arr", user: "alice", host: "node-a", step: "batch", task: "0"},
+		// rewrote SLURM_JOB_ID to 4242: its name is not believed
+		900: {job: "9000", user: "bob", host: "node-a", step: "0", task: "0"},
+	}
+	for pid, w := range cases {
+		p, ok := got[pid]
+		if !ok {
+			t.Errorf("pid %d missing from scan", pid)
+			continue
+		}
+		if !p.InJob() {
+			t.Errorf("pid %d not in a job", pid)
+			continue
+		}
+		g := want{job: p.Job.ID, name: p.Job.Name, user: p.Job.User, step: p.Step, task: p.Task,
+			account: p.Job.Account, partition: p.Job.Partition, host: p.Host, stepd: p.Stepd}
+		if g != w {
+			t.Errorf("pid %d:\n got %+v\nwant %+v", pid, g, w)
+		}
+	}
+	for _, pid := range []int{1, 2, 200, 701, 702, 703} {
+		if p, ok := got[pid]; !ok || p.InJob() {
+			t.Errorf("pid %d: want present and in no job, got %+v (present %v)", pid, p, ok)
+		}
+	}
+	if _, ok := got[704]; ok {
+		t.Error("pid 704 has no stat (it exited) but was reported")
+	}
+	if p := got[705]; p.Comm != "a) (b\nc" {
+		t.Errorf("comm with parentheses parsed as %q", p.Comm)
+	}
+	st := r.Stats()
+	if st.MalformedCgroup != 3 || st.Gone == 0 {
+		t.Errorf("stats = %+v, want 3 malformed and some gone", st)
+	}
+	if j := got[600].Job; j.SLUID != "0W5FQ2XKD8Y3M" {
+		t.Errorf("SLUID = %q", j.SLUID)
+	}
+}
+
+func TestNodeNameAttributesOnlyItsOwnNode(t *testing.T) {
+	r := newFixtureResolver(t, "testdata/proc", func(o *Options) { o.NodeName = "node-a" })
+	procs, err := r.Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		switch p.PID {
+		case 400, 401, 502:
+			if p.InJob() || !p.Foreign {
+				t.Errorf("pid %d belongs to another node but is attributed: %+v", p.PID, p)
+			}
+		case 402, 301:
+			if !p.InJob() || p.Host != "node-a" {
+				t.Errorf("pid %d should be node-a's: %+v", p.PID, p)
+			}
+		}
+	}
+}
+
+func TestCachedIsKeyedByStartTime(t *testing.T) {
+	root := copyTree(t, "testdata/proc")
+	r := newFixtureResolver(t, root, nil)
+	p, err := r.Resolve(301)
+	if err != nil || !p.InJob() {
+		t.Fatalf("Resolve: %+v %v", p, err)
+	}
+	if c, ok := r.Cached(301, p.StartTime); !ok || c.Job.ID != "4242" {
+		t.Fatalf("Cached hit = %+v %v", c, ok)
+	}
+	if _, ok := r.Cached(301, p.StartTime+1); ok {
+		t.Fatal("a different start time (a reused pid) hit the cache")
+	}
+	// The pid is reused by a process in no job.
+	writeProc(t, root, 301, "0::/user.slice\n", 99999, 1001)
+	q, err := r.Resolve(301)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.InJob() || q.StartTime != 99999 {
+		t.Fatalf("reused pid kept the old job: %+v", q)
+	}
+}
+
+func writeProc(t testing.TB, root string, pid int, cgroup string, start uint64, uid int) {
+	d := filepath.Join(root, itoa(pid))
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stat := itoa(pid) + " (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 " + itoa(int(start)) + " 0 0\n"
+	must(t, os.WriteFile(filepath.Join(d, "stat"), []byte(stat), 0o644))
+	must(t, os.WriteFile(filepath.Join(d, "cgroup"), []byte(cgroup), 0o644))
+	must(t, os.WriteFile(filepath.Join(d, "status"), []byte("Uid:\t"+itoa(uid)+"\t0\t0\t0\n"), 0o644))
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pam_slurm_adopt moves an existing process into a job: the negative cache
+// must expire.
+func TestNegativeCacheExpires(t *testing.T) {
+	root := copyTree(t, "testdata/proc")
+	now := time.Unix(1000, 0)
+	r := newFixtureResolver(t, root, func(o *Options) {
+		o.NegativeTTL = 30 * time.Second
+		o.Now = func() time.Time { return now }
+	})
+	if p, _ := r.Resolve(200); p.InJob() {
+		t.Fatal("login shell in a job")
+	}
+	must(t, os.WriteFile(filepath.Join(root, "200", "cgroup"), []byte("0::/system.slice/slurmstepd.scope/job_4242/step_extern/user/task_special\n"), 0o644))
+	if p, _ := r.Resolve(200); p.InJob() {
+		t.Fatal("negative cache not used within its TTL")
+	}
+	now = now.Add(31 * time.Second)
+	if p, _ := r.Resolve(200); !p.InJob() || p.Job.ID != "4242" || p.Step != "extern" {
+		t.Fatalf("adopted process not picked up after the TTL: %+v", p)
+	}
+}
+
+func TestMegabyteEnvironment(t *testing.T) {
+	root := copyTree(t, "testdata/proc")
+	big := strings.Repeat("X", 3<<20)
+	env := "JUNK=" + big + "\x00MODULEPATH=" + big[:1<<20] + "\x00SLURM_JOB_ID=4242\x00SLURM_JOB_NAME=after-the-junk\x00"
+	must(t, os.WriteFile(filepath.Join(root, "301", "environ"), []byte(env), 0o644))
+	must(t, os.WriteFile(filepath.Join(root, "302", "environ"), nil, 0o644))
+	must(t, os.WriteFile(filepath.Join(root, "305", "environ"), nil, 0o644))
+	r := newFixtureResolver(t, root, nil)
+	p, err := r.Resolve(302)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Resolve(301); err != nil {
+		t.Fatal(err)
+	}
+	p, _ = r.Cached(302, p.StartTime)
+	if p.Job.Name != "after-the-junk" {
+		t.Fatalf("name = %q", p.Job.Name)
+	}
+}
+
+type fakeCtld struct {
+	info  slurm.JobInfo
+	err   error
+	calls int
+}
+
+func (f *fakeCtld) Job(_ context.Context, id string) (slurm.JobInfo, error) {
+	f.calls++
+	if f.err != nil {
+		return slurm.JobInfo{}, f.err
+	}
+	i := f.info
+	i.ID = id
+	return i, nil
+}
+
+func TestControllerWinsForMetadataButNotForTheOwner(t *testing.T) {
+	ctld := &fakeCtld{info: slurm.JobInfo{Name: "from-ctld", User: "alice", UID: 1002, Account: "acct", Partition: "part"}}
+	r := newFixtureResolver(t, "testdata/proc", func(o *Options) { o.Controller = ctld })
+	p, err := r.Resolve(301)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Job.Name != "from-ctld" || p.Job.Account != "acct" || p.Job.Partition != "part" {
+		t.Errorf("controller metadata not used: %+v", p.Job)
+	}
+	// slurmctld claims uid 1002, the job's tasks run as 1001: a disagreement
+	// is counted and the node's own view stays.
+	if p.Job.User != "bob" || r.Stats().OwnerConflicts == 0 {
+		t.Errorf("owner = %q, conflicts = %d", p.Job.User, r.Stats().OwnerConflicts)
+	}
+	calls := ctld.calls
+	if _, err := r.Resolve(302); err != nil {
+		t.Fatal(err)
+	}
+	if ctld.calls != calls {
+		t.Errorf("slurmctld asked again within the TTL (%d calls)", ctld.calls)
+	}
+}
+
+func TestControllerDownFallsBackToEnvironment(t *testing.T) {
+	ctld := &fakeCtld{err: errors.New("connection refused")}
+	r := newFixtureResolver(t, "testdata/proc", func(o *Options) { o.Controller = ctld })
+	p, err := r.Resolve(301)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Job.Name != `train "llama" ✓` || r.Stats().ControllerErrs == 0 {
+		t.Fatalf("got %+v, stats %+v", p.Job, r.Stats())
+	}
+}
+
+func TestCachedDoesNotAllocate(t *testing.T) {
+	r := newFixtureResolver(t, "testdata/proc", nil)
+	p, err := r.Resolve(302)
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(1000, func() {
+		if _, ok := r.Cached(302, p.StartTime); !ok {
+			t.Fatal("miss")
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("Cached allocates %.1f times per call", allocs)
+	}
+}
+
+func TestCleanBoundsAndRepairs(t *testing.T) {
+	if got := clean("a\xffb", 10); got != "a\uFFFDb" {
+		t.Errorf("clean = %q", got)
+	}
+	long := strings.Repeat("✓", 600) // 1800 bytes
+	got := clean(long, maxValue)
+	if len(got) > maxValue || !strings.HasPrefix(long, got) {
+		t.Errorf("clean cut a rune: len %d", len(got))
+	}
+}

@@ -1,0 +1,59 @@
+// Package cli is the slurmscope-agent command line. main only calls Main,
+// so every subcommand is testable in process.
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// Main runs the agent with args (without the program name) and returns the
+// exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "jobs":
+		return jobsCmd(args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		usage(stdout)
+		return 0
+	default:
+		if fn, ok := extraCommands[args[0]]; ok {
+			return fn(args[1:], stdout, stderr)
+		}
+		fmt.Fprintf(stderr, "slurmscope-agent: unknown command %q\n", args[0])
+		usage(stderr)
+		return 2
+	}
+}
+
+// extraCommands lets other files of this package add subcommands.
+var extraCommands = map[string]func([]string, io.Writer, io.Writer) int{}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `slurmscope-agent: SLURM-aware profiling agent for one compute node.
+
+Commands:
+  jobs   list the processes that belong to SLURM jobs, with their job attributes
+`)
+	for name := range extraCommands {
+		fmt.Fprintf(w, "  %s\n", name)
+	}
+	fmt.Fprintln(w, "\nRun 'slurmscope-agent <command> --help' for its flags.")
+}
+
+// shortHostname is the default node name: Slurm's NodeName is the short
+// hostname on almost every cluster.
+func shortHostname() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return "localhost"
+	}
+	h, _, _ = strings.Cut(h, ".")
+	return h
+}

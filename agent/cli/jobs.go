@@ -1,0 +1,203 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/slurmscope/slurmscope/agent/attribution"
+	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/agent/slurm"
+	"github.com/slurmscope/slurmscope/agent/users"
+	"github.com/slurmscope/slurmscope/schema"
+)
+
+// attrFlags are the flags every command that attributes processes shares.
+type attrFlags struct {
+	procRoot  string
+	passwd    string
+	nodeName  string
+	slurmctld bool
+}
+
+func (a *attrFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&a.procRoot, "proc-root", "/proc", "root of the proc filesystem")
+	fs.StringVar(&a.passwd, "passwd", "", "passwd-format file to resolve uids with, instead of the system user database")
+	fs.StringVar(&a.nodeName, "node-name", "", "SLURM node name of this agent (default: short hostname); with several slurmd on one host, only this node's jobs are attributed")
+	fs.BoolVar(&a.slurmctld, "slurmctld", false, "also ask slurmctld (squeue --json, scontrol) for job name, account and partition")
+}
+
+func (a *attrFlags) resolver() (*attribution.Resolver, error) {
+	o := attribution.Options{Proc: procfs.New(a.procRoot), NodeName: a.nodeName, HostName: a.nodeName}
+	if o.HostName == "" {
+		o.HostName = shortHostname()
+	}
+	if a.passwd != "" {
+		p, _, err := users.LoadPasswd(a.passwd)
+		if err != nil {
+			return nil, fmt.Errorf("--passwd: %w", err)
+		}
+		o.Users = p
+	}
+	if a.slurmctld {
+		o.Controller = &slurm.Commands{}
+	}
+	return attribution.New(o), nil
+}
+
+func jobsCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("jobs", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var af attrFlags
+	af.register(fs)
+	asJSON := fs.Bool("json", false, "print one JSON object per process")
+	all := fs.Bool("all", false, "also list processes that are in no job")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "jobs: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	r, err := af.resolver()
+	if err != nil {
+		fmt.Fprintf(stderr, "jobs: %v\n", err)
+		return 1
+	}
+	procs, err := r.Scan()
+	if err != nil {
+		fmt.Fprintf(stderr, "jobs: %v\n", err)
+		return 1
+	}
+	var shown []attribution.Process
+	for _, p := range procs {
+		if p.Foreign {
+			continue // another slurmd's process on this host
+		}
+		if p.InJob() || *all {
+			shown = append(shown, p)
+		}
+	}
+	if *asJSON {
+		err = writeJSON(stdout, shown)
+	} else {
+		err = writeTable(stdout, shown)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "jobs: %v\n", err)
+		return 1
+	}
+	if st := r.Stats(); st.MalformedCgroup > 0 || st.Unreadable > 0 {
+		fmt.Fprintf(stderr, "jobs: %d processes with malformed Slurm cgroup paths and %d unreadable files were left out of jobs; last: %v\n",
+			st.MalformedCgroup, st.Unreadable, r.LastError())
+	}
+	return 0
+}
+
+// Fields returns a process's attributes by dotted name, leaving out those
+// with no known value.
+func Fields(p attribution.Process) [][2]string {
+	var f [][2]string
+	add := func(a schema.Attribute, v string) {
+		if v != "" {
+			f = append(f, [2]string{a.Name, v})
+		}
+	}
+	if j := p.Job; j != nil && !p.Foreign {
+		add(schema.JobID, j.ID)
+		add(schema.JobName, j.Name)
+		add(schema.JobUser, j.User)
+		add(schema.JobStep, p.Step)
+		add(schema.JobAccount, j.Account)
+		add(schema.JobPartition, j.Partition)
+	}
+	add(schema.HostName, p.Host)
+	return f
+}
+
+// writeJSON prints one object per line, "pid" first and then the schema's
+// order, so the output diffs well. encoding/json escapes control
+// characters; values are already valid UTF-8.
+func writeJSON(w io.Writer, procs []attribution.Process) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	for _, p := range procs {
+		buf.Reset()
+		buf.WriteString(`{"pid":`)
+		buf.WriteString(strconv.Itoa(p.PID))
+		for _, kv := range Fields(p) {
+			buf.WriteByte(',')
+			if err := enc.Encode(kv[0]); err != nil {
+				return err
+			}
+			buf.Truncate(buf.Len() - 1) // Encode's newline
+			buf.WriteByte(':')
+			if err := enc.Encode(kv[1]); err != nil {
+				return err
+			}
+			buf.Truncate(buf.Len() - 1)
+		}
+		buf.WriteString("}\n")
+		if _, err := w.Write(buf.Bytes()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeTable(w io.Writer, procs []attribution.Process) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PID\tHOST\tJOBID\tSTEP\tUSER\tACCOUNT\tPARTITION\tCOMMAND\tJOB NAME")
+	for _, p := range procs {
+		var id, step, user, acct, part, name string
+		if j := p.Job; j != nil {
+			id, step, user, acct, part, name = j.ID, p.Step, j.User, j.Account, j.Partition, j.Name
+			if p.Stepd {
+				step += " (slurmstepd)"
+			}
+		}
+		cells := []string{strconv.Itoa(p.PID), p.Host, id, step, user, acct, part, p.Comm, name}
+		for i, c := range cells {
+			if i > 0 {
+				tw.Write([]byte{'\t'})
+			}
+			tw.Write([]byte(Printable(c, "-")))
+		}
+		tw.Write([]byte{'\n'})
+	}
+	return tw.Flush()
+}
+
+// Printable renders a value for a terminal: printable characters as they
+// are, anything else (newlines, tabs, escape sequences, invalid bytes)
+// escaped, so a job name cannot break the table or the terminal.
+func Printable(s, empty string) string {
+	if s == "" {
+		return empty
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r == '\\':
+			b.WriteString(`\\`)
+		case unicode.IsPrint(r):
+			b.WriteRune(r)
+		default:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+		i += n
+	}
+	return b.String()
+}

@@ -1,0 +1,93 @@
+package procfs
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestParseStat(t *testing.T) {
+	st, err := ParseStat([]byte("705 (a) (b\nc) S 1 705 705 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 1 0 5005 1000000 100 18446744073709551615\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Comm != "a) (b\nc" || st.State != 'S' || st.PPID != 1 || st.StartTime != 5005 {
+		t.Fatalf("got %+v", st)
+	}
+	for _, bad := range []string{"", "1 (x", "1 (x) S 1 2 3", "1 (x) S one 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 0", "1 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 -5 0"} {
+		if _, err := ParseStat([]byte(bad)); err == nil {
+			t.Errorf("ParseStat(%q) accepted", bad)
+		}
+	}
+}
+
+func TestParseStatusUID(t *testing.T) {
+	uid, err := ParseStatusUID([]byte("Name:\tx\nUid:\t1001\t0\t0\t0\n"))
+	if err != nil || uid != 1001 {
+		t.Fatalf("uid %d, %v", uid, err)
+	}
+	if _, err := ParseStatusUID([]byte("Name:\tx\n")); err == nil {
+		t.Error("no Uid line accepted")
+	}
+	if _, err := ParseStatusUID([]byte("Uid:\t-1\n")); err == nil {
+		t.Error("negative uid accepted")
+	}
+}
+
+func TestScanEnviron(t *testing.T) {
+	long := strings.Repeat("v", 100<<10)
+	in := "A=1\x00JUNK=" + strings.Repeat("x", 1<<20) + "\x00B=" + long + "\x00A=second\x00noequals\x00C=3"
+	got, err := ScanEnviron(strings.NewReader(in), "A", "B", "C", "D")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["A"] != "1" || got["C"] != "3" || len(got["B"]) != maxEnvValue || !strings.HasPrefix(long, got["B"]) {
+		t.Fatalf("got A=%q C=%q len(B)=%d", got["A"], got["C"], len(got["B"]))
+	}
+	if _, ok := got["D"]; ok {
+		t.Error("D invented")
+	}
+}
+
+func TestVanishedProcessIsErrGone(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "42"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := New(root)
+	for name, f := range map[string]func() error{
+		"stat":    func() error { _, err := p.Stat(42); return err },
+		"cgroup":  func() error { _, err := p.Cgroup(42); return err },
+		"status":  func() error { _, err := p.UID(42); return err },
+		"environ": func() error { _, err := p.Environ(42, "A"); return err },
+	} {
+		if err := f(); !errors.Is(err, ErrGone) {
+			t.Errorf("%s: %v, want ErrGone", name, err)
+		}
+	}
+}
+
+func TestPIDsSkipsNonProcesses(t *testing.T) {
+	root := t.TempDir()
+	for _, n := range []string{"1", "42", "self", "0042", "-1", "uptime"} {
+		if err := os.MkdirAll(filepath.Join(root, n), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pids, err := New(root).PIDs()
+	if err != nil || len(pids) != 2 {
+		t.Fatalf("pids %v, %v", pids, err)
+	}
+}
+
+func TestCgroupTooLarge(t *testing.T) {
+	root := t.TempDir()
+	d := filepath.Join(root, "7")
+	os.MkdirAll(d, 0o755)
+	os.WriteFile(filepath.Join(d, "cgroup"), []byte(strings.Repeat("0::/a\n", 20000)), 0o644)
+	if _, err := New(root).Cgroup(7); err == nil || errors.Is(err, ErrGone) {
+		t.Fatalf("oversized cgroup file: %v", err)
+	}
+}
