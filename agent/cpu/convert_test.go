@@ -1,0 +1,111 @@
+package cpu
+
+import (
+	"slices"
+	"testing"
+	"unsafe"
+)
+
+func TestStartTimeTicks(t *testing.T) {
+	for _, tc := range []struct{ ns, want uint64 }{
+		{0, 0},
+		{9_999_999, 0}, // truncates, as the kernel's nsec_to_clock_t does
+		{10_000_000, 1},
+		{1_234_567_890, 123},
+		{86400 * 1e9, 8_640_000}, // one day of uptime
+		{^uint64(0), ^uint64(0) / 10_000_000},
+	} {
+		if got := startTimeTicks(tc.ns); got != tc.want {
+			t.Errorf("startTimeTicks(%d) = %d, want %d", tc.ns, got, tc.want)
+		}
+	}
+}
+
+func TestCommString(t *testing.T) {
+	var c [16]int8
+	for i, b := range []byte("python3") {
+		c[i] = int8(b)
+	}
+	if got := commString(c); got != "python3" {
+		t.Errorf("commString = %q", got)
+	}
+	for i := range c { // 16 bytes, no NUL: the kernel never does this, but no overrun
+		c[i] = 'a'
+	}
+	if got := commString(c); got != "aaaaaaaaaaaaaaaa" {
+		t.Errorf("commString(full) = %q", got)
+	}
+	c[0] = -61 // 0xc3: bytes pass through unchanged
+	if got := commString(c); got[0] != 0xc3 || len(got) != 16 {
+		t.Errorf("commString(high byte) = %q", got)
+	}
+	if got := commString([16]int8{}); got != "" {
+		t.Errorf("commString(empty) = %q", got)
+	}
+}
+
+func TestTrimStack(t *testing.T) {
+	full := make([]uint64, stackDepth)
+	for i := range full {
+		full[i] = uint64(i + 1)
+	}
+	for _, tc := range []struct {
+		name      string
+		in        []uint64
+		want      []uint64
+		truncated bool
+	}{
+		{"zero padded", []uint64{3, 2, 1, 0, 0}, []uint64{3, 2, 1}, false},
+		{"empty", []uint64{0, 0}, []uint64{}, false},
+		{"full", full, full, true},
+	} {
+		got, truncated := trimStack(tc.in)
+		if !slices.Equal(got, tc.want) || truncated != tc.truncated {
+			t.Errorf("%s: trimStack = %v, %v", tc.name, got, truncated)
+		}
+	}
+}
+
+func TestSumPerCPU(t *testing.T) {
+	if got := sumPerCPU([]uint64{1, 0, 40, 1}); got != 42 {
+		t.Errorf("sumPerCPU = %d", got)
+	}
+}
+
+// The committed object must keep the layout the Go side decodes; a C edit
+// that breaks it without regenerating would fail here, without root.
+func TestObjectLayout(t *testing.T) {
+	spec, err := loadSampler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, val := unsafe.Sizeof(samplerCountKey{}), unsafe.Sizeof(samplerCountVal{})
+	if key != 24 || val != 24 {
+		t.Errorf("count key/value are %d/%d bytes, want 24/24", key, val)
+	}
+	for _, name := range []string{samplerMapCounts0, samplerMapCounts1} {
+		m := spec.Maps[name]
+		if m.KeySize != uint32(key) || m.ValueSize != uint32(val) {
+			t.Errorf("%s: key/value %d/%d bytes, Go has %d/%d", name, m.KeySize, m.ValueSize, key, val)
+		}
+	}
+	for _, name := range []string{samplerMapStacks0, samplerMapStacks1} {
+		if m := spec.Maps[name]; m.ValueSize != stackDepth*8 || m.KeySize != 4 {
+			t.Errorf("%s: key/value %d/%d bytes", name, m.KeySize, m.ValueSize)
+		}
+	}
+	for _, name := range []string{samplerMapStats0, samplerMapStats1} {
+		if m := spec.Maps[name]; m.MaxEntries != uint32(samplerStatIndexSTAT_MAX) {
+			t.Errorf("%s has %d entries, want %d", name, m.MaxEntries, samplerStatIndexSTAT_MAX)
+		}
+	}
+	if gs := spec.Maps[samplerMapGenSwitch]; gs.InnerMap == nil || gs.InnerMap.ValueSize != 4 {
+		t.Errorf("gen_switch inner map %+v", gs.InnerMap)
+	}
+	if lic := spec.Programs[samplerProgSampleCpu].License; lic != "Dual BSD/GPL" {
+		t.Errorf("license %q: bpf_get_stackid needs a GPL-compatible one", lic)
+	}
+	if _, ok := spec.Variables[samplerVarExcludeTgid]; !ok {
+		t.Error("exclude_tgid missing")
+	}
+}

@@ -1,0 +1,247 @@
+//go:build ignore
+
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//
+// CPU stack sampler for slurmscope. (The build constraint above keeps the go
+// tool from taking this file for a cgo source; bpf2go compiles it.)
+//
+// This file is dual licensed, unlike the rest of the project (Apache-2.0): the
+// kernel only lets GPL-compatible programs call bpf_get_stackid and
+// bpf_probe_read_kernel, and it checks the license string at load time.
+//
+// The program runs on a software cpu-clock perf event on every CPU. Each
+// sample adds one to a count keyed by (tgid, the process's start time, kernel
+// stack id, user stack id). Two generations of (counts, stacks) maps exist;
+// user space flips gen_switch to the other generation before it drains one,
+// see sampler.go for why that is race free.
+
+// No vmlinux.h and no <linux/*.h>: the few UAPI constants we need are spelt
+// out here, so that the object does not depend on the build host's kernel or
+// multiarch headers and regenerates byte for byte anywhere.
+typedef unsigned char __u8;
+typedef unsigned short __u16;
+typedef unsigned int __u32;
+typedef unsigned long long __u64;
+typedef signed int __s32;
+typedef signed long long __s64;
+typedef __u16 __be16;
+typedef __u32 __be32;
+typedef __u32 __wsum;
+
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+// UAPI values (include/uapi/linux/bpf.h); they are ABI and never change.
+#define BPF_MAP_TYPE_HASH 1
+#define BPF_MAP_TYPE_ARRAY 2
+#define BPF_MAP_TYPE_PERCPU_ARRAY 6
+#define BPF_MAP_TYPE_STACK_TRACE 7
+#define BPF_MAP_TYPE_ARRAY_OF_MAPS 12
+#define BPF_NOEXIST 1
+#define BPF_F_USER_STACK (1ULL << 8)
+#define BPF_F_NO_PREALLOC (1U << 0)
+
+#define EFAULT 14
+#define EEXIST 17
+
+// include/linux/sched.h; also ABI in practice (perf and BCC tools rely on it).
+#define PF_KTHREAD 0x00200000
+
+#define TASK_COMM_LEN 16
+// Default kernel.perf_event_max_stack. User space may lower the value size of
+// the stack maps at load time; the program never indexes into a stack.
+#define MAX_STACK_DEPTH 127
+
+// Minimal CO-RE view of task_struct: libbpf/cilium relocate every field
+// access against the running kernel's BTF, so the layout here is irrelevant.
+struct task_struct {
+	unsigned int flags;
+	int pid;
+	int tgid;
+	struct task_struct *group_leader;
+	// CLOCK_BOOTTIME in ns; the source of /proc/<pid>/stat field 22
+	// (Linux >= 5.5; earlier kernels called it real_start_time).
+	__u64 start_boottime;
+	char comm[TASK_COMM_LEN];
+} __attribute__((preserve_access_index));
+
+// The key and value layouts are mirrored in Go (bpf2go generates
+// samplerCountKey and samplerCountVal); keep padding explicit so that the
+// verifier never sees uninitialised key bytes.
+struct count_key {
+	__u32 tgid;
+	__s32 kernel_stack_id; // < 0: no kernel stack (see stats)
+	__s32 user_stack_id;   // < 0: no user stack (kernel thread or error)
+	__u32 pad;
+	__u64 start_boottime_ns; // thread-group leader's start time
+};
+
+struct count_val {
+	__u64 count;
+	char comm[TASK_COMM_LEN]; // thread-group leader's comm at first sample
+};
+
+// Indexes into the per-CPU stats array; mirrored in Go (stat* constants).
+enum stat_index {
+	STAT_SAMPLES = 0,      // samples counted into a counts map
+	STAT_LOST_MAP_FULL,    // samples dropped: counts map update failed
+	STAT_KSTACK_COLLISION, // bpf_get_stackid(kernel) == -EEXIST: hash bucket taken
+	STAT_KSTACK_ERROR,     // any other kernel stack error except -EFAULT (see below)
+	STAT_USTACK_COLLISION, // bpf_get_stackid(user) == -EEXIST
+	STAT_USTACK_ERROR,     // any other user stack error (-EFAULT, -ENOMEM: map full)
+	STAT_SKIPPED_SELF,     // samples of the excluded pid
+	STAT_MAX,
+};
+
+// Sizes are placeholders; the loader sets max_entries from Options.
+struct counts_map {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct count_key);
+	__type(value, struct count_val);
+};
+
+struct stacks_map {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 16384);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
+};
+
+struct counts_map counts_0 SEC(".maps");
+struct counts_map counts_1 SEC(".maps");
+struct stacks_map stacks_0 SEC(".maps");
+struct stacks_map stacks_1 SEC(".maps");
+
+// gen_switch[0] holds one of gen_0 / gen_1, whose only element is 0 or 1: the
+// generation the program writes to. User space flips it with a map-in-map
+// update, and the kernel does not return from that update until every
+// program that might still see the old inner map has finished.
+struct gen_map {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+};
+
+struct gen_map gen_0 SEC(".maps");
+struct gen_map gen_1 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__array(values, struct gen_map);
+} gen_switch SEC(".maps");
+
+// Counters are per generation too, so that a drain reports exactly what
+// happened to the samples it returns.
+struct stats_map {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STAT_MAX);
+	__type(key, enum stat_index); // also puts the enum into BTF for bpf2go
+	__type(value, __u64);
+};
+
+struct stats_map stats_0 SEC(".maps");
+struct stats_map stats_1 SEC(".maps");
+
+// Set by the loader before the program is loaded; 0 excludes nothing
+// (pid 0 is the idle task, which is always skipped).
+volatile const __u32 exclude_tgid = 0;
+
+static __always_inline void stat_inc(void *stats, __u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(stats, &idx);
+
+	if (v)
+		*v += 1; // per-CPU slot, and programs do not nest on one CPU
+}
+
+static __always_inline __s32 stack_id(void *ctx, void *stats, void *map, __u64 flags, __u32 collision, __u32 error)
+{
+	long id = bpf_get_stackid(ctx, map, flags);
+
+	// A kernel stack is -EFAULT whenever the timer interrupted user mode:
+	// that is the common case, not a loss. Stacks keep their id < 0 and the
+	// sample is still counted, so counts stay exact even when stacks are not.
+	if (id == -EEXIST)
+		stat_inc(stats, collision);
+	else if (id < 0 && !(id == -EFAULT && !(flags & BPF_F_USER_STACK)))
+		stat_inc(stats, error);
+	return (__s32)id;
+}
+
+static __always_inline void record(void *ctx, void *counts, void *stacks, void *stats, __u32 tgid)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct task_struct *leader = BPF_CORE_READ(task, group_leader);
+	struct count_key key = {};
+	struct count_val *val;
+	long err;
+
+	key.tgid = tgid;
+	key.start_boottime_ns = BPF_CORE_READ(leader, start_boottime);
+	key.kernel_stack_id = stack_id(ctx, stats, stacks, 0, STAT_KSTACK_COLLISION, STAT_KSTACK_ERROR);
+	// Kernel threads have no user stack: do not ask (and do not count it as an
+	// error).
+	if (BPF_CORE_READ(task, flags) & PF_KTHREAD)
+		key.user_stack_id = -1;
+	else
+		key.user_stack_id = stack_id(ctx, stats, stacks, BPF_F_USER_STACK, STAT_USTACK_COLLISION, STAT_USTACK_ERROR);
+
+	val = bpf_map_lookup_elem(counts, &key);
+	if (val) {
+		__sync_fetch_and_add(&val->count, 1);
+		stat_inc(stats, STAT_SAMPLES);
+		return;
+	}
+
+	struct count_val init = { .count = 1 };
+	BPF_CORE_READ_STR_INTO(&init.comm, leader, comm);
+	err = bpf_map_update_elem(counts, &key, &init, BPF_NOEXIST);
+	if (err == -EEXIST) {
+		// Another CPU inserted the same key in between.
+		val = bpf_map_lookup_elem(counts, &key);
+		if (val) {
+			__sync_fetch_and_add(&val->count, 1);
+			err = 0;
+		}
+	}
+	stat_inc(stats, err ? STAT_LOST_MAP_FULL : STAT_SAMPLES);
+}
+
+SEC("perf_event")
+int sample_cpu(void *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	__u32 zero = 0;
+
+	// pid 0 is the per-CPU idle task; its "stack" is the idle loop.
+	if ((__u32)pid_tgid == 0)
+		return 0;
+
+	// The loader fills gen_switch before it attaches, so gen is never NULL
+	// in practice; the verifier wants the checks.
+	void *gen_inner = bpf_map_lookup_elem(&gen_switch, &zero);
+	__u32 *gen = gen_inner ? bpf_map_lookup_elem(gen_inner, &zero) : 0;
+
+	if (!gen)
+		return 0;
+
+	if (*gen == 0) {
+		if (exclude_tgid != 0 && tgid == exclude_tgid)
+			stat_inc(&stats_0, STAT_SKIPPED_SELF);
+		else
+			record(ctx, &counts_0, &stacks_0, &stats_0, tgid);
+	} else {
+		if (exclude_tgid != 0 && tgid == exclude_tgid)
+			stat_inc(&stats_1, STAT_SKIPPED_SELF);
+		else
+			record(ctx, &counts_1, &stacks_1, &stats_1, tgid);
+	}
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

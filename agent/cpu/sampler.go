@@ -1,0 +1,408 @@
+// Package cpu samples on-CPU stacks of every process on the node with an eBPF
+// program on the software cpu-clock perf event, one event per online CPU.
+//
+// # Draining without races
+//
+// The program writes to one of two generations of maps (a counts hash and a
+// stack trace map each). Drain points the program at the other generation
+// by replacing the inner map of an ARRAY_OF_MAPS, and the kernel does not
+// return from that update before every program that may still use the old
+// value has finished (it waits for an RCU grace period, see
+// maybe_wait_bpf_programs in kernel/bpf/syscall.c; the kernel selftests rely
+// on the same guarantee). The drained generation is therefore quiescent:
+// reading and then clearing it cannot lose or double count a sample, which
+// iterate-and-delete on a live map would (an increment landing between the
+// read and the delete vanishes).
+//
+// Each generation has its own stack map so that clearing stacks after a
+// drain can never delete a stack id that a not yet drained count still
+// refers to, nor let a freed id be reused for a different stack.
+package cpu
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/rlimit"
+)
+
+// Options configures a Sampler. Zero values select the defaults.
+type Options struct {
+	// SampleRate is the sampling frequency per CPU in Hz. Default 97: not a
+	// divisor of common timer rates, so samples do not lock step with
+	// periodic work.
+	SampleRate int
+	// SysRoot is where sysfs is mounted. Default "/sys".
+	SysRoot string
+	// MaxStackEntries is the number of distinct stacks each generation can
+	// hold (kernel and user stacks count separately). The kernel rounds it up
+	// to a power of two and preallocates it: each entry takes 1 KiB, twice
+	// over for the two generations. Default 16384.
+	MaxStackEntries int
+	// MaxCountEntries is the number of distinct (process, kernel stack, user
+	// stack) keys per generation. Default 16384.
+	MaxCountEntries int
+	// ExcludePID is a process (thread-group id) not to sample, normally the
+	// agent itself. 0 excludes nothing.
+	ExcludePID int
+}
+
+const (
+	defaultSampleRate      = 97
+	defaultMaxStackEntries = 16384
+	defaultMaxCountEntries = 16384
+	// stackDepth is the value size of the stack maps in frames: the default
+	// of kernel.perf_event_max_stack, which is also the most the kernel lets
+	// a stack map hold.
+	stackDepth = 127
+)
+
+// Sample is one distinct (process, kernel stack, user stack) and how many
+// times it was seen since the previous Drain.
+type Sample struct {
+	PID uint32
+	// StartTime is the process's start time in clock ticks since boot, the
+	// same number as field 22 of /proc/<pid>/stat, so that (PID, StartTime)
+	// names one process even when pids are reused.
+	StartTime uint64
+	// Comm is the thread-group leader's name when the key was first seen.
+	Comm string
+	// Kernel and User are instruction addresses, innermost first; nil when
+	// the stack was not captured (a sample in user mode has no kernel stack,
+	// a kernel thread no user stack). Samples may share these slices: treat
+	// them as read only.
+	Kernel []uint64
+	User   []uint64
+	Count  uint64
+}
+
+// Stats are counters since New, up to the latest Drain; they only grow.
+// They are exact: the BPF side counts every event in per-CPU counters of the
+// same generation as the samples, and Drain adds a generation's counters
+// when it drains its samples.
+type Stats struct {
+	// Samples counted into the maps. The samples a Drain returns add up to
+	// the growth of Samples since the previous Drain.
+	Samples uint64
+	// LostMapFull counts samples dropped because the counts map was full.
+	LostMapFull uint64
+	// LostStackErrors is the sum of the four stack counters below: samples
+	// that were counted but miss a stack they should have.
+	LostStackErrors uint64
+	// Kernel/User stack collisions: bpf_get_stackid found the hash bucket
+	// taken by a different stack (-EEXIST). Errors: any other failure, e.g.
+	// a full stack map (-ENOMEM) or an unreadable user stack (-EFAULT).
+	KernelStackCollisions, KernelStackErrors uint64
+	UserStackCollisions, UserStackErrors     uint64
+	// TruncatedStacks counts drained stacks that filled all 127 frames and
+	// were probably cut by the kernel; they are returned as they are (the
+	// innermost frames).
+	TruncatedStacks uint64
+	// MissingStacks counts stack ids a count referred to that the stack map
+	// no longer held. It stays 0 unless something else deletes stacks.
+	MissingStacks uint64
+	// SkippedSelf counts samples of Options.ExcludePID.
+	SkippedSelf uint64
+	// AttachedCPUs is the number of CPUs sampled right now.
+	AttachedCPUs int
+	// CPUAttaches, CPUDetaches and CPUReattaches count hotplug events
+	// followed; AttachErrors counts failed attempts (retried next Drain).
+	CPUAttaches, CPUDetaches, CPUReattaches, AttachErrors uint64
+}
+
+// generation is one set of maps the program can write to.
+type generation struct {
+	selector *ebpf.Map // gen_0 / gen_1: what gen_switch points at
+	counts   *ebpf.Map
+	stacks   *ebpf.Map
+	stats    *ebpf.Map
+}
+
+// Sampler samples stacks until Close. Its methods are safe for concurrent
+// use.
+type Sampler struct {
+	mu      sync.Mutex
+	sysRoot string
+	objs    samplerObjects
+	gens    [2]generation
+	active  int // index into gens the program writes to
+	cpus    *cpuSet
+	stats   Stats // totals through the last drained generation
+	closed  bool
+}
+
+// New loads the program and attaches it on every online CPU. It needs
+// CAP_BPF and CAP_PERFMON (or root).
+func New(opts Options) (*Sampler, error) {
+	if opts.SampleRate == 0 {
+		opts.SampleRate = defaultSampleRate
+	}
+	if opts.SysRoot == "" {
+		opts.SysRoot = "/sys"
+	}
+	if opts.MaxStackEntries == 0 {
+		opts.MaxStackEntries = defaultMaxStackEntries
+	}
+	if opts.MaxCountEntries == 0 {
+		opts.MaxCountEntries = defaultMaxCountEntries
+	}
+	if opts.SampleRate < 0 || opts.MaxStackEntries < 0 || opts.MaxCountEntries < 0 || opts.ExcludePID < 0 {
+		return nil, fmt.Errorf("cpu sampler: negative option in %+v", opts)
+	}
+
+	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("cpu sampler: %w", err)
+	}
+
+	spec, err := loadSampler()
+	if err != nil {
+		return nil, fmt.Errorf("cpu sampler: %w", err)
+	}
+	for _, name := range []string{samplerMapCounts0, samplerMapCounts1} {
+		spec.Maps[name].MaxEntries = uint32(opts.MaxCountEntries)
+	}
+	for _, name := range []string{samplerMapStacks0, samplerMapStacks1} {
+		spec.Maps[name].MaxEntries = uint32(opts.MaxStackEntries)
+		spec.Maps[name].ValueSize = stackDepth * 8
+	}
+	if err := spec.Variables[samplerVarExcludeTgid].Set(uint32(opts.ExcludePID)); err != nil {
+		return nil, fmt.Errorf("cpu sampler: %w", err)
+	}
+
+	s := &Sampler{sysRoot: opts.SysRoot}
+	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("cpu sampler: load: %+v", verr)
+		}
+		return nil, fmt.Errorf("cpu sampler: load: %w", err)
+	}
+	s.gens = [2]generation{
+		{selector: s.objs.Gen0, counts: s.objs.Counts0, stacks: s.objs.Stacks0, stats: s.objs.Stats0},
+		{selector: s.objs.Gen1, counts: s.objs.Counts1, stacks: s.objs.Stacks1, stats: s.objs.Stats1},
+	}
+	for i, g := range s.gens {
+		if err := g.selector.Put(uint32(0), uint32(i)); err != nil {
+			s.objs.Close()
+			return nil, fmt.Errorf("cpu sampler: init generation: %w", err)
+		}
+	}
+	if err := s.objs.GenSwitch.Put(uint32(0), s.gens[0].selector); err != nil {
+		s.objs.Close()
+		return nil, fmt.Errorf("cpu sampler: init generation: %w", err)
+	}
+
+	s.cpus = newCPUSet(perfAttacher{progFD: s.objs.SampleCpu.FD(), hz: uint64(opts.SampleRate)})
+	if err := s.syncCPUs(); err != nil && len(s.cpus.cpus) == 0 {
+		s.Close()
+		return nil, fmt.Errorf("cpu sampler: %w", err)
+	}
+	// A partial attach (some CPUs failed) is not fatal; Drain retries and
+	// Stats.AttachErrors shows it.
+	return s, nil
+}
+
+func (s *Sampler) syncCPUs() error {
+	online, err := readOnlineCPUs(s.sysRoot)
+	if err != nil {
+		return fmt.Errorf("read online cpus: %w", err)
+	}
+	res, err := s.cpus.sync(online)
+	s.stats.CPUAttaches += uint64(res.Attached)
+	s.stats.CPUDetaches += uint64(res.Detached)
+	s.stats.CPUReattaches += uint64(res.Reattached)
+	s.stats.AttachErrors += uint64(res.AttachErrors)
+	return err
+}
+
+// Drain returns the samples counted since the previous Drain (or New) and
+// clears them, together with the counters since New. It also follows CPU
+// hotplug. A process that exited in the meantime is still returned: only
+// the maps are read, never /proc.
+//
+// An error from following hotplug does not stop the drain; it is returned
+// with the samples. Any other error returns no samples, and they are lost.
+func (s *Sampler) Drain() ([]Sample, Stats, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, Stats{}, errors.New("cpu sampler: closed")
+	}
+	hotplugErr := s.syncCPUs()
+
+	old := s.gens[s.active]
+	next := 1 - s.active
+	// Returns only once no program can still be writing to old.
+	if err := s.objs.GenSwitch.Put(uint32(0), s.gens[next].selector); err != nil {
+		return nil, Stats{}, fmt.Errorf("cpu sampler: switch generation: %w", err)
+	}
+	s.active = next
+
+	samples, err := s.readGeneration(old)
+	if err == nil {
+		err = s.addStats(old)
+	}
+	// Clear even after a failed read: otherwise a bad generation would fill
+	// up and stay full.
+	if cerr := clearGeneration(old); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, Stats{}, fmt.Errorf("cpu sampler: %w", err)
+	}
+	if hotplugErr != nil {
+		hotplugErr = fmt.Errorf("cpu sampler: %w", hotplugErr)
+	}
+	st := s.stats
+	st.AttachedCPUs = len(s.cpus.cpus)
+	return samples, st, hotplugErr
+}
+
+func (s *Sampler) readGeneration(g generation) ([]Sample, error) {
+	stacks := make(map[int32][]uint64)
+	var (
+		id    uint32
+		trace = make([]uint64, stackDepth)
+	)
+	it := g.stacks.Iterate()
+	for it.Next(&id, trace) {
+		frames, truncated := trimStack(trace)
+		if truncated {
+			s.stats.TruncatedStacks++
+		}
+		stacks[int32(id)] = append([]uint64(nil), frames...)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read stacks: %w", err)
+	}
+
+	lookup := func(id int32) []uint64 {
+		if id < 0 {
+			return nil
+		}
+		st, ok := stacks[id]
+		if !ok {
+			s.stats.MissingStacks++
+		}
+		return st
+	}
+
+	var (
+		samples []Sample
+		key     samplerCountKey
+		val     samplerCountVal
+	)
+	it = g.counts.Iterate()
+	for it.Next(&key, &val) {
+		samples = append(samples, Sample{
+			PID:       key.Tgid,
+			StartTime: startTimeTicks(key.StartBoottimeNs),
+			Comm:      commString(val.Comm),
+			Kernel:    lookup(key.KernelStackId),
+			User:      lookup(key.UserStackId),
+			Count:     val.Count,
+		})
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read counts: %w", err)
+	}
+	return samples, nil
+}
+
+// clearGeneration empties a quiescent generation. Deleting every stack, not
+// only those the counts refer to, also frees stacks whose count was lost to
+// a full counts map; left behind they would collide with new stacks forever.
+func clearGeneration(g generation) error {
+	for _, m := range []*ebpf.Map{g.counts, g.stacks} {
+		var keys [][]byte
+		var key any // nil: start with the first key
+		for {
+			next, err := m.NextKeyBytes(key)
+			if err != nil {
+				return fmt.Errorf("clear %s: %w", m, err)
+			}
+			if next == nil {
+				break
+			}
+			keys = append(keys, next)
+			key = next
+		}
+		for _, k := range keys {
+			if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("clear %s: %w", m, err)
+			}
+		}
+	}
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return fmt.Errorf("clear stats: %w", err)
+	}
+	zeros := make([]uint64, ncpu)
+	for idx := range uint32(samplerStatIndexSTAT_MAX) {
+		if err := g.stats.Put(idx, zeros); err != nil {
+			return fmt.Errorf("clear stats: %w", err)
+		}
+	}
+	return nil
+}
+
+// addStats adds the counters of a drained generation to the totals. The
+// generation's counters are zeroed by clearGeneration.
+func (s *Sampler) addStats(g generation) error {
+	st := &s.stats
+	fields := map[samplerStatIndex]*uint64{
+		samplerStatIndexSTAT_SAMPLES:          &st.Samples,
+		samplerStatIndexSTAT_LOST_MAP_FULL:    &st.LostMapFull,
+		samplerStatIndexSTAT_KSTACK_COLLISION: &st.KernelStackCollisions,
+		samplerStatIndexSTAT_KSTACK_ERROR:     &st.KernelStackErrors,
+		samplerStatIndexSTAT_USTACK_COLLISION: &st.UserStackCollisions,
+		samplerStatIndexSTAT_USTACK_ERROR:     &st.UserStackErrors,
+		samplerStatIndexSTAT_SKIPPED_SELF:     &st.SkippedSelf,
+	}
+	var perCPU []uint64
+	for idx, dst := range fields {
+		if err := g.stats.Lookup(uint32(idx), &perCPU); err != nil {
+			return fmt.Errorf("read stats: %w", err)
+		}
+		*dst += sumPerCPU(perCPU)
+	}
+	st.LostStackErrors = st.KernelStackCollisions + st.KernelStackErrors + st.UserStackCollisions + st.UserStackErrors
+	return nil
+}
+
+// ProgramStats returns the BPF program's cumulative run time and run count,
+// which the kernel collects only while kernel.bpf_stats_enabled is 1 (or a
+// BPF_ENABLE_STATS fd is open). ok is false when there is nothing to report.
+// runNs / runCount is the cost of one sample.
+func (s *Sampler) ProgramStats() (runNs, runCount uint64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, 0, false
+	}
+	ps, err := s.objs.SampleCpu.Stats()
+	if err != nil || ps.RunCount == 0 {
+		return 0, 0, false
+	}
+	return uint64(ps.Runtime.Nanoseconds()), ps.RunCount, true
+}
+
+// Close detaches from every CPU and unloads the program. Undrained samples
+// are discarded.
+func (s *Sampler) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	var errs []error
+	if s.cpus != nil {
+		errs = append(errs, s.cpus.closeAll())
+	}
+	errs = append(errs, s.objs.Close())
+	return errors.Join(errs...)
+}
