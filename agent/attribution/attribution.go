@@ -408,13 +408,20 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 	}
 	r.mu.Lock()
 	var cands []cand
-	uidVotes := map[int]int{}
+	// Owner votes. slurmstepd and the extern step's placeholder run as
+	// root in every job, so they never vote; an adopted ssh session in the
+	// extern step votes only when no task does.
+	taskVotes, externVotes := map[int]int{}, map[int]int{}
 	for pid, m := range j.members {
 		if m.loc.Stepd {
 			continue // slurmstepd runs as root with slurmd's environment
 		}
 		if m.uid >= 0 {
-			uidVotes[m.uid]++
+			if m.loc.Step == "extern" || m.loc.Task == "special" {
+				externVotes[m.uid]++
+			} else {
+				taskVotes[m.uid]++
+			}
 		}
 		if t, ok := j.tried[pid]; ok && t == m.start {
 			continue
@@ -480,13 +487,10 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 	// majority (ties to the lower uid, so the answer is stable).
 	uid := j.loc.UID
 	if uid < 0 {
-		best := -1
-		for u, n := range uidVotes {
-			if best < 0 || n > uidVotes[best] || n == uidVotes[best] && u < best {
-				best = u
-			}
-		}
-		uid = best
+		uid = ownerByVote(taskVotes, true)
+	}
+	if uid < 0 {
+		uid = ownerByVote(externVotes, false)
 	}
 	j.uidFromNode = uid
 	if ci := j.ctldInfo; ci != nil && ci.UID >= 0 && uid >= 0 && ci.UID != uid {
@@ -495,6 +499,27 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 	}
 	j.refreshed = now
 	j.publish(r.o.Users)
+}
+
+// ownerByVote picks the job owner from the real uids of its processes. A
+// non-root uid wins over root: in a user's job, root processes are Slurm's
+// own helpers, while the user cannot gain a root real uid. Root owns the job
+// only when every task runs as root (rootOK), which is a job root submitted.
+// Ties go to the lower uid, so the answer is stable.
+func ownerByVote(votes map[int]int, rootOK bool) int {
+	best := -1
+	for u, n := range votes {
+		if u == 0 {
+			continue
+		}
+		if best < 0 || n > votes[best] || n == votes[best] && u < best {
+			best = u
+		}
+	}
+	if best < 0 && rootOK && votes[0] > 0 {
+		best = 0
+	}
+	return best
 }
 
 func stepRank(step string) int {

@@ -90,6 +90,7 @@ func TestScanFixtureTree(t *testing.T) {
 		500: {job: "5000", name: "v1job", user: "alice", host: "node-a", step: "batch", task: "0"},
 		501: {job: "5000", name: "v1job", user: "alice", host: "node-a", step: "0", task: "0"},
 		502: {job: "5001", user: "alice", host: "node-c", step: "0", task: "3"},
+		503: {job: "5000", name: "v1job", user: "alice", host: "node-a", step: "batch"},
 		// SLUID: the id comes from the job's tasks
 		600: {job: "6000", name: "sluid-job", user: "bob", host: "node-a", step: "0", task: "0"},
 		601: {job: "6000", name: "sluid-job", user: "bob", host: "node-a", step: "0", stepd: true},

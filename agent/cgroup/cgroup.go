@@ -106,7 +106,7 @@ func Parse(content []byte) (Location, error) {
 		}
 		// Keep the most specific line: proctrack's freezer hierarchy may
 		// stop at the step while task/cgroup's go down to the task.
-		if loc.Version > found.Version || loc.Version == found.Version && found.Task == "" && loc.Task != "" {
+		if loc.Version > found.Version || loc.Version == found.Version && depth(loc) > depth(found) {
 			found = loc
 		}
 	}
@@ -114,6 +114,18 @@ func Parse(content []byte) (Location, error) {
 		return found, nil
 	}
 	return Location{}, firstErr
+}
+
+// depth says how far down the job's tree a location goes.
+func depth(l Location) int {
+	d := 0
+	if l.Step != "" {
+		d++
+	}
+	if l.Task != "" || l.Stepd {
+		d++
+	}
+	return d
 }
 
 // ParsePath recognises one cgroup path of the given hierarchy version. ok is

@@ -29,7 +29,9 @@ procs = {
     301: (b"bash", 1001, HYBRID + V2 + b"job_4242/step_batch/user/task_0\n", env(**BOB), 1001),
     302: (b"python3", 1001, HYBRID + V2 + b"job_4242/step_0/user/task_0\n", env(**BOB), 1010),
     303: (b"python3", 1001, HYBRID + V2 + b"job_4242/step_0/user/task_1\n", None, 1010),
-    304: (b"sleep", 1001, HYBRID + V2 + b"job_4242/step_extern/user/task_special\n", b"", 999),
+    # The extern step's placeholder runs as root in every job; it started
+    # first, so it is the job's oldest process. It must not make root the owner.
+    304: (b"sleep", 0, HYBRID + V2 + b"job_4242/step_extern/user/task_special\n", b"", 999),
     305: (b"bash", 1001, HYBRID + V2 + b"job_4242/step_interactive/user/task_0\n",
           env(**dict(BOB, SLURM_JOB_NAME="interactive")), 1020),
     310: (b"slurmstepd", 0, HYBRID + V2 + b"job_4242/step_0/slurm\n", b"", 1009),
@@ -44,6 +46,8 @@ procs = {
           env(SLURM_JOB_ID="5000", SLURM_JOB_NAME="v1job"), 3000),
     # Its uid is root (a setuid helper would be), but the v1 path names the owner.
     501: (b"helper", 0, b"11:freezer:/slurm/uid_1002/job_5000/step_0/task_0\n0::/\n", b"", 3001),
+    # v1 slurmstepd as seen on a real node: freezer at job level, devices at step level.
+    503: (b"slurmstepd", 0, b"6:freezer:/slurm/uid_1002/job_5000\n5:devices:/slurm/uid_1002/job_5000/step_batch\n0::/\n", b"", 2999),
     502: (b"worker", 1002, b"12:pids:/\n10:devices:/slurm_node-c/uid_1002/job_5001/step_0/task_3\n0::/\n", None, 3100),
     # Slurm 26.05 SLUID directory: the id comes from the job.
     600: (b"train", 1001, HYBRID + V2 + b"s0W5FQ2XKD8Y3M/step_0/user/task_0\n",
