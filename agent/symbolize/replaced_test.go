@@ -1,0 +1,109 @@
+package symbolize
+
+import (
+	"debug/elf"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// fakeProcess writes <root>/<pid>/maps describing bin's executable segment
+// as mapped at its link address (non-PIE), with the inode of the file now at
+// root/<pid>/root/bin/prog.
+func fakeProcess(t *testing.T, root string, pid int, bin string) {
+	t.Helper()
+	dir := filepath.Join(root, fmt.Sprint(pid))
+	must(t, os.MkdirAll(filepath.Join(dir, "root", "bin"), 0o755))
+	prog := filepath.Join(dir, "root", "bin", "prog")
+	b, err := os.ReadFile(bin)
+	must(t, err)
+	tmp := prog + ".new"
+	must(t, os.WriteFile(tmp, b, 0o755))
+	must(t, os.Rename(tmp, prog)) // a new inode, as a package upgrade does
+	fi, err := os.Stat(prog)
+	must(t, err)
+	f := openELFForTest(t, prog)
+	var maps string
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
+			start := p.Vaddr &^ 0xfff
+			end := (p.Vaddr + p.Memsz + 0xfff) &^ 0xfff
+			maps += fmt.Sprintf("%x-%x r-xp %08x 08:01 %d    /bin/prog\n",
+				start, end, p.Off&^0xfff, fi.Sys().(*syscall.Stat_t).Ino)
+		}
+	}
+	must(t, os.WriteFile(filepath.Join(dir, "maps"), []byte(maps), 0o644))
+}
+
+func symbolAddr(t *testing.T, bin, name string) uint64 {
+	t.Helper()
+	syms, err := openELFForTest(t, bin).Symbols()
+	must(t, err)
+	for _, s := range syms {
+		if s.Name == name {
+			return s.Value
+		}
+	}
+	t.Fatalf("%s not in %s", name, bin)
+	return 0
+}
+
+// TestBinaryReplacedOnDisk: after the file behind a path is replaced, a
+// process that still maps the old inode must not get names from the new
+// file, and a process mapping the new file must get the new names.
+func TestBinaryReplacedOnDisk(t *testing.T) {
+	dir := t.TempDir()
+	oldBin, newBin := filepath.Join(dir, "old"), filepath.Join(dir, "new")
+	compile(t, "gcc", "-O1", "-no-pie", "-fno-pie", "-o", oldBin, srcPath("target.c"))
+	// Same code and layout, different name at the same address.
+	compile(t, "gcc", "-O1", "-no-pie", "-fno-pie", "-Dtarget_function=replaced_function", "-o", newBin, srcPath("target.c"))
+	addr := symbolAddr(t, oldBin, "target_function")
+	if a := symbolAddr(t, newBin, "replaced_function"); a != addr {
+		t.Fatalf("layouts differ: %#x vs %#x", a, addr)
+	}
+
+	root := t.TempDir()
+	fakeProcess(t, root, 100, oldBin)
+	s := New(Options{ProcRoot: root})
+	checkResolves(t, s.User(100, 0, []uint64{addr}), "target_function")
+
+	// Replace the file; pid 100 still maps the old inode.
+	oldMaps, err := os.ReadFile(filepath.Join(root, "100", "maps"))
+	must(t, err)
+	fakeProcess(t, root, 100, newBin)
+	must(t, os.WriteFile(filepath.Join(root, "100", "maps"), oldMaps, 0o644))
+
+	// Cached: the old process still gets the old (correct) names.
+	checkResolves(t, s.User(100, 0, []uint64{addr}), "target_function")
+
+	// A fresh symbolizer cannot reach the old file (no map_files here) and
+	// must refuse the new one rather than misname the frame.
+	fresh := New(Options{ProcRoot: root})
+	checkResolves(t, fresh.User(100, 0, []uint64{addr}), "")
+	if n := fresh.Stats().Errors[ErrFileIdentity]; n != 1 {
+		t.Errorf("file_identity errors = %d, want 1", n)
+	}
+
+	// A new process mapping the new file gets the new names.
+	fakeProcess(t, root, 101, newBin)
+	checkResolves(t, s.User(101, 0, []uint64{addr}), "replaced_function")
+}
+
+// TestReplacedWhileRunning runs a real process, replaces its executable on
+// disk, and checks the running process still resolves through map_files.
+// map_files needs CAP_SYS_ADMIN.
+func TestReplacedWhileRunning(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("map_files needs CAP_SYS_ADMIN; run as root to cover this case")
+	}
+	dir := t.TempDir()
+	bin, newBin := filepath.Join(dir, "prog"), filepath.Join(dir, "new")
+	compile(t, "gcc", "-O1", "-no-pie", "-fno-pie", "-o", bin, srcPath("target.c"))
+	compile(t, "gcc", "-O1", "-no-pie", "-fno-pie", "-Dtarget_function=replaced_function", "-o", newBin, srcPath("target.c"))
+	pid, addr := startTarget(t, bin)
+	must(t, os.Rename(newBin, bin))
+	s := New(Options{})
+	checkResolves(t, s.User(pid, 0, []uint64{addr}), "target_function")
+}
