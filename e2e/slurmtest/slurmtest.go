@@ -1,0 +1,631 @@
+// Package slurmtest starts a real, throwaway SLURM cluster on the local host
+// for slurmscope's integration tests and demos: munged, slurmctld and one
+// slurmd per node name, all with their keys, sockets, configs, spools and logs
+// under one work directory, using proctrack/cgroup and task/cgroup with either
+// cgroup/v1 or cgroup/v2.
+//
+// Several node names share the one host through Slurm's multiple-slurmd
+// layout (slurmd -N <node>, a distinct Port per NodeName, all at 127.0.0.1).
+// Debian's slurm-wlm is built with --enable-multiple-slurmd, so its cgroup
+// paths carry the node name even with one node:
+//
+//	v1: /slurm_<node>/uid_<uid>/job_<id>/step_<s>[/task_<n>]
+//	v2: /system.slice/<node>_slurmstepd.scope/job_<id>/step_<s>/{slurm,user/task_<n>}
+//
+// It needs root, and changes the host only where SLURM insists: it creates
+// the test users if absent, an /etc/hosts entry if the hostname does not
+// resolve (removed again by Stop), and the cgroup directories Slurm makes
+// (removed by Stop). Nothing is written under /etc/slurm or /etc/munge.
+//
+// The core API takes an io.Writer for progress, not a testing.TB, so a demo
+// program can use it too; StartT wraps it for tests.
+package slurmtest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Mode selects Slurm's cgroup plugin.
+type Mode int
+
+const (
+	// V1 runs cgroup/v1 against the v1 controller mounts under
+	// CgroupRoot (default /sys/fs/cgroup).
+	V1 Mode = iota + 1
+	// V2 runs cgroup/v2 against the host's cgroup2 mount. On a hybrid
+	// host slurmd runs with the e2e/cgv2shim LD_PRELOAD library.
+	V2
+)
+
+func (m Mode) String() string {
+	switch m {
+	case V1:
+		return "v1"
+	case V2:
+		return "v2"
+	}
+	return "Mode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// User is a non-root account jobs are submitted as.
+type User struct {
+	Name string
+	UID  int // also used as the primary group's gid
+}
+
+// DefaultUsers are created (if absent) when Options.Users is nil.
+var DefaultUsers = []User{{"ssalice", 5001}, {"ssbob", 5002}}
+
+// DefaultNodes is the node list when Options.Nodes is nil.
+var DefaultNodes = []string{"node-a", "node-b"}
+
+// Options configures Start.
+type Options struct {
+	Mode Mode
+	// Nodes are the NodeNames, one slurmd each. Default DefaultNodes.
+	Nodes []string
+	// CPUs per node as configured in slurm.conf; slurmd takes the
+	// configured value (SlurmdParameters=config_overrides), so it may
+	// exceed the host's. Default 4.
+	CPUs int
+	// WorkDir holds everything the cluster writes. It must exist or be
+	// creatable; it is made traversable by the test users. Required.
+	WorkDir string
+	// Users to create if absent. Default DefaultUsers.
+	Users []User
+	// CgroupRoot is where the v1 controllers are mounted. Default
+	// /sys/fs/cgroup.
+	CgroupRoot string
+	// ShimSource is the path of e2e/cgv2shim/cgv2shim.c. Default: found
+	// relative to this source file's package in the module.
+	ShimSource string
+	// Log receives progress lines. Default io.Discard.
+	Log io.Writer
+	// StartTimeout bounds each wait during Start. Default 30s.
+	StartTimeout time.Duration
+}
+
+// Cluster is a running local SLURM.
+type Cluster struct {
+	opts        Options
+	host        string
+	conf        string // slurm.conf path
+	mungeSocket string
+	logDir      string
+	jobDir      string
+	cg2Mount    string
+	v1Mounts    map[string]string // controller -> mount point
+	users       map[string]User
+	daemons     []*daemon
+	madeSlice   bool   // we created <cg2>/system.slice
+	hostsLine   string // the /etc/hosts line we added, if any
+	stopOnce    sync.Once
+	stopErr     error
+}
+
+type daemon struct {
+	name string
+	log  string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// Start brings a cluster up and waits until every node is idle. On error
+// everything started so far is stopped again; the error names the logs.
+func Start(ctx context.Context, o Options) (c *Cluster, err error) {
+	if o.Mode != V1 && o.Mode != V2 {
+		return nil, fmt.Errorf("slurmtest: Options.Mode must be V1 or V2, got %v", o.Mode)
+	}
+	if o.WorkDir == "" {
+		return nil, errors.New("slurmtest: Options.WorkDir is required")
+	}
+	if o.Nodes == nil {
+		o.Nodes = DefaultNodes
+	}
+	if o.CPUs == 0 {
+		o.CPUs = 4
+	}
+	if o.Users == nil {
+		o.Users = DefaultUsers
+	}
+	if o.CgroupRoot == "" {
+		o.CgroupRoot = "/sys/fs/cgroup"
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if o.StartTimeout == 0 {
+		o.StartTimeout = 30 * time.Second
+	}
+	if err := CheckPrerequisites(o.Mode); err != nil {
+		return nil, err
+	}
+	wd, err := filepath.Abs(o.WorkDir)
+	if err != nil {
+		return nil, err
+	}
+	o.WorkDir = wd
+	c = &Cluster{
+		opts:        o,
+		conf:        filepath.Join(wd, "etc", "slurm.conf"),
+		mungeSocket: filepath.Join(wd, "munge", "munge.socket"),
+		logDir:      filepath.Join(wd, "log"),
+		jobDir:      filepath.Join(wd, "jobs"),
+		users:       map[string]User{},
+	}
+	defer func() {
+		if err != nil {
+			c.Stop()
+			c = nil
+		}
+	}()
+	if c.host, err = os.Hostname(); err != nil {
+		return c, err
+	}
+	if err = c.mkdirs(); err != nil {
+		return c, err
+	}
+	if err = c.findCgroupMounts(); err != nil {
+		return c, err
+	}
+	if err = c.ensureUsers(); err != nil {
+		return c, err
+	}
+	if err = c.ensureHostResolves(); err != nil {
+		return c, err
+	}
+	// A previous run that died mid-way may have left job cgroups (and
+	// stray slurmstepds in them) under our node names.
+	if err = c.removeCgroups(); err != nil {
+		return c, fmt.Errorf("slurmtest: clearing cgroups left by an earlier run: %w", err)
+	}
+	if err = c.startMunge(ctx); err != nil {
+		return c, err
+	}
+	if err = c.writeConfig(); err != nil {
+		return c, err
+	}
+	var preload string
+	if o.Mode == V2 {
+		if preload, err = c.prepareV2(ctx); err != nil {
+			return c, err
+		}
+	}
+	if err = c.startCtld(ctx); err != nil {
+		return c, err
+	}
+	for _, n := range o.Nodes {
+		env := c.env()
+		if preload != "" {
+			env = append(env, "LD_PRELOAD="+preload)
+		}
+		if _, err = c.spawn("slurmd-"+n, env, "slurmd", "-D", "-N", n, "-f", c.conf); err != nil {
+			return c, err
+		}
+	}
+	if err = c.waitNodesIdle(ctx); err != nil {
+		return c, err
+	}
+	c.logf("cluster up (%s, nodes %s, work dir %s)", o.Mode, strings.Join(o.Nodes, ","), wd)
+	return c, nil
+}
+
+// CheckPrerequisites reports what is missing to run mode on this host: root,
+// the SLURM and munge programs, a C compiler for v2, the cgroup mounts.
+func CheckPrerequisites(mode Mode) error {
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "must run as root")
+	}
+	progs := []string{"munged", "munge", "slurmctld", "slurmd", "slurmstepd", "sbatch", "srun", "squeue", "scontrol", "scancel", "sinfo", "useradd", "groupadd"}
+	if mode == V2 {
+		progs = append(progs, "cc")
+	}
+	for _, p := range progs {
+		if _, err := exec.LookPath(p); err != nil {
+			missing = append(missing, p+" not in PATH")
+		}
+	}
+	mounts, err := cgroupMounts()
+	if err != nil {
+		missing = append(missing, err.Error())
+	} else if mode == V2 && mounts.v2 == "" {
+		missing = append(missing, "no cgroup2 mount")
+	} else if mode == V1 && mounts.v1["freezer"] == "" {
+		missing = append(missing, "no cgroup v1 freezer mount")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("slurmtest: prerequisites for %s missing: %s (Debian: apt-get install slurm-wlm munge gcc)", mode, strings.Join(missing, "; "))
+	}
+	return nil
+}
+
+// NodeNames returns the SLURM node names, one slurmd each.
+func (c *Cluster) NodeNames() []string { return append([]string(nil), c.opts.Nodes...) }
+
+// Mode returns the cgroup mode the cluster runs in.
+func (c *Cluster) Mode() Mode { return c.opts.Mode }
+
+// CgroupV2Mount returns the cgroup2 mount point ("" if the host has none).
+func (c *Cluster) CgroupV2Mount() string { return c.cg2Mount }
+
+// V1Mount returns the mount point of a v1 controller ("" if none).
+func (c *Cluster) V1Mount(controller string) string { return c.v1Mounts[controller] }
+
+// ConfPath returns the slurm.conf path; cgroup.conf sits beside it.
+func (c *Cluster) ConfPath() string { return c.conf }
+
+// LogDir returns the directory holding every daemon's log.
+func (c *Cluster) LogDir() string { return c.logDir }
+
+// JobDir returns the world-writable directory jobs run in and write to.
+func (c *Cluster) JobDir() string { return c.jobDir }
+
+// Hostname returns the host's name, which every NodeHostname is set to.
+func (c *Cluster) Hostname() string { return c.host }
+
+// User returns a configured test user.
+func (c *Cluster) User(name string) (User, bool) {
+	u, ok := c.users[name]
+	return u, ok
+}
+
+func (c *Cluster) logf(format string, args ...any) {
+	fmt.Fprintf(c.opts.Log, "slurmtest: "+format+"\n", args...)
+}
+
+func (c *Cluster) mkdirs() error {
+	wd := c.opts.WorkDir
+	for _, d := range []string{"", "etc", "munge", "log", "state", "spool", "run", "jobs"} {
+		if err := os.MkdirAll(filepath.Join(wd, d), 0o755); err != nil {
+			return err
+		}
+	}
+	// The test users' sbatch reads slurm.conf and connects to the munge
+	// socket, and their jobs write output to jobs/: everything above must
+	// be traversable, whatever umask or MkdirTemp chose.
+	for _, d := range []string{wd, filepath.Join(wd, "etc"), filepath.Join(wd, "munge")} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.Chmod(c.jobDir, 0o1777); err != nil {
+		return err
+	}
+	for p := filepath.Dir(wd); p != "/"; p = filepath.Dir(p) {
+		st, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if st.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("slurmtest: %s is not traversable by other users (mode %v); the test users cannot reach the work dir %s", p, st.Mode().Perm(), wd)
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) ensureUsers() error {
+	for _, u := range c.opts.Users {
+		if existing, err := user.Lookup(u.Name); err == nil {
+			uid, _ := strconv.Atoi(existing.Uid)
+			c.users[u.Name] = User{u.Name, uid}
+			continue
+		}
+		gid := strconv.Itoa(u.UID)
+		if _, err := user.LookupGroupId(gid); err != nil {
+			if out, err := exec.Command("groupadd", "-g", gid, u.Name).CombinedOutput(); err != nil {
+				return fmt.Errorf("slurmtest: groupadd %s: %v: %s", u.Name, err, out)
+			}
+		}
+		out, err := exec.Command("useradd", "-u", strconv.Itoa(u.UID), "-g", gid, "-M", "-d", "/nonexistent", "-s", "/bin/sh", u.Name).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("slurmtest: useradd %s: %v: %s", u.Name, err, out)
+		}
+		c.logf("created user %s (uid %d)", u.Name, u.UID)
+		c.users[u.Name] = u
+	}
+	return nil
+}
+
+const hostsMarker = "# added by slurmscope e2e/slurmtest"
+
+// ensureHostResolves adds "127.0.0.1 <hostname>" to /etc/hosts when the
+// hostname does not resolve: slurmd and slurmctld look their own name up.
+func (c *Cluster) ensureHostResolves() error {
+	if addrs, err := net.LookupHost(c.host); err == nil && len(addrs) > 0 {
+		return nil
+	}
+	line := "127.0.0.1 " + c.host + " " + hostsMarker
+	f, err := os.OpenFile("/etc/hosts", os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("slurmtest: hostname %q does not resolve and /etc/hosts cannot be amended: %w", c.host, err)
+	}
+	defer f.Close()
+	if _, err := fmt.Fprintln(f, line); err != nil {
+		return err
+	}
+	c.hostsLine = line
+	c.logf("added %q to /etc/hosts", line)
+	return nil
+}
+
+func (c *Cluster) restoreHosts() error {
+	if c.hostsLine == "" {
+		return nil
+	}
+	b, err := os.ReadFile("/etc/hosts")
+	if err != nil {
+		return err
+	}
+	var keep []string
+	for _, l := range strings.SplitAfter(string(b), "\n") {
+		if strings.TrimRight(l, "\n") != c.hostsLine {
+			keep = append(keep, l)
+		}
+	}
+	c.hostsLine = ""
+	return os.WriteFile("/etc/hosts", []byte(strings.Join(keep, "")), 0o644)
+}
+
+func (c *Cluster) startMunge(ctx context.Context) error {
+	dir := filepath.Join(c.opts.WorkDir, "munge")
+	key := filepath.Join(dir, "munge.key")
+	if _, err := os.Stat(key); err != nil {
+		b := make([]byte, 1024)
+		if _, err := rand.Read(b); err != nil {
+			return err
+		}
+		if err := os.WriteFile(key, b, 0o400); err != nil {
+			return err
+		}
+	}
+	os.Remove(c.mungeSocket)
+	// --force: munged runs as root here, and its socket directory sits in
+	// a temp dir it would otherwise refuse as insecure.
+	d, err := c.spawn("munged", nil, "munged", "--foreground", "--force",
+		"--key-file="+key, "--socket="+c.mungeSocket,
+		"--pid-file="+filepath.Join(dir, "munged.pid"),
+		"--seed-file="+filepath.Join(dir, "munged.seed"),
+		"--log-file="+filepath.Join(c.logDir, "munged.log"))
+	if err != nil {
+		return err
+	}
+	return c.poll(ctx, d, "munged to answer on "+c.mungeSocket, func() (bool, error) {
+		return exec.Command("munge", "--socket="+c.mungeSocket, "--no-input").Run() == nil, nil
+	})
+}
+
+func (c *Cluster) startCtld(ctx context.Context) error {
+	d, err := c.spawn("slurmctld", c.env(), "slurmctld", "-D", "-i", "-f", c.conf)
+	if err != nil {
+		return err
+	}
+	return c.poll(ctx, d, "slurmctld to answer scontrol ping", func() (bool, error) {
+		out, err := c.command(ctx, "scontrol", "ping")
+		return err == nil && strings.Contains(out, "UP"), nil
+	})
+}
+
+func (c *Cluster) waitNodesIdle(ctx context.Context) error {
+	var last string
+	err := c.poll(ctx, nil, "every node to be idle", func() (bool, error) {
+		for _, d := range c.daemons {
+			if d.exited() {
+				return false, fmt.Errorf("%s exited: %v", d.name, d.err)
+			}
+		}
+		out, err := c.command(ctx, "sinfo", "-h", "-N", "-o", "%N %t")
+		last = out
+		if err != nil {
+			return false, nil
+		}
+		idle := 0
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			if f := strings.Fields(l); len(f) == 2 && f[1] == "idle" {
+				idle++
+			}
+		}
+		return idle == len(c.opts.Nodes), nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w (last sinfo: %q)", err, strings.TrimSpace(last))
+	}
+	return nil
+}
+
+// poll calls f every 100ms until it returns true, an error, d exits, or
+// StartTimeout passes. Errors name the logs to read.
+func (c *Cluster) poll(ctx context.Context, d *daemon, what string, f func() (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.StartTimeout)
+	defer cancel()
+	for {
+		ok, err := f()
+		if ok {
+			return nil
+		}
+		if err == nil && d != nil && d.exited() {
+			err = fmt.Errorf("%s exited: %v", d.name, d.err)
+		}
+		if err == nil && ctx.Err() != nil {
+			err = fmt.Errorf("timed out after %v", c.opts.StartTimeout)
+		}
+		if err != nil {
+			return fmt.Errorf("slurmtest: waiting for %s: %w; logs in %s:\n%s", what, err, c.logDir, c.logTails())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// logTails returns the last lines of every log, for error messages.
+func (c *Cluster) logTails() string {
+	var b strings.Builder
+	paths, _ := filepath.Glob(filepath.Join(c.logDir, "*"))
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil || len(data) == 0 {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		if len(lines) > 8 {
+			lines = lines[len(lines)-8:]
+		}
+		fmt.Fprintf(&b, "--- %s\n%s\n", p, strings.Join(lines, "\n"))
+	}
+	return b.String()
+}
+
+// env is the environment for daemons and client commands: just enough to
+// find the programs and this cluster's config, and nothing from a SLURM job
+// the caller might itself be running in.
+func (c *Cluster) env() []string {
+	return []string{
+		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"SLURM_CONF=" + c.conf,
+		"LANG=C.UTF-8",
+	}
+}
+
+// spawn starts a long-running daemon in the foreground with its output in
+// log/<name>.out, in its own process group so Stop can signal its helpers.
+func (c *Cluster) spawn(name string, env []string, prog string, args ...string) (*daemon, error) {
+	logPath := filepath.Join(c.logDir, name+".out")
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(prog, args...)
+	cmd.Env = env
+	cmd.Dir = c.opts.WorkDir
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("slurmtest: starting %s: %w", name, err)
+	}
+	f.Close()
+	d := &daemon{name: name, log: logPath, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		d.err = cmd.Wait()
+		close(d.done)
+	}()
+	c.daemons = append(c.daemons, d)
+	c.logf("started %s (pid %d), log %s", name, cmd.Process.Pid, logPath)
+	return d, nil
+}
+
+func (d *daemon) exited() bool {
+	select {
+	case <-d.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// command runs a SLURM client as root against this cluster.
+func (c *Cluster) command(ctx context.Context, prog string, args ...string) (string, error) {
+	return c.run(ctx, nil, prog, args...)
+}
+
+// run runs prog, as u when u is not nil, and returns its stdout.
+func (c *Cluster) run(ctx context.Context, u *User, prog string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, prog, args...)
+	cmd.Env = c.env()
+	cmd.Dir = c.jobDir
+	if u != nil {
+		cmd.Env = append(cmd.Env, "USER="+u.Name, "LOGNAME="+u.Name, "HOME="+c.jobDir)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{
+			Uid: uint32(u.UID), Gid: uint32(u.UID), Groups: []uint32{},
+		}}
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		who := "root"
+		if u != nil {
+			who = u.Name
+		}
+		return stdout.String(), fmt.Errorf("%s %s (as %s): %w: %s", prog, strings.Join(args, " "), who, err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.String(), nil
+}
+
+// Stop cancels every job, stops the daemons, kills whatever is left in the
+// cgroups Slurm made for these nodes and removes them, and undoes the
+// /etc/hosts entry, so another cluster (v1 or v2) can start after it. It is
+// safe to call more than once; the work dir is left for post-mortems.
+func (c *Cluster) Stop() error {
+	c.stopOnce.Do(func() { c.stopErr = c.stop() })
+	return c.stopErr
+}
+
+func (c *Cluster) stop() error {
+	var errs []error
+	if len(c.daemons) > 0 {
+		// Cancelling first lets slurmstepd tear its own cgroups down; what
+		// it leaves is removed below either way.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if out, err := c.command(ctx, "squeue", "-h", "-o", "%A"); err == nil && strings.TrimSpace(out) != "" {
+			ids := strings.Fields(out)
+			c.command(ctx, "scancel", ids...)
+			for ctx.Err() == nil {
+				out, err := c.command(ctx, "squeue", "-h", "-o", "%A")
+				if err != nil || strings.TrimSpace(out) == "" {
+					break
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+		cancel()
+	}
+	// slurmd before slurmctld before munged, each asked politely first.
+	for i := len(c.daemons) - 1; i >= 0; i-- {
+		d := c.daemons[i]
+		if d.exited() {
+			continue
+		}
+		syscall.Kill(-d.cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-d.done:
+		case <-time.After(5 * time.Second):
+			syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
+			<-d.done
+		}
+	}
+	c.daemons = nil
+	if c.v1Mounts != nil || c.cg2Mount != "" {
+		if err := c.removeCgroups(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.madeSlice {
+		if err := os.Remove(filepath.Join(c.cg2Mount, "system.slice")); err != nil && !os.IsNotExist(err) {
+			errs = append(errs, err)
+		} else {
+			c.madeSlice = false
+		}
+	}
+	if err := c.restoreHosts(); err != nil {
+		errs = append(errs, err)
+	}
+	c.logf("stopped")
+	return errors.Join(errs...)
+}
