@@ -625,3 +625,7 @@ func clean(s string, limit int) string {
 	}
 	return s
 }
+
+// HostName is the name processes outside the multiple-slurmd layout are
+// labelled with.
+func (r *Resolver) HostName() string { return r.o.HostName }

@@ -1,0 +1,212 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/slurmscope/slurmscope/agent/cpu"
+	"github.com/slurmscope/slurmscope/agent/daemon"
+	"github.com/slurmscope/slurmscope/agent/pyroscope"
+	"github.com/slurmscope/slurmscope/agent/sink"
+	"github.com/slurmscope/slurmscope/agent/spool"
+	"github.com/slurmscope/slurmscope/agent/symbolize"
+)
+
+func init() { extraCommands["run"] = runCmd }
+
+type runFlags struct {
+	attr           attrFlags
+	sysRoot        string
+	sampleRate     int
+	interval       time.Duration
+	allProcesses   bool
+	outputDir      string
+	metricsAddr    string
+	spoolDir       string
+	spoolMax       int64
+	pyro           pyroscope.Config
+	logLevel       string
+	rescanInterval time.Duration
+}
+
+func (f *runFlags) register(fs *flag.FlagSet) {
+	f.attr.register(fs)
+	fs.StringVar(&f.sysRoot, "sys-root", "/sys", "root of the sysfs filesystem (online CPUs)")
+	fs.IntVar(&f.sampleRate, "sample-rate", 97, "CPU samples per second on each CPU")
+	fs.DurationVar(&f.interval, "upload-interval", 15*time.Second, "how often profiles are built and sent")
+	fs.DurationVar(&f.rescanInterval, "rescan-interval", time.Second, "how often new processes are attributed (short-lived processes need it shorter)")
+	fs.BoolVar(&f.allProcesses, "all-processes", false, "also profile processes that are in no job (labelled by executable)")
+	fs.StringVar(&f.outputDir, "output-dir", "", "write profiles as DIR/<job id>/<type>-<unix>.pb.gz (default /var/lib/slurmscope/profiles when no --pyroscope-url)")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", ":9810", "address for the agent's own /metrics; empty disables it")
+	fs.StringVar(&f.spoolDir, "spool-dir", "/var/lib/slurmscope/spool", "on-disk queue of pushes waiting for Pyroscope")
+	fs.Int64Var(&f.spoolMax, "spool-max-bytes", 256<<20, "bound of the spool; the oldest pushes are dropped (and counted) past it")
+	fs.StringVar(&f.pyro.URL, "pyroscope-url", "", "Pyroscope base URL to push to (push.v1.PusherService/Push)")
+	fs.StringVar(&f.pyro.Tenant, "pyroscope-tenant", "", "tenant id, sent as X-Scope-OrgID")
+	fs.StringVar(&f.pyro.BasicAuthUser, "pyroscope-basic-auth-user", "", "basic auth user")
+	fs.StringVar(&f.pyro.BasicAuthPasswordFile, "pyroscope-basic-auth-password-file", "", "file holding the basic auth password (re-read when it changes)")
+	fs.StringVar(&f.pyro.BearerTokenFile, "pyroscope-bearer-token-file", "", "file holding a bearer token (re-read when it changes)")
+	fs.StringVar(&f.pyro.TLS.CAFile, "pyroscope-ca-file", "", "PEM CA bundle to verify the server with")
+	fs.StringVar(&f.pyro.TLS.CertFile, "pyroscope-cert-file", "", "client certificate for mutual TLS")
+	fs.StringVar(&f.pyro.TLS.KeyFile, "pyroscope-key-file", "", "client key for mutual TLS")
+	fs.StringVar(&f.pyro.TLS.ServerName, "pyroscope-server-name", "", "server name to verify instead of the URL's host")
+	fs.BoolVar(&f.pyro.TLS.InsecureSkipVerify, "pyroscope-insecure-skip-verify", false, "do not verify the server's certificate (testing only)")
+	fs.DurationVar(&f.pyro.Timeout, "pyroscope-timeout", 30*time.Second, "timeout of one push")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+}
+
+func runCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f runFlags
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "run: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if f.sampleRate < 1 || f.sampleRate > 10000 {
+		fmt.Fprintf(stderr, "run: --sample-rate %d out of range 1..10000\n", f.sampleRate)
+		return 2
+	}
+	if f.interval < time.Second {
+		fmt.Fprintf(stderr, "run: --upload-interval %v is shorter than 1s\n", f.interval)
+		return 2
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		fmt.Fprintf(stderr, "run: --log-level: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, f, log); err != nil {
+		log.Error("agent stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func run(ctx context.Context, f runFlags, log *slog.Logger) error {
+	res, err := f.attr.resolver()
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	var sinks multiSink
+	var shipper *pyroscope.Shipper
+	if f.pyro.URL != "" {
+		client, err := pyroscope.NewClient(f.pyro)
+		if err != nil {
+			return fmt.Errorf("--pyroscope-url: %w", err)
+		}
+		sp, err := spool.Open(f.spoolDir, f.spoolMax, spool.WithLogger(log))
+		if err != nil {
+			return fmt.Errorf("--spool-dir: %w", err)
+		}
+		defer sp.Close()
+		shipper = pyroscope.NewShipper(sp, client, pyroscope.WithLogger(log))
+		reg.MustRegister(pyroscope.NewCollector(shipper))
+		sinks = append(sinks, &sink.Push{Shipper: shipper})
+	}
+	if f.outputDir == "" && f.pyro.URL == "" {
+		f.outputDir = "/var/lib/slurmscope/profiles"
+	}
+	if f.outputDir != "" {
+		if err := os.MkdirAll(f.outputDir, 0o755); err != nil {
+			return fmt.Errorf("--output-dir: %w", err)
+		}
+		sinks = append(sinks, &sink.Dir{Root: f.outputDir})
+	}
+
+	sampler, err := cpu.New(cpu.Options{SampleRate: f.sampleRate, SysRoot: f.sysRoot, ExcludePID: os.Getpid()})
+	if err != nil {
+		return fmt.Errorf("starting the eBPF sampler (needs root, perf events and BTF): %w", err)
+	}
+	defer sampler.Close()
+	sym := symbolize.New(symbolize.Options{ProcRoot: f.attr.procRoot})
+
+	d := daemon.New(daemon.Config{SampleRate: f.sampleRate, Interval: f.interval, RescanInterval: f.rescanInterval,
+		AllProcesses: f.allProcesses, Log: log}, sampler, sym, res, sinks)
+	reg.MustRegister(d.Collectors()...)
+
+	var wg sync.WaitGroup
+	if f.metricsAddr != "" {
+		ln, err := net.Listen("tcp", f.metricsAddr)
+		if err != nil {
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+		srv := &http.Server{Handler: metricsMux(reg), ReadHeaderTimeout: 10 * time.Second}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics server", "err", err)
+			}
+		}()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			srv.Shutdown(sctx)
+			wg.Wait()
+		}()
+		log.Info("serving metrics", "addr", ln.Addr().String())
+	}
+	shipCtx, stopShipper := context.WithCancel(context.Background())
+	shipDone := make(chan error, 1)
+	if shipper != nil {
+		go func() { shipDone <- shipper.Run(shipCtx) }()
+	} else {
+		shipDone <- nil
+	}
+	log.Info("profiling", "node", res.HostName(), "sample_rate_hz", f.sampleRate, "interval", f.interval,
+		"output_dir", f.outputDir, "pyroscope", f.pyro.URL)
+	err = d.Run(ctx)
+	// The last interval is in the spool now; give the shipper its bounded
+	// final flush, and leave the rest for the next start.
+	stopShipper()
+	if serr := <-shipDone; serr != nil && err == nil {
+		err = serr
+	}
+	log.Info("stopped")
+	return err
+}
+
+func metricsMux(reg *prometheus.Registry) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "slurmscope-agent: see /metrics")
+	})
+	return mux
+}
+
+// multiSink writes to every sink and reports every failure.
+type multiSink []daemon.Sink
+
+func (m multiSink) Write(ctx context.Context, outs []daemon.Output) error {
+	var errs []error
+	for _, s := range m {
+		errs = append(errs, s.Write(ctx, outs))
+	}
+	return errors.Join(errs...)
+}

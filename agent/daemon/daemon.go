@@ -1,0 +1,306 @@
+// Package daemon is the agent's main loop: every interval it drains the CPU
+// sampler, attributes each process's samples to its SLURM job, symbolises
+// the stacks and hands one pprof profile per job to a sink (files on disk,
+// or the Pyroscope spool).
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/slurmscope/slurmscope/agent/attribution"
+	"github.com/slurmscope/slurmscope/agent/cpu"
+	"github.com/slurmscope/slurmscope/agent/profiles"
+	"github.com/slurmscope/slurmscope/agent/symbolize"
+	"github.com/slurmscope/slurmscope/schema"
+)
+
+// Sampler is the CPU sampler (agent/cpu in production).
+type Sampler interface {
+	Drain() ([]cpu.Sample, cpu.Stats, error)
+}
+
+// Symbolizer turns raw addresses into frames (agent/symbolize).
+type Symbolizer interface {
+	User(pid int, startTime uint64, addrs []uint64) []symbolize.Frame
+	Kernel(addrs []uint64) []symbolize.Frame
+	Forget(pid int)
+}
+
+// Resolver attributes processes (agent/attribution).
+type Resolver interface {
+	Cached(pid int, startTime uint64) (attribution.Process, bool)
+	Resolve(pid int) (attribution.Process, error)
+	Scan() ([]attribution.Process, error)
+}
+
+// Output is one encoded profile: one job (or one executable outside any
+// job), one profile type, one interval.
+type Output struct {
+	Type        profiles.Type
+	JobID       string // "" outside a job
+	ServiceName string
+	Labels      []profiles.Label // series labels, service_name included
+	Start, End  time.Time
+	Data        []byte // gzipped pprof
+}
+
+// Sink receives each interval's profiles.
+type Sink interface {
+	Write(ctx context.Context, outs []Output) error
+}
+
+// Config configures the loop.
+type Config struct {
+	SampleRate int           // Hz; sets the pprof period
+	Interval   time.Duration // drain and upload interval
+	// RescanInterval is how often new processes are attributed, so that one
+	// which runs for a second and exits is still labelled.
+	RescanInterval time.Duration
+	AllProcesses   bool // also profile processes in no job
+	Log            *slog.Logger
+	Now            func() time.Time
+}
+
+// Daemon is the main loop.
+type Daemon struct {
+	cfg     Config
+	sampler Sampler
+	sym     Symbolizer
+	res     Resolver
+	sink    Sink
+	period  int64
+
+	mu         sync.Mutex // serialises Collect
+	start      time.Time
+	lastStats  cpu.Stats
+	known      map[procKey]bool
+	lastLogged map[string]bool
+
+	m metrics
+}
+
+type procKey struct {
+	pid   uint32
+	start uint64
+}
+
+// New returns a Daemon.
+func New(cfg Config, s Sampler, sym Symbolizer, res Resolver, sink Sink) *Daemon {
+	if cfg.SampleRate <= 0 {
+		cfg.SampleRate = 97
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = 15 * time.Second
+	}
+	if cfg.RescanInterval <= 0 {
+		cfg.RescanInterval = time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Daemon{cfg: cfg, sampler: s, sym: sym, res: res, sink: sink,
+		period: int64(time.Second) / int64(cfg.SampleRate), start: cfg.Now(),
+		known: map[procKey]bool{}, lastLogged: map[string]bool{}, m: newMetrics()}
+}
+
+// Run collects every interval until ctx is done, then collects and writes
+// the last, partial interval so a stop loses nothing.
+func (d *Daemon) Run(ctx context.Context) error {
+	tick := time.NewTicker(d.cfg.Interval)
+	defer tick.Stop()
+	rescan := time.NewTicker(d.cfg.RescanInterval)
+	defer rescan.Stop()
+	d.rescan()
+	for {
+		select {
+		case <-ctx.Done():
+			// The final flush gets its own deadline: ctx is already done.
+			fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			return d.Collect(fctx)
+		case <-rescan.C:
+			d.rescan()
+		case <-tick.C:
+			if err := d.Collect(ctx); err != nil {
+				d.logOnce("collect", "interval failed", err)
+			}
+		}
+	}
+}
+
+// rescan attributes processes that appeared since the last pass, so that
+// short-lived ones are known before they exit.
+func (d *Daemon) rescan() {
+	if _, err := d.res.Scan(); err != nil {
+		d.logOnce("scan", "listing processes failed", err)
+	}
+}
+
+// Collect drains the sampler and writes one profile per job.
+func (d *Daemon) Collect(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	end := d.cfg.Now()
+	samples, stats, err := d.sampler.Drain()
+	if err != nil {
+		// Keep the interval's start: the next drain covers this one too.
+		return fmt.Errorf("draining the sampler: %w", err)
+	}
+	d.m.observeSampler(d.lastStats, stats)
+	d.lastStats = stats
+
+	builders := map[string]*jobProfile{}
+	for _, s := range samples {
+		d.m.samples.Add(float64(s.Count))
+		jp := d.profileFor(builders, s)
+		if jp == nil {
+			continue
+		}
+		stack := d.sym.Kernel(s.Kernel)
+		stack = append(stack, d.sym.User(int(s.PID), s.StartTime, s.User)...)
+		// The step is a sample label: one profile per job, while
+		// Pyroscope still splits series by step.
+		var sl []profiles.Label
+		if st := jp.stepOf[procKey{s.PID, s.StartTime}]; st != "" {
+			sl = []profiles.Label{{Name: schema.JobStep.Label, Value: st}}
+		}
+		jp.b.Add(stack, sl, int64(s.Count), int64(s.Count)*d.period)
+	}
+
+	outs := make([]Output, 0, len(builders))
+	keys := make([]string, 0, len(builders))
+	for k := range builders {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		jp := builders[k]
+		// A file on disk names its step too, when there is only one.
+		labels := append([]profiles.Label(nil), jp.labels...)
+		if len(jp.steps) == 1 {
+			for st := range jp.steps {
+				labels = append(labels, profiles.Label{Name: schema.JobStep.Label, Value: st})
+			}
+		}
+		p := jp.b.Finish(end, labels)
+		data, err := profiles.Encode(p)
+		if err != nil {
+			d.logOnce("encode", "encoding a profile failed", err)
+			continue
+		}
+		outs = append(outs, Output{Type: profiles.CPU, JobID: jp.jobID, ServiceName: jp.service,
+			Labels: jp.labels, Start: d.start, End: end, Data: data})
+		d.m.payloadBytes.Add(float64(len(data)))
+	}
+	d.start = end
+	d.forgetExited(samples)
+	if len(outs) == 0 {
+		return nil
+	}
+	if err := d.sink.Write(ctx, outs); err != nil {
+		d.m.profiles.WithLabelValues("error").Add(float64(len(outs)))
+		return fmt.Errorf("writing profiles: %w", err)
+	}
+	d.m.profiles.WithLabelValues("ok").Add(float64(len(outs)))
+	return nil
+}
+
+type jobProfile struct {
+	b       *profiles.Builder
+	jobID   string
+	service string
+	labels  []profiles.Label
+	steps   map[string]bool
+	stepOf  map[procKey]string
+}
+
+// profileFor attributes a sample. A sample whose process cannot be
+// attributed with certainty (it exited and its pid is gone or reused) is
+// counted and dropped, never guessed.
+func (d *Daemon) profileFor(builders map[string]*jobProfile, s cpu.Sample) *jobProfile {
+	key := procKey{s.PID, s.StartTime}
+	p, ok := d.res.Cached(int(s.PID), s.StartTime)
+	if !ok {
+		var err error
+		p, err = d.res.Resolve(int(s.PID))
+		if err != nil || p.StartTime != s.StartTime {
+			d.m.unattributed.WithLabelValues("exited").Add(float64(s.Count))
+			return nil
+		}
+	}
+	d.known[key] = true
+	if p.Foreign {
+		d.m.unattributed.WithLabelValues("other_node").Add(float64(s.Count))
+		return nil
+	}
+	var bk string
+	if p.InJob() {
+		bk = "job/" + p.Job.Host + "/" + p.Job.ID
+	} else if d.cfg.AllProcesses {
+		bk = "nojob/" + p.Comm
+	} else {
+		d.m.unattributed.WithLabelValues("not_in_job").Add(float64(s.Count))
+		return nil
+	}
+	jp := builders[bk]
+	if jp == nil {
+		jp = &jobProfile{b: profiles.NewBuilder(profiles.CPU, d.period, d.start), steps: map[string]bool{}, stepOf: map[procKey]string{}}
+		if p.InJob() {
+			j := p.Job
+			jp.jobID = j.ID
+			jp.labels = profiles.JobLabels(j.Host, j.ID, j.Name, j.User, j.Account, j.Partition, p.Comm)
+		} else {
+			jp.labels = profiles.JobLabels(p.Host, "", "", "", "", "", p.Comm)
+		}
+		for _, l := range jp.labels {
+			if l.Name == schema.ServiceName {
+				jp.service = l.Value
+			}
+		}
+		builders[bk] = jp
+	}
+	if p.InJob() && p.Step != "" {
+		jp.steps[p.Step] = true
+		jp.stepOf[key] = p.Step
+	}
+	return jp
+}
+
+// forgetExited drops symbolizer state of processes that no longer run.
+func (d *Daemon) forgetExited(samples []cpu.Sample) {
+	seen := make(map[procKey]bool, len(samples))
+	for _, s := range samples {
+		seen[procKey{s.PID, s.StartTime}] = true
+	}
+	for k := range d.known {
+		if seen[k] {
+			continue
+		}
+		if p, ok := d.res.Cached(int(k.pid), k.start); !ok || p.StartTime != k.start {
+			d.sym.Forget(int(k.pid))
+			delete(d.known, k)
+		}
+	}
+}
+
+func (d *Daemon) logOnce(key, msg string, err error) {
+	d.m.errors.WithLabelValues(key).Inc()
+	if d.lastLogged[key] {
+		return
+	}
+	d.lastLogged[key] = true
+	d.cfg.Log.Warn(msg+" (further errors of this kind are only counted)", "err", err)
+}
+
+// Collectors returns the daemon's Prometheus collectors.
+func (d *Daemon) Collectors() []prometheus.Collector { return d.m.all() }

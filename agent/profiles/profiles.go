@@ -1,0 +1,259 @@
+// Package profiles turns symbolised stacks into one pprof profile per job
+// and interval, labelled with the attribute schema's wire labels.
+package profiles
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/slurmscope/slurmscope/agent/symbolize"
+	"github.com/slurmscope/slurmscope/schema"
+)
+
+// Type describes a profile type in Pyroscope's terms.
+type Type struct {
+	// Name is the profile's __name__ in Pyroscope (process_cpu, gpu).
+	Name        string
+	SampleTypes []*profile.ValueType
+	PeriodType  *profile.ValueType
+}
+
+// CPU follows Pyroscope's process_cpu convention: a sample count and the CPU
+// time it stands for, with the sampling period in nanoseconds.
+var CPU = Type{
+	Name: "process_cpu",
+	SampleTypes: []*profile.ValueType{
+		{Type: "samples", Unit: "count"},
+		{Type: "cpu", Unit: "nanoseconds"},
+	},
+	PeriodType: &profile.ValueType{Type: "cpu", Unit: "nanoseconds"},
+}
+
+// ID is the type's Pyroscope profile-type id, e.g.
+// process_cpu:cpu:nanoseconds:cpu:nanoseconds.
+func (t Type) ID() string {
+	main := t.SampleTypes[len(t.SampleTypes)-1]
+	return fmt.Sprintf("%s:%s:%s:%s:%s", t.Name, main.Type, main.Unit, t.PeriodType.Type, t.PeriodType.Unit)
+}
+
+// Label is one wire label.
+type Label struct{ Name, Value string }
+
+// Builder accumulates the samples of one profile. Locations and functions
+// are interned, so a stack seen a million times costs one entry.
+type Builder struct {
+	typ    Type
+	period int64
+	start  time.Time
+	p      *profile.Profile
+
+	mappings  map[string]*profile.Mapping
+	functions map[funcKey]*profile.Function
+	locations map[locKey]*profile.Location
+	samples   map[string]*profile.Sample
+	keyBuf    []byte
+}
+
+type funcKey struct{ name, file string }
+
+type locKey struct {
+	module       string
+	addr         uint64
+	fn, file     string
+	line         int64
+	inlinedChain string
+}
+
+// NewBuilder starts a profile of typ covering the interval from start.
+func NewBuilder(typ Type, period int64, start time.Time) *Builder {
+	return &Builder{
+		typ: typ, period: period, start: start,
+		p: &profile.Profile{
+			SampleType:        typ.SampleTypes,
+			PeriodType:        typ.PeriodType,
+			Period:            period,
+			TimeNanos:         start.UnixNano(),
+			DefaultSampleType: typ.SampleTypes[len(typ.SampleTypes)-1].Type,
+		},
+		mappings:  map[string]*profile.Mapping{},
+		functions: map[funcKey]*profile.Function{},
+		locations: map[locKey]*profile.Location{},
+		samples:   map[string]*profile.Sample{},
+	}
+}
+
+// Empty reports whether no sample was added.
+func (b *Builder) Empty() bool { return len(b.samples) == 0 }
+
+// Add records values for a stack, leaf first. Frames that share an address
+// (inlined calls) become one location with several lines, as pprof expects.
+// sampleLabels (e.g. the job step) split samples inside the profile;
+// Pyroscope turns them into series labels.
+func (b *Builder) Add(stack []symbolize.Frame, sampleLabels []Label, values ...int64) {
+	if len(values) != len(b.typ.SampleTypes) {
+		panic(fmt.Sprintf("profiles: %d values for %d sample types", len(values), len(b.typ.SampleTypes)))
+	}
+	var locs []*profile.Location
+	for i := 0; i < len(stack); {
+		j := i + 1
+		// symbolize returns inlined frames innermost first, each with
+		// Inlined set except the outermost (the physical frame).
+		for j-1 < len(stack) && stack[j-1].Inlined && j < len(stack) && stack[j].Address == stack[i].Address {
+			j++
+		}
+		locs = append(locs, b.location(stack[i:j]))
+		i = j
+	}
+	key := b.sampleKey(locs, sampleLabels)
+	if s, ok := b.samples[key]; ok {
+		for k, v := range values {
+			s.Value[k] += v
+		}
+		return
+	}
+	s := &profile.Sample{Location: locs, Value: append([]int64(nil), values...)}
+	if len(sampleLabels) > 0 {
+		s.Label = map[string][]string{}
+		for _, l := range sampleLabels {
+			s.Label[l.Name] = []string{l.Value}
+		}
+	}
+	b.samples[key] = s
+	b.p.Sample = append(b.p.Sample, s)
+}
+
+func (b *Builder) sampleKey(locs []*profile.Location, labels []Label) string {
+	b.keyBuf = b.keyBuf[:0]
+	for _, l := range locs {
+		b.keyBuf = fmt.Appendf(b.keyBuf, "%d,", l.ID)
+	}
+	for _, l := range labels {
+		b.keyBuf = append(b.keyBuf, 0)
+		b.keyBuf = append(b.keyBuf, l.Name...)
+		b.keyBuf = append(b.keyBuf, 0)
+		b.keyBuf = append(b.keyBuf, l.Value...)
+	}
+	return string(b.keyBuf)
+}
+
+func (b *Builder) location(frames []symbolize.Frame) *profile.Location {
+	phys := frames[len(frames)-1]
+	k := locKey{module: phys.Module, addr: phys.Address, fn: phys.Function, file: phys.File, line: int64(phys.Line)}
+	if len(frames) > 1 {
+		var sb strings.Builder
+		for _, f := range frames[:len(frames)-1] {
+			fmt.Fprintf(&sb, "%s\x00%s\x00%d\x00", f.Function, f.File, f.Line)
+		}
+		k.inlinedChain = sb.String()
+	}
+	if l, ok := b.locations[k]; ok {
+		return l
+	}
+	l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Address: phys.Address, Mapping: b.mapping(phys.Module)}
+	for _, f := range frames {
+		name := f.Function
+		if name == "" {
+			name = unknownName(f)
+		}
+		l.Line = append(l.Line, profile.Line{Function: b.function(name, f.File), Line: int64(f.Line)})
+	}
+	b.locations[k] = l
+	b.p.Location = append(b.p.Location, l)
+	return l
+}
+
+// unknownName keeps unresolved frames distinct per module, so "time in
+// libfoo.so we could not name" is still visible.
+func unknownName(f symbolize.Frame) string {
+	if f.Module == "" {
+		return "[unknown]"
+	}
+	m := f.Module
+	if i := strings.LastIndexByte(m, '/'); i >= 0 {
+		m = m[i+1:]
+	}
+	return "[" + strings.Trim(m, "[]") + "]"
+}
+
+func (b *Builder) function(name, file string) *profile.Function {
+	k := funcKey{name, file}
+	if f, ok := b.functions[k]; ok {
+		return f
+	}
+	f := &profile.Function{ID: uint64(len(b.p.Function) + 1), Name: name, SystemName: name, Filename: file}
+	b.functions[k] = f
+	b.p.Function = append(b.p.Function, f)
+	return f
+}
+
+func (b *Builder) mapping(module string) *profile.Mapping {
+	if module == "" {
+		return nil
+	}
+	if m, ok := b.mappings[module]; ok {
+		return m
+	}
+	m := &profile.Mapping{ID: uint64(len(b.p.Mapping) + 1), File: module, HasFunctions: true}
+	b.mappings[module] = m
+	b.p.Mapping = append(b.p.Mapping, m)
+	return m
+}
+
+// Finish closes the profile at end and attaches the series labels as
+// comments ("name=value", one per comment), so a file on disk says whose
+// it is without a sidecar.
+func (b *Builder) Finish(end time.Time, labels []Label) *profile.Profile {
+	b.p.DurationNanos = end.Sub(b.start).Nanoseconds()
+	b.p.Comments = nil
+	for _, l := range labels {
+		b.p.Comments = append(b.p.Comments, l.Name+"="+l.Value)
+	}
+	return b.p
+}
+
+// Encode serialises a profile as gzipped protobuf, the format both
+// Pyroscope and go tool pprof read.
+func Encode(p *profile.Profile) ([]byte, error) {
+	if err := p.CheckValid(); err != nil {
+		return nil, fmt.Errorf("invalid profile: %w", err)
+	}
+	var buf bytes.Buffer
+	if err := p.Write(&buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// JobLabels returns the series labels of a job's profile, in schema order.
+// service_name is the job name, so repeated runs of one job land together;
+// outside a job it is the executable's name.
+func JobLabels(host, jobID, jobName, user, account, partition, comm string) []Label {
+	var ls []Label
+	add := func(a schema.Attribute, v string) {
+		if v != "" {
+			ls = append(ls, Label{a.Label, v})
+		}
+	}
+	add(schema.JobID, jobID)
+	add(schema.JobName, jobName)
+	add(schema.JobUser, user)
+	add(schema.JobAccount, account)
+	add(schema.JobPartition, partition)
+	add(schema.HostName, host)
+	svc := jobName
+	if svc == "" && jobID != "" {
+		svc = "slurm-job-" + jobID
+	}
+	if svc == "" {
+		svc = comm
+	}
+	if svc == "" {
+		svc = "unknown"
+	}
+	ls = append(ls, Label{schema.ServiceName, svc})
+	return ls
+}
