@@ -629,3 +629,28 @@ func clean(s string, limit int) string {
 // HostName is the name processes outside the multiple-slurmd layout are
 // labelled with.
 func (r *Resolver) HostName() string { return r.o.HostName }
+
+// Refresh attributes processes the resolver has not seen and forgets those
+// that are gone, without re-reading known ones: cheap enough to run every
+// second, so that short-lived processes are labelled before they exit.
+func (r *Resolver) Refresh() error {
+	pids, err := r.o.Proc.PIDs()
+	if err != nil {
+		return fmt.Errorf("listing processes: %w", err)
+	}
+	live := make(map[int]bool, len(pids))
+	r.mu.RLock()
+	var fresh []int
+	for _, pid := range pids {
+		live[pid] = true
+		if r.procs[pid] == nil {
+			fresh = append(fresh, pid)
+		}
+	}
+	r.mu.RUnlock()
+	for _, pid := range fresh {
+		r.Resolve(pid) // errors are counted; a process may exit meanwhile
+	}
+	r.forgetExcept(live)
+	return nil
+}

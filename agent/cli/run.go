@@ -143,6 +143,16 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 		return fmt.Errorf("starting the eBPF sampler (needs root, perf events and BTF): %w", err)
 	}
 	defer sampler.Close()
+	// Only meaningful while kernel.bpf_stats_enabled=1 (the kernel does not
+	// time BPF programs otherwise); the bench command turns it on.
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "slurmscope_agent_bpf_run_seconds_total",
+			Help: "Time the kernel spent in the sampling program (needs kernel.bpf_stats_enabled=1)."},
+			func() float64 { ns, _, _ := sampler.ProgramStats(); return float64(ns) / 1e9 }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "slurmscope_agent_bpf_runs_total",
+			Help: "Runs of the sampling program (needs kernel.bpf_stats_enabled=1)."},
+			func() float64 { _, n, _ := sampler.ProgramStats(); return float64(n) }),
+	)
 	sym := symbolize.New(symbolize.Options{ProcRoot: f.attr.procRoot})
 
 	d := daemon.New(daemon.Config{SampleRate: f.sampleRate, Interval: f.interval, RescanInterval: f.rescanInterval,

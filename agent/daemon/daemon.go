@@ -38,6 +38,7 @@ type Resolver interface {
 	Cached(pid int, startTime uint64) (attribution.Process, bool)
 	Resolve(pid int) (attribution.Process, error)
 	Scan() ([]attribution.Process, error)
+	Refresh() error
 }
 
 // Output is one encoded profile: one job (or one executable outside any
@@ -120,7 +121,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	defer tick.Stop()
 	rescan := time.NewTicker(d.cfg.RescanInterval)
 	defer rescan.Stop()
-	d.rescan()
+	d.rescan(true)
 	for {
 		select {
 		case <-ctx.Done():
@@ -129,8 +130,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 			defer cancel()
 			return d.Collect(fctx)
 		case <-rescan.C:
-			d.rescan()
+			d.rescan(false)
 		case <-tick.C:
+			// A full pass once per interval re-checks known processes
+			// (adoption into a job, metadata TTLs).
+			d.rescan(true)
 			if err := d.Collect(ctx); err != nil {
 				d.logOnce("collect", "interval failed", err)
 			}
@@ -139,9 +143,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 }
 
 // rescan attributes processes that appeared since the last pass, so that
-// short-lived ones are known before they exit.
-func (d *Daemon) rescan() {
-	if _, err := d.res.Scan(); err != nil {
+// short-lived ones are known before they exit; full also re-reads the
+// known ones whose cache entries expired.
+func (d *Daemon) rescan(full bool) {
+	var err error
+	if full {
+		_, err = d.res.Scan()
+	} else {
+		err = d.res.Refresh()
+	}
+	if err != nil {
 		d.logOnce("scan", "listing processes failed", err)
 	}
 }

@@ -67,6 +67,7 @@ func (f *fakeRes) Resolve(pid int) (attribution.Process, error) {
 	return p, nil
 }
 func (f *fakeRes) Scan() ([]attribution.Process, error) { return nil, nil }
+func (f *fakeRes) Refresh() error                       { return nil }
 
 type memSink struct{ outs []Output }
 

@@ -299,31 +299,65 @@ func split(ls labelSet, p *googlev1.Profile) ([]*profile, error) {
 		}
 		stacks[i] = fr
 	}
-	name := ls.get(lblName)
-	var out []*profile
-	for ti, st := range p.SampleType {
-		typ, err := str(st.Type)
-		if err != nil {
-			return nil, err
-		}
-		unit, err := str(st.Unit)
-		if err != nil {
-			return nil, err
-		}
-		id := strings.Join([]string{name, typ, unit, periodType, periodUnit}, ":")
-		full := append(labelSet{}, ls...)
-		full = append(full,
-			label{lblPeriodType, periodType}, label{lblPeriodUnit, periodUnit},
-			label{lblProfileType, id}, label{lblServiceName, ls.get(schema.ServiceName)},
-			label{lblType, typ}, label{lblUnit, unit})
-		sort.Slice(full, func(i, j int) bool { return full[i].name < full[j].name })
-		pr := &profile{labels: full, profileType: id, tsMillis: ts / 1e6, period: p.Period}
-		for i, s := range p.Sample {
-			if ti < len(s.Value) && s.Value[ti] != 0 {
-				pr.stacks = append(pr.stacks, stackSample{frames: stacks[i], value: s.Value[ti]})
+	// Pyroscope turns pprof sample labels into series labels: one series
+	// per distinct sample label set (a series label of the same name wins).
+	groupOf := make([]string, len(p.Sample))
+	groupLabels := map[string]labelSet{}
+	var groups []string
+	for i, smp := range p.Sample {
+		extra := labelSet{}
+		for _, l := range smp.Label {
+			if l.Str == 0 {
+				continue // numeric labels stay in the profile
+			}
+			k, err := str(l.Key)
+			if err != nil {
+				return nil, err
+			}
+			v, err := str(l.Str)
+			if err != nil {
+				return nil, err
+			}
+			if ls.get(k) == "" && v != "" {
+				extra = append(extra, label{k, v})
 			}
 		}
-		out = append(out, pr)
+		sort.Slice(extra, func(a, b int) bool { return extra[a].name < extra[b].name })
+		key := extra.key()
+		if _, ok := groupLabels[key]; !ok {
+			groupLabels[key] = extra
+			groups = append(groups, key)
+		}
+		groupOf[i] = key
+	}
+	name := ls.get(lblName)
+	var out []*profile
+	for _, g := range groups {
+		for ti, st := range p.SampleType {
+			typ, err := str(st.Type)
+			if err != nil {
+				return nil, err
+			}
+			unit, err := str(st.Unit)
+			if err != nil {
+				return nil, err
+			}
+			id := strings.Join([]string{name, typ, unit, periodType, periodUnit}, ":")
+			full := append(labelSet{}, ls...)
+			full = append(full, groupLabels[g]...)
+			full = append(full,
+				label{lblPeriodType, periodType}, label{lblPeriodUnit, periodUnit},
+				label{lblProfileType, id}, label{lblServiceName, ls.get(schema.ServiceName)},
+				label{lblType, typ}, label{lblUnit, unit})
+			sort.Slice(full, func(i, j int) bool { return full[i].name < full[j].name })
+			pr := &profile{labels: full, profileType: id, tsMillis: ts / 1e6, period: p.Period}
+			for i, smp := range p.Sample {
+				if groupOf[i] == g && ti < len(smp.Value) && smp.Value[ti] != 0 {
+					pr.stacks = append(pr.stacks, stackSample{frames: stacks[i], value: smp.Value[ti]})
+				}
+			}
+			out = append(out, pr)
+		}
 	}
 	return out, nil
 }

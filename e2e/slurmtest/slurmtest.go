@@ -116,6 +116,29 @@ type Cluster struct {
 	hostsLine   string // the /etc/hosts line we added, if any
 	stopOnce    sync.Once
 	stopErr     error
+	lock        *os.File // host-wide: one cluster at a time
+}
+
+// lockPath serialises clusters across processes: go test runs packages in
+// parallel, and two clusters would share node names, cgroups and users.
+const lockPath = "/run/slurmscope-slurmtest.lock"
+
+func acquireHostLock(ctx context.Context) (*os.File, error) {
+	f, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("slurmtest: %w", err)
+	}
+	for {
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
+			return f, nil
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("slurmtest: waiting for another test cluster to stop: %w", ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 type daemon struct {
@@ -161,6 +184,10 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 		return nil, err
 	}
 	o.WorkDir = wd
+	lock, err := acquireHostLock(ctx)
+	if err != nil {
+		return nil, err
+	}
 	c = &Cluster{
 		opts:        o,
 		conf:        filepath.Join(wd, "etc", "slurm.conf"),
@@ -168,6 +195,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 		logDir:      filepath.Join(wd, "log"),
 		jobDir:      filepath.Join(wd, "jobs"),
 		users:       map[string]User{},
+		lock:        lock,
 	}
 	defer func() {
 		if err != nil {
@@ -573,7 +601,12 @@ func (c *Cluster) run(ctx context.Context, u *User, prog string, args ...string)
 // /etc/hosts entry, so another cluster (v1 or v2) can start after it. It is
 // safe to call more than once; the work dir is left for post-mortems.
 func (c *Cluster) Stop() error {
-	c.stopOnce.Do(func() { c.stopErr = c.stop() })
+	c.stopOnce.Do(func() {
+		c.stopErr = c.stop()
+		if c.lock != nil {
+			c.lock.Close() // releases the flock
+		}
+	})
 	return c.stopErr
 }
 

@@ -1,0 +1,252 @@
+// Command agent measures the agent's cost: it runs a fixed CPU load on every
+// CPU inside a simulated SLURM job (a real cgroup v2 job directory), profiles
+// it with the real agent for --duration, and prints the agent's CPU time as a
+// share of the CPU time profiled, the BPF program's run time per sample, the
+// agent's peak RSS and the profile bytes per interval. Needs root.
+//
+//	go run ./e2e/bench/agent --duration 60s
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const loadEnv = "SLURMSCOPE_BENCH_LOAD"
+
+func main() {
+	if os.Getenv(loadEnv) == "1" {
+		spin()
+	}
+	duration := flag.Duration("duration", 60*time.Second, "how long to profile")
+	interval := flag.Duration("interval", 15*time.Second, "the agent's --upload-interval")
+	rate := flag.Int("sample-rate", 97, "the agent's --sample-rate")
+	flag.Parse()
+	if err := bench(*duration, *interval, *rate); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// spin burns one CPU until killed.
+func spin() {
+	x := 0
+	for {
+		for i := 0; i < 1<<20; i++ {
+			x += i ^ (x >> 3)
+		}
+		if x == 42 {
+			fmt.Println(x)
+		}
+	}
+}
+
+func bench(duration, interval time.Duration, rate int) error {
+	if os.Geteuid() != 0 {
+		return errors.New("needs root (eBPF, cgroups)")
+	}
+	work, err := os.MkdirTemp("", "slurmscope-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	agent := filepath.Join(work, "slurmscope-agent")
+	build := exec.Command("go", "build", "-o", agent, "./agent/cmd/slurmscope-agent")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("building the agent (run from the repository root): %w", err)
+	}
+
+	jobID := strconv.Itoa(900000 + os.Getpid()%99999)
+	cg, cleanup, err := jobCgroup(jobID)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+
+	restore, err := enableBPFStats()
+	if err != nil {
+		return err
+	}
+	defer restore()
+
+	ncpu := runtime.NumCPU()
+	self, _ := os.Executable()
+	var loads []*exec.Cmd
+	defer func() {
+		for _, l := range loads {
+			l.Process.Kill()
+			l.Wait()
+		}
+	}()
+	for i := 0; i < ncpu; i++ {
+		l := exec.Command(self)
+		l.Env = append(os.Environ(), loadEnv+"=1", "SLURM_JOB_ID="+jobID, "SLURM_JOB_NAME=bench-load")
+		if err := l.Start(); err != nil {
+			return err
+		}
+		loads = append(loads, l)
+		if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(l.Process.Pid)), 0o644); err != nil {
+			return fmt.Errorf("moving the load into the job cgroup: %w", err)
+		}
+	}
+
+	out := filepath.Join(work, "out")
+	metricsAddr := "127.0.0.1:19810"
+	a := exec.Command(agent, "run", "--output-dir", out, "--upload-interval", interval.String(),
+		"--sample-rate", strconv.Itoa(rate), "--metrics-addr", metricsAddr, "--node-name", "bench")
+	a.Stderr = os.Stderr
+	busy0, err := busyCPU()
+	if err != nil {
+		return err
+	}
+	if err := a.Start(); err != nil {
+		return err
+	}
+	time.Sleep(duration)
+	metrics, merr := scrape("http://" + metricsAddr + "/metrics")
+	a.Process.Signal(syscall.SIGTERM)
+	werr := a.Wait()
+	busy1, _ := busyCPU()
+	if merr != nil {
+		return fmt.Errorf("scraping the agent: %w", merr)
+	}
+	if werr != nil {
+		return fmt.Errorf("agent: %w", werr)
+	}
+
+	ru := a.ProcessState.SysUsage().(*syscall.Rusage)
+	agentCPU := a.ProcessState.UserTime() + a.ProcessState.SystemTime()
+	profiled := busy1 - busy0
+	bpfNs := metrics["slurmscope_agent_bpf_run_seconds_total"] * 1e9
+	bpfRuns := metrics["slurmscope_agent_bpf_runs_total"]
+	intervals := float64(duration) / float64(interval)
+	fmt.Printf("load: %d busy processes in simulated job %s for %v, %d Hz, %v interval\n", ncpu, jobID, duration, rate, interval)
+	fmt.Printf("agent CPU time:          %v (%.3f%% of the %.1fs of CPU time profiled; target <= 0.5%%)\n",
+		agentCPU.Round(time.Millisecond), 100*agentCPU.Seconds()/profiled.Seconds(), profiled.Seconds())
+	if bpfRuns > 0 {
+		fmt.Printf("BPF run time per sample: %.2f us over %.0f samples (target <= 3 us)\n", bpfNs/bpfRuns/1e3, bpfRuns)
+	}
+	fmt.Printf("agent peak RSS:          %.1f MiB (target <= 100 MiB)\n", float64(ru.Maxrss)/1024)
+	fmt.Printf("profile bytes/interval:  %.0f (gzipped pprof, all jobs; %.0f bytes in %.1f intervals)\n",
+		metrics["slurmscope_agent_profile_bytes_total"]/intervals, metrics["slurmscope_agent_profile_bytes_total"], intervals)
+	fmt.Printf("samples: %.0f taken, %.0f unattributed\n", metrics["slurmscope_agent_cpu_samples_total"], metrics["slurmscope_agent_cpu_samples_unattributed_total"])
+	return nil
+}
+
+// jobCgroup makes <cgroup2>/system.slice/slurmstepd.scope/job_<id>/step_0/user/task_0,
+// the layout slurmd builds, so the load is attributed as a real job would be.
+func jobCgroup(jobID string) (string, func(), error) {
+	mnt, err := cgroup2Mount()
+	if err != nil {
+		return "", nil, err
+	}
+	base := filepath.Join(mnt, "slurmscope-bench.slice")
+	leaf := filepath.Join(base, "slurmstepd.scope", "job_"+jobID, "step_0", "user", "task_0")
+	if err := os.MkdirAll(leaf, 0o755); err != nil {
+		return "", nil, err
+	}
+	return leaf, func() {
+		// Children first; the load is dead by the time this runs.
+		for p := leaf; strings.HasPrefix(p, base); p = filepath.Dir(p) {
+			for i := 0; i < 50 && os.Remove(p) != nil; i++ {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}, nil
+}
+
+func cgroup2Mount() (string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		for i, fld := range fields {
+			if fld == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" {
+				return fields[4], nil
+			}
+		}
+	}
+	return "", errors.New("no cgroup2 mount")
+}
+
+func enableBPFStats() (func(), error) {
+	const p = "/proc/sys/kernel/bpf_stats_enabled"
+	old, err := os.ReadFile(p)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(p, []byte("1"), 0o644); err != nil {
+		return nil, err
+	}
+	return func() { os.WriteFile(p, old, 0o644) }, nil
+}
+
+// busyCPU is the non-idle CPU time of the whole machine, from /proc/stat.
+func busyCPU() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, errors.New("unexpected /proc/stat")
+	}
+	var ticks int64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		ticks += n
+	}
+	return time.Duration(ticks) * (time.Second / 100), nil
+}
+
+func scrape(url string) (map[string]float64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, val, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		if i := strings.IndexByte(name, '{'); i >= 0 {
+			name = name[:i]
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err == nil {
+			out[name] += v
+		}
+	}
+	return out, sc.Err()
+}
