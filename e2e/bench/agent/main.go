@@ -22,6 +22,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/slurmscope/slurmscope/e2e/simjob"
 )
 
 const loadEnv = "SLURMSCOPE_BENCH_LOAD"
@@ -70,11 +72,11 @@ func bench(duration, interval time.Duration, rate int) error {
 	}
 
 	jobID := strconv.Itoa(900000 + os.Getpid()%99999)
-	cg, cleanup, err := jobCgroup(jobID)
+	job, err := simjob.Create("slurmscope-bench.slice", jobID)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
+	defer job.Remove()
 
 	restore, err := enableBPFStats()
 	if err != nil {
@@ -98,7 +100,7 @@ func bench(duration, interval time.Duration, rate int) error {
 			return err
 		}
 		loads = append(loads, l)
-		if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(l.Process.Pid)), 0o644); err != nil {
+		if err := job.Add(l.Process.Pid); err != nil {
 			return fmt.Errorf("moving the load into the job cgroup: %w", err)
 		}
 	}
@@ -144,46 +146,6 @@ func bench(duration, interval time.Duration, rate int) error {
 		metrics["slurmscope_agent_profile_bytes_total"]/intervals, metrics["slurmscope_agent_profile_bytes_total"], intervals)
 	fmt.Printf("samples: %.0f taken, %.0f unattributed\n", metrics["slurmscope_agent_cpu_samples_total"], metrics["slurmscope_agent_cpu_samples_unattributed_total"])
 	return nil
-}
-
-// jobCgroup makes <cgroup2>/system.slice/slurmstepd.scope/job_<id>/step_0/user/task_0,
-// the layout slurmd builds, so the load is attributed as a real job would be.
-func jobCgroup(jobID string) (string, func(), error) {
-	mnt, err := cgroup2Mount()
-	if err != nil {
-		return "", nil, err
-	}
-	base := filepath.Join(mnt, "slurmscope-bench.slice")
-	leaf := filepath.Join(base, "slurmstepd.scope", "job_"+jobID, "step_0", "user", "task_0")
-	if err := os.MkdirAll(leaf, 0o755); err != nil {
-		return "", nil, err
-	}
-	return leaf, func() {
-		// Children first; the load is dead by the time this runs.
-		for p := leaf; strings.HasPrefix(p, base); p = filepath.Dir(p) {
-			for i := 0; i < 50 && os.Remove(p) != nil; i++ {
-				time.Sleep(20 * time.Millisecond)
-			}
-		}
-	}, nil
-}
-
-func cgroup2Mount() (string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		for i, fld := range fields {
-			if fld == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" {
-				return fields[4], nil
-			}
-		}
-	}
-	return "", errors.New("no cgroup2 mount")
 }
 
 func enableBPFStats() (func(), error) {
