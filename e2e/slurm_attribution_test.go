@@ -168,6 +168,19 @@ func testAttribution(t *testing.T, mode slurmtest.Mode, agent string) {
 			}
 		}
 	})
+	t.Run("slurmctld", func(t *testing.T) {
+		// The agent asks the test cluster's slurmctld, found through
+		// SLURM_CONF as on any node; a failed lookup is a warning on stderr.
+		t.Setenv("SLURM_CONF", c.ConfPath())
+		v := v.with(t)
+		recs := v.runAgentStrict(agent, "jobs", "--json", "--slurmctld")
+		v.check(recs, v.stable(truth, snapshot(t, c, jobs)), "")
+		for _, r := range recs {
+			if r.str(schema.JobID.Name) == named && r.str(schema.JobPartition.Name) != slurmtest.Partition {
+				t.Errorf("pid %d: partition %q, want %q", r.pid, r.str(schema.JobPartition.Name), slurmtest.Partition)
+			}
+		}
+	})
 	t.Run("all-processes", func(t *testing.T) {
 		v := v.with(t)
 		recs := v.runAgent(agent, "jobs", "--json", "--all")
@@ -208,6 +221,22 @@ func (v verifier) with(t *testing.T) verifier { v.t = t; return v }
 // JSON contract: one object per line, an integral "pid", string values for
 // everything else, and keys without a value left out rather than empty.
 func (v verifier) runAgent(agent string, args ...string) []record {
+	v.t.Helper()
+	recs, _ := v.runAgentStderr(agent, args...)
+	return recs
+}
+
+// runAgentStrict also fails on any warning the agent prints.
+func (v verifier) runAgentStrict(agent string, args ...string) []record {
+	v.t.Helper()
+	recs, stderr := v.runAgentStderr(agent, args...)
+	if strings.Contains(stderr, "slurmctld") {
+		v.t.Errorf("slurmscope-agent %s warned: %s", strings.Join(args, " "), stderr)
+	}
+	return recs
+}
+
+func (v verifier) runAgentStderr(agent string, args ...string) ([]record, string) {
 	t := v.t
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -261,7 +290,7 @@ func (v verifier) runAgent(agent string, args ...string) []record {
 		t.Fatal(err)
 	}
 	t.Logf("slurmscope-agent %s: %d lines", strings.Join(args, " "), len(recs))
-	return recs
+	return recs, stderr.String()
 }
 
 // check compares the agent's records with the truth. With node set (the

@@ -94,7 +94,9 @@ func jobsCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "jobs: %v\n", err)
 		return 1
 	}
-	if st := r.Stats(); st.MalformedCgroup > 0 || st.Unreadable > 0 {
+	if st := r.Stats(); st.ControllerErrs > 0 {
+		fmt.Fprintf(stderr, "jobs: %d slurmctld lookups failed, job metadata came from the tasks' environment; last: %v\n", st.ControllerErrs, r.LastError())
+	} else if st.MalformedCgroup > 0 || st.Unreadable > 0 {
 		fmt.Fprintf(stderr, "jobs: %d processes with malformed Slurm cgroup paths and %d unreadable files were left out of jobs; last: %v\n",
 			st.MalformedCgroup, st.Unreadable, r.LastError())
 	}
