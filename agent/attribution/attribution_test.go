@@ -3,7 +3,6 @@ package attribution
 import (
 	"context"
 	"errors"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/agent/procfs/procfstest"
 	"github.com/slurmscope/slurmscope/agent/slurm"
 	"github.com/slurmscope/slurmscope/agent/users"
 )
@@ -32,29 +32,7 @@ func newFixtureResolver(t testing.TB, root string, mod func(*Options)) *Resolver
 	return New(o)
 }
 
-// copyTree copies the fixture tree so a test can change it.
-func copyTree(t testing.TB, src string) string {
-	dst := t.TempDir()
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		target := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(target, 0o755)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(target, b, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dst
-}
+func copyTree(t testing.TB, src string) string { return procfstest.CopyTree(t, src) }
 
 type want struct {
 	job, name, user, step, task, account, partition, host string

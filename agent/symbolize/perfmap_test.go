@@ -4,32 +4,11 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/slurmscope/slurmscope/agent/procfs/procfstest"
 )
 
-// copyTree copies a fixture tree so a test can modify it.
-func copyTree(t *testing.T, src string) string {
-	t.Helper()
-	dst := t.TempDir()
-	err := filepath.Walk(src, func(p string, fi os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		target := filepath.Join(dst, rel)
-		if fi.IsDir() {
-			return os.MkdirAll(target, 0o755)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(target, b, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dst
-}
+func copyTree(t *testing.T, src string) string { return procfstest.CopyTree(t, src) }
 
 func TestPerfMap(t *testing.T) {
 	s := New(Options{ProcRoot: filepath.Join("testdata", "proc")})

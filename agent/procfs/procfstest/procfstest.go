@@ -38,3 +38,29 @@ func SyntheticNode(tb testing.TB, n int) string {
 	}
 	return root
 }
+
+// CopyTree copies a fixture tree into a temporary directory, so a test can
+// change it, and returns the copy.
+func CopyTree(tb testing.TB, src string) string {
+	tb.Helper()
+	dst := tb.TempDir()
+	err := filepath.Walk(src, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		target := filepath.Join(dst, rel)
+		if fi.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, b, 0o644)
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return dst
+}
