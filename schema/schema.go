@@ -7,7 +7,10 @@
 // from spelling a wire label by hand.
 package schema
 
-import "strings"
+import (
+	"strings"
+	"unicode/utf8"
+)
 
 // Type is the value type of an attribute, used to type-check filters.
 type Type int
@@ -103,3 +106,21 @@ func ByLabel(label string) (Attribute, bool) { a, ok := byLabel[label]; return a
 // LabelFor maps a dotted name to its wire label. It is the mechanical rule
 // the table follows; ByName is preferred, since it also rejects unknown names.
 func LabelFor(name string) string { return strings.ReplaceAll(name, ".", "_") }
+
+// CleanValue makes an attribute value from a hostile source (a job's
+// environment, /proc, a driver) safe to carry: valid UTF-8, each invalid
+// sequence replaced by U+FFFD, and at most limit bytes, cut on a rune
+// boundary. Control characters are kept; each output format escapes them.
+func CleanValue(s string, limit int) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if len(s) > limit {
+		cut := limit
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
+	}
+	return s
+}

@@ -20,16 +20,15 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/slurmscope/slurmscope/agent/cgroup"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/slurm"
 	"github.com/slurmscope/slurmscope/agent/users"
+	"github.com/slurmscope/slurmscope/schema"
 )
 
 // Job is an immutable snapshot of what is known about a job on this host.
@@ -610,21 +609,9 @@ func (j *jobEntry) publish(u users.Lookup) {
 
 const maxValue = 1024
 
-// clean makes a value from a hostile source safe to carry: valid UTF-8 and
-// bounded. Control characters are kept; each output format escapes them.
-func clean(s string, limit int) string {
-	if !utf8.ValidString(s) {
-		s = strings.ToValidUTF8(s, "\uFFFD")
-	}
-	if len(s) > limit {
-		cut := limit
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut]
-	}
-	return s
-}
+// clean makes a value from a hostile source safe to carry (see
+// schema.CleanValue).
+func clean(s string, limit int) string { return schema.CleanValue(s, limit) }
 
 // HostName is the name processes outside the multiple-slurmd layout are
 // labelled with.
