@@ -79,7 +79,11 @@ type Options struct {
 	NegativeTTL time.Duration // how long "not in a job" is believed; default 30s
 	// MaxEnvReads bounds how many tasks' environments one job refresh reads.
 	MaxEnvReads int
-	Now         func() time.Time
+	// ExitGrace is how long an exited process stays in the cache: its
+	// samples are drained after it exits and must still find their job.
+	// Default 2 minutes.
+	ExitGrace time.Duration
+	Now       func() time.Time
 }
 
 // Stats counts what went wrong, so it can be logged once and exported.
@@ -113,6 +117,7 @@ type procEntry struct {
 	host    string
 	foreign bool
 	job     *jobEntry // nil: in no job (negative entry)
+	goneAt  time.Time // when a scan first missed it; zero while it lives
 }
 
 type jobEntry struct {
@@ -131,6 +136,8 @@ type jobEntry struct {
 	ctldAt    time.Time
 	// uidFromNode is the owner as the node sees it (path or task uid).
 	uidFromNode int
+	// exited counts processes that left the job but are still cached.
+	exited int
 }
 
 type envFacts struct {
@@ -157,6 +164,9 @@ func New(o Options) *Resolver {
 	}
 	if o.MaxEnvReads <= 0 {
 		o.MaxEnvReads = 16
+	}
+	if o.ExitGrace <= 0 {
+		o.ExitGrace = 2 * time.Minute
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -248,7 +258,13 @@ func (r *Resolver) resolve(pid int, st procfs.Stat) (Process, error) {
 
 	r.mu.Lock()
 	if old := r.procs[pid]; old != nil && old.job != nil {
-		old.job.drop(pid)
+		// The job entry stays: the process (or the pid's new owner)
+		// usually rejoins it below; empty jobs are collected by scans.
+		if old.goneAt.IsZero() {
+			old.job.drop(pid)
+		} else {
+			old.job.exited--
+		}
 	}
 	r.procs[pid] = ne
 	if loc.InJob {
@@ -343,19 +359,41 @@ func (r *Resolver) forgetLocked(pid int) {
 	}
 	delete(r.procs, pid)
 	if j := e.job; j != nil {
-		j.drop(pid)
-		if len(j.members) == 0 {
+		if e.goneAt.IsZero() {
+			j.drop(pid)
+		} else {
+			j.exited--
+		}
+		if len(j.members) == 0 && j.exited == 0 {
 			delete(r.jobs, j.key)
 		}
 	}
 }
 
+// forgetExcept forgets processes that have been gone for ExitGrace. Until
+// then Cached still answers for them (keyed by start time, so a reused pid
+// cannot inherit the job), while they no longer count as job members.
 func (r *Resolver) forgetExcept(live map[int]bool) {
+	now := r.o.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for pid := range r.procs {
-		if !live[pid] {
+	for pid, e := range r.procs {
+		switch {
+		case live[pid]:
+			e.goneAt = time.Time{}
+		case e.goneAt.IsZero():
+			e.goneAt = now
+			if j := e.job; j != nil {
+				j.drop(pid)
+				j.exited++
+			}
+		case now.Sub(e.goneAt) >= r.o.ExitGrace:
 			r.forgetLocked(pid)
+		}
+	}
+	for key, j := range r.jobs {
+		if len(j.members) == 0 && j.exited == 0 {
+			delete(r.jobs, key)
 		}
 	}
 }
@@ -620,24 +658,28 @@ func (r *Resolver) HostName() string { return r.o.HostName }
 // Refresh attributes processes the resolver has not seen and forgets those
 // that are gone, without re-reading known ones: cheap enough to run every
 // second, so that short-lived processes are labelled before they exit.
-func (r *Resolver) Refresh() error {
+func (r *Resolver) Refresh() ([]Process, error) {
 	pids, err := r.o.Proc.PIDs()
 	if err != nil {
-		return fmt.Errorf("listing processes: %w", err)
+		return nil, fmt.Errorf("listing processes: %w", err)
 	}
 	live := make(map[int]bool, len(pids))
 	r.mu.RLock()
 	var fresh []int
 	for _, pid := range pids {
 		live[pid] = true
-		if r.procs[pid] == nil {
+		// A pid whose entry is marked exited is back: a new process.
+		if e := r.procs[pid]; e == nil || !e.goneAt.IsZero() {
 			fresh = append(fresh, pid)
 		}
 	}
 	r.mu.RUnlock()
+	var out []Process
 	for _, pid := range fresh {
-		r.Resolve(pid) // errors are counted; a process may exit meanwhile
+		if p, err := r.Resolve(pid); err == nil { // errors are counted; a process may exit meanwhile
+			out = append(out, p)
+		}
 	}
 	r.forgetExcept(live)
-	return nil
+	return out, nil
 }

@@ -299,3 +299,69 @@ func TestCleanBoundsAndRepairs(t *testing.T) {
 		t.Errorf("clean cut a rune: len %d", len(got))
 	}
 }
+
+// Samples are drained after their process exits: the cache must still
+// answer for it for ExitGrace, then forget it.
+func TestExitedProcessesStayForTheGrace(t *testing.T) {
+	root := copyTree(t, "testdata/proc")
+	now := time.Unix(1000, 0)
+	r := newFixtureResolver(t, root, func(o *Options) {
+		o.ExitGrace = time.Minute
+		o.Now = func() time.Time { return now }
+	})
+	if _, err := r.Scan(); err != nil {
+		t.Fatal(err)
+	}
+	p, ok := r.Cached(302, 1010)
+	if !ok {
+		t.Fatal("302 not cached")
+	}
+	must(t, os.RemoveAll(filepath.Join(root, "302")))
+	if _, err := r.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	if q, ok := r.Cached(302, p.StartTime); !ok || q.Job == nil || q.Job.ID != "4242" {
+		t.Fatalf("exited process forgotten at once: %+v %v", q, ok)
+	}
+	now = now.Add(2 * time.Minute)
+	if _, err := r.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.Cached(302, p.StartTime); ok {
+		t.Fatal("exited process kept past the grace")
+	}
+	// A job whose processes are all gone is forgotten too.
+	for _, pid := range []string{"800"} {
+		must(t, os.RemoveAll(filepath.Join(root, pid)))
+	}
+	r.Refresh()
+	now = now.Add(2 * time.Minute)
+	r.Refresh()
+	for _, j := range r.Jobs() {
+		if j.ID == "8001" {
+			t.Fatal("job 8001 has no process left but is still listed")
+		}
+	}
+}
+
+// A pid that comes back after its process exited is a new process.
+func TestRefreshSeesAReusedPidOfAnExitedProcess(t *testing.T) {
+	root := copyTree(t, "testdata/proc")
+	r := newFixtureResolver(t, root, nil)
+	if _, err := r.Scan(); err != nil {
+		t.Fatal(err)
+	}
+	must(t, os.RemoveAll(filepath.Join(root, "302")))
+	r.Refresh()
+	writeProc(t, root, 302, "0::/user.slice\n", 88888, 1001)
+	fresh, err := r.Refresh()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fresh) != 1 || fresh[0].PID != 302 || fresh[0].InJob() {
+		t.Fatalf("Refresh returned %+v", fresh)
+	}
+	if _, ok := r.Cached(302, 1010); ok {
+		t.Error("the old process is still cached under the reused pid")
+	}
+}

@@ -162,8 +162,9 @@ func parseV2(segs []string) (Location, bool, error) {
 			return Location{}, false, nil // slurmstepd.scope itself
 		}
 		switch {
-		case rest[0] == "system":
-			// slurmd's own processes (the per-node stepd "system" cgroup).
+		case rest[0] == "system" || rest[0] == "slurmd":
+			// slurmd itself and the scope's "system" cgroup: Slurm's own
+			// processes, in no job.
 			return Location{}, false, nil
 		case strings.HasPrefix(rest[0], "job_"):
 			id, err := jobID(rest[0])

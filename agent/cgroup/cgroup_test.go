@@ -38,6 +38,7 @@ func TestParseLayouts(t *testing.T) {
 		{"no job", hybridV1 + "0::/user.slice/user-1001.slice/session-3.scope\n", Location{}},
 		{"kernel thread", "0::/\n", Location{}},
 		{"slurmd's own cgroup", "0::/system.slice/slurmstepd.scope/system\n", Location{}},
+		{"slurmd itself, multiple slurmd", "0::/system.slice/node-b_slurmstepd.scope/slurmd\n", Location{}},
 		{"a directory that is merely called slurm", "0::/slurm/job_1/step_0\n5:memory:/slurm/job_1\n", Location{}},
 		{"empty", "", Location{}},
 	}

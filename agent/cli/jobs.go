@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -25,6 +26,7 @@ type attrFlags struct {
 	passwd    string
 	nodeName  string
 	slurmctld bool
+	exitGrace time.Duration // set by run: exited processes outlive their last drain
 }
 
 func (a *attrFlags) register(fs *flag.FlagSet) {
@@ -35,7 +37,7 @@ func (a *attrFlags) register(fs *flag.FlagSet) {
 }
 
 func (a *attrFlags) resolver() (*attribution.Resolver, error) {
-	o := attribution.Options{Proc: procfs.New(a.procRoot), NodeName: a.nodeName, HostName: a.nodeName}
+	o := attribution.Options{Proc: procfs.New(a.procRoot), NodeName: a.nodeName, HostName: a.nodeName, ExitGrace: a.exitGrace}
 	if o.HostName == "" {
 		o.HostName = shortHostname()
 	}

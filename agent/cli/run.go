@@ -18,9 +18,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/exporter-toolkit/web"
 
 	"github.com/slurmscope/slurmscope/agent/cpu"
 	"github.com/slurmscope/slurmscope/agent/daemon"
+	"github.com/slurmscope/slurmscope/agent/gpu"
+	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/pyroscope"
 	"github.com/slurmscope/slurmscope/agent/sink"
 	"github.com/slurmscope/slurmscope/agent/spool"
@@ -42,6 +45,11 @@ type runFlags struct {
 	pyro           pyroscope.Config
 	logLevel       string
 	rescanInterval time.Duration
+	webConfig      string
+	cpuProfiling   bool
+	gpuMetrics     bool
+	gpuInterval    time.Duration
+	nvmlLibrary    string
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -67,6 +75,11 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.pyro.TLS.InsecureSkipVerify, "pyroscope-insecure-skip-verify", false, "do not verify the server's certificate (testing only)")
 	fs.DurationVar(&f.pyro.Timeout, "pyroscope-timeout", 30*time.Second, "timeout of one push")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.webConfig, "web.config.file", "", "exporter-toolkit web config (TLS, basic auth) for --metrics-addr")
+	fs.BoolVar(&f.cpuProfiling, "cpu-profiling", true, "profile CPU stacks with eBPF")
+	fs.BoolVar(&f.gpuMetrics, "gpu-metrics", true, "read GPU metrics through NVML (skipped with one log line where there is no driver)")
+	fs.DurationVar(&f.gpuInterval, "gpu-interval", 10*time.Second, "how often GPUs are polled")
+	fs.StringVar(&f.nvmlLibrary, "nvml-library", "", "path of libnvidia-ml.so.1 (default: the dynamic linker's search)")
 }
 
 func runCmd(args []string, stdout, stderr io.Writer) int {
@@ -105,6 +118,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 }
 
 func run(ctx context.Context, f runFlags, log *slog.Logger) error {
+	f.attr.exitGrace = 2*f.interval + time.Minute
 	res, err := f.attr.resolver()
 	if err != nil {
 		return err
@@ -138,6 +152,28 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 		sinks = append(sinks, &sink.Dir{Root: f.outputDir})
 	}
 
+	if f.gpuMetrics {
+		coll, err := gpu.New(gpu.Options{LibraryPath: f.nvmlLibrary, HostName: res.HostName(), Interval: f.gpuInterval,
+			Jobs: res, Proc: procfs.New(f.attr.procRoot), Log: log})
+		switch {
+		case errors.Is(err, gpu.ErrNoDriver):
+			log.Info("no NVIDIA driver on this node; running without GPU metrics", "err", err)
+		case err != nil:
+			log.Error("GPU metrics disabled", "err", err)
+		default:
+			defer coll.Close()
+			reg.MustRegister(coll)
+			gctx, stopGPU := context.WithCancel(ctx)
+			gdone := make(chan struct{})
+			go func() { defer close(gdone); coll.Run(gctx) }()
+			defer func() { stopGPU(); <-gdone }()
+		}
+	}
+	if !f.cpuProfiling {
+		log.Info("CPU profiling off; serving metrics only", "node", res.HostName())
+		<-ctx.Done()
+		return nil
+	}
 	sampler, err := cpu.New(cpu.Options{SampleRate: f.sampleRate, SysRoot: f.sysRoot, ExcludePID: os.Getpid()})
 	if err != nil {
 		return fmt.Errorf("starting the eBPF sampler (needs root, perf events and BTF): %w", err)
@@ -160,16 +196,24 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 	reg.MustRegister(d.Collectors()...)
 
 	var wg sync.WaitGroup
+	if f.webConfig != "" {
+		if err := web.Validate(f.webConfig); err != nil {
+			return fmt.Errorf("--web.config.file: %w", err)
+		}
+	}
 	if f.metricsAddr != "" {
 		ln, err := net.Listen("tcp", f.metricsAddr)
 		if err != nil {
 			return fmt.Errorf("--metrics-addr: %w", err)
 		}
 		srv := &http.Server{Handler: metricsMux(reg), ReadHeaderTimeout: 10 * time.Second}
+		webCfg := f.webConfig
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			// exporter-toolkit adds TLS and basic auth from --web.config.file:
+			// this endpoint is reachable across the cluster.
+			if err := web.Serve(ln, srv, &web.FlagConfig{WebConfigFile: &webCfg}, log); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("metrics server", "err", err)
 			}
 		}()

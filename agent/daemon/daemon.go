@@ -30,6 +30,9 @@ type Sampler interface {
 type Symbolizer interface {
 	User(pid int, startTime uint64, addrs []uint64) []symbolize.Frame
 	Kernel(addrs []uint64) []symbolize.Frame
+	// Prepare loads a live process's symbols, so its samples can be
+	// symbolised after it exits.
+	Prepare(pid int, startTime uint64)
 	Forget(pid int)
 }
 
@@ -38,7 +41,7 @@ type Resolver interface {
 	Cached(pid int, startTime uint64) (attribution.Process, bool)
 	Resolve(pid int) (attribution.Process, error)
 	Scan() ([]attribution.Process, error)
-	Refresh() error
+	Refresh() ([]attribution.Process, error)
 }
 
 // Output is one encoded profile: one job (or one executable outside any
@@ -146,14 +149,27 @@ func (d *Daemon) Run(ctx context.Context) error {
 // short-lived ones are known before they exit; full also re-reads the
 // known ones whose cache entries expired.
 func (d *Daemon) rescan(full bool) {
+	var procs []attribution.Process
 	var err error
 	if full {
-		_, err = d.res.Scan()
+		procs, err = d.res.Scan()
 	} else {
-		err = d.res.Refresh()
+		procs, err = d.res.Refresh()
 	}
 	if err != nil {
 		d.logOnce("scan", "listing processes failed", err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, p := range procs {
+		k := procKey{uint32(p.PID), p.StartTime}
+		if d.known[k] || p.Foreign || !(p.InJob() || d.cfg.AllProcesses) {
+			continue
+		}
+		// Symbols are read while the process lives: by the time its
+		// interval is drained, a short task may be gone.
+		d.sym.Prepare(p.PID, p.StartTime)
+		d.known[k] = true
 	}
 }
 

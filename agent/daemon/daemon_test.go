@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ func (f *fakeSampler) Drain() ([]cpu.Sample, cpu.Stats, error) {
 }
 
 // fakeSym names address a as "fn<a>", so stacks are easy to check.
-type fakeSym struct{ forgotten []int }
+type fakeSym struct{ forgotten, prepared []int }
 
 func (f *fakeSym) User(pid int, _ uint64, addrs []uint64) []symbolize.Frame {
 	var out []symbolize.Frame
@@ -51,7 +52,8 @@ func (f *fakeSym) Kernel(addrs []uint64) []symbolize.Frame {
 	}
 	return out
 }
-func (f *fakeSym) Forget(pid int) { f.forgotten = append(f.forgotten, pid) }
+func (f *fakeSym) Forget(pid int)                    { f.forgotten = append(f.forgotten, pid) }
+func (f *fakeSym) Prepare(pid int, startTime uint64) { f.prepared = append(f.prepared, pid) }
 
 type fakeRes struct{ procs map[int]attribution.Process }
 
@@ -67,7 +69,13 @@ func (f *fakeRes) Resolve(pid int) (attribution.Process, error) {
 	return p, nil
 }
 func (f *fakeRes) Scan() ([]attribution.Process, error) { return nil, nil }
-func (f *fakeRes) Refresh() error                       { return nil }
+func (f *fakeRes) Refresh() ([]attribution.Process, error) {
+	var out []attribution.Process
+	for _, p := range f.procs {
+		out = append(out, p)
+	}
+	return out, nil
+}
 
 type memSink struct{ outs []Output }
 
@@ -219,5 +227,18 @@ func TestRunFlushesTheLastIntervalOnStop(t *testing.T) {
 	}
 	if len(sink.outs) != 2 {
 		t.Fatalf("stop wrote %d profiles, want 2", len(sink.outs))
+	}
+}
+
+func TestRescanPreparesOnlyProcessesThatWillBeProfiled(t *testing.T) {
+	res, _ := fixture()
+	sym := &fakeSym{}
+	d := New(Config{}, &fakeSampler{}, sym, res, &memSink{})
+	d.rescan(false)
+	d.rescan(false) // a second pass prepares nothing again
+	slices.Sort(sym.prepared)
+	got := fmt.Sprint(sym.prepared)
+	if got != "[10 11 20 50]" {
+		t.Errorf("prepared %s, want the job processes of this node once each", got)
 	}
 }

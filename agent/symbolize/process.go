@@ -45,7 +45,11 @@ func (s *Symbolizer) loadProcess(pid int) *process {
 func (s *Symbolizer) readMaps(p *process) {
 	f, err := os.Open(s.procPath(p.pid, "maps"))
 	if err != nil {
-		p.maps, p.mapsErr = nil, true
+		// The process exited: a table read while it lived is still right
+		// for its samples, so keep it.
+		if len(p.maps) == 0 {
+			p.maps, p.mapsErr = nil, true
+		}
 		return
 	}
 	defer f.Close()

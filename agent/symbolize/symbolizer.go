@@ -217,6 +217,22 @@ func (s *Symbolizer) Kernel(addrs []uint64) []Frame {
 	return out
 }
 
+// Prepare reads a live process's mappings and parses the files behind them
+// now, so that its samples can still be symbolised after it exits: a job's
+// short-lived processes are often gone by the time their interval is
+// drained. It is cheap for a process it has seen: files are cached.
+func (s *Symbolizer) Prepare(pid int, startTime uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.process(pid, startTime)
+	if p == nil {
+		return
+	}
+	for i := range p.maps {
+		s.objFor(p, &p.maps[i])
+	}
+}
+
 // Forget drops the cached table of an exited process. Parsed files stay
 // cached: other processes likely map them.
 func (s *Symbolizer) Forget(pid int) {

@@ -1,0 +1,389 @@
+// Command demo shows slurmscope end to end on one machine, with no server:
+// it starts a throwaway SLURM (munged, slurmctld and two slurmd, from
+// e2e/slurmtest), submits three CPU-bound jobs as two users, profiles them
+// with the real agent, and prints what the agent saw and the top functions
+// of each job. SLURM is stopped and its cgroups removed at the end, also
+// on Ctrl-C.
+//
+//	sudo go run ./e2e/demo [--duration 20s] [--out ./slurmscope-demo-out] [--cgroup v2]
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/slurmscope/slurmscope/e2e/slurmtest"
+)
+
+// trainName has quotes and non-ASCII on purpose: job names are user input.
+const trainName = `train "llama" ✓`
+
+// trainPy is the third job's work: a Python loop with a recognisable call
+// stack. -X perf (Python 3.12+) names the Python frames for the agent;
+// older Pythons ignore the option and show the interpreter's C functions.
+const trainPy = `import sys, time
+
+def matmul(n):
+    s = 0
+    for i in range(n):
+        s += i * i
+    return s
+
+def train_step():
+    return matmul(20000)
+
+end = time.time() + float(sys.argv[1])
+while time.time() < end:
+    train_step()
+`
+
+func main() {
+	os.Exit(run())
+}
+
+type options struct {
+	duration time.Duration
+	interval time.Duration
+	out      string
+	mode     slurmtest.Mode
+	keep     bool
+}
+
+func run() int {
+	var o options
+	var cgroup string
+	flag.DurationVar(&o.duration, "duration", 20*time.Second, "how long to profile the jobs")
+	flag.DurationVar(&o.interval, "interval", 5*time.Second, "the agent's --upload-interval")
+	flag.StringVar(&o.out, "out", "slurmscope-demo-out", "where the agent writes its profiles (cleared of an earlier demo's)")
+	flag.StringVar(&cgroup, "cgroup", "v2", "SLURM's cgroup plugin: v1 or v2")
+	flag.BoolVar(&o.keep, "keep", false, "keep SLURM's work dir (configs, logs) afterwards")
+	flag.Parse()
+	switch cgroup {
+	case "v1":
+		o.mode = slurmtest.V1
+	case "v2":
+		o.mode = slurmtest.V2
+	default:
+		fmt.Fprintf(os.Stderr, "demo: --cgroup must be v1 or v2, not %q\n", cgroup)
+		return 2
+	}
+	if o.duration < o.interval {
+		fmt.Fprintf(os.Stderr, "demo: --duration %v is shorter than --interval %v\n", o.duration, o.interval)
+		return 2
+	}
+
+	// Ctrl-C cancels ctx; the deferred cleanup then runs with signals
+	// still caught, so a second Ctrl-C cannot cut it short.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := demo(ctx, o)
+	switch {
+	case err == nil:
+		return 0
+	case ctx.Err() != nil:
+		fmt.Println("\ninterrupted; SLURM was stopped and cleaned up")
+		return 130
+	default:
+		fmt.Fprintf(os.Stderr, "\ndemo: %v\n", err)
+		return 1
+	}
+}
+
+func demo(ctx context.Context, o options) (err error) {
+	if err := slurmtest.CheckPrerequisites(o.mode); err != nil {
+		return err
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	out, err := filepath.Abs(o.out)
+	if err != nil {
+		return err
+	}
+	if err := clearOutput(out); err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "slurmscope-demo-")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil || o.keep {
+			fmt.Printf("SLURM's configs and logs are kept in %s\n", work)
+		} else {
+			os.RemoveAll(work)
+		}
+	}()
+
+	step("building slurmscope-agent and the workloads")
+	bin := filepath.Join(work, "bin")
+	if err := build(ctx, root, bin); err != nil {
+		return err
+	}
+	agent := filepath.Join(bin, "slurmscope-agent")
+
+	step("starting SLURM (cgroup %s; logs in %s)", o.mode, filepath.Join(work, "log"))
+	c, err := slurmtest.Start(ctx, slurmtest.Options{Mode: o.mode, WorkDir: work})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		step("stopping SLURM")
+		if serr := c.Stop(); serr != nil {
+			fmt.Fprintf(os.Stderr, "demo: stopping SLURM: %v\n", serr)
+			if err == nil {
+				err = serr
+			}
+		} else if err == nil {
+			fmt.Printf("  done; the profiles stay in %s\n", o.out)
+		}
+	}()
+	fmt.Printf("  nodes %s on this host, users %s\n", strings.Join(c.NodeNames(), ", "), "ssalice, ssbob")
+
+	step("starting the agent: slurmscope-agent run --output-dir %s --upload-interval %v", o.out, o.interval)
+	ag, err := startAgent(agent, filepath.Join(work, "log", "agent.log"),
+		"run", "--output-dir", out, "--upload-interval", o.interval.String(), "--metrics-addr", "")
+	if err != nil {
+		return err
+	}
+	defer ag.kill()
+
+	// Jobs outlast the profiling window, so `jobs` below still sees them.
+	secs := int((o.duration + 2*o.interval).Seconds())
+	if err := os.WriteFile(filepath.Join(c.JobDir(), "train.py"), []byte(trainPy), 0o644); err != nil {
+		return err
+	}
+	jobs := []struct{ user, name, node, script string }{
+		{"ssalice", "cpusplit", "node-a", fmt.Sprintf("exec %s %d\n", filepath.Join(bin, "cpusplit"), secs)},
+		{"ssbob", "gosplit", "node-b", fmt.Sprintf("exec %s %d\n", filepath.Join(bin, "gosplit"), secs)},
+		{"ssalice", trainName, "", fmt.Sprintf(
+			"if command -v python3 >/dev/null; then exec python3 -X perf train.py %d; fi\n"+
+				"end=$(( $(date +%%s) + %d )); while [ $(date +%%s) -lt $end ]; do :; done\n", secs, secs)},
+	}
+	step("submitting jobs")
+	for _, j := range jobs {
+		args := []string{"-J", j.name}
+		if j.node != "" {
+			args = append(args, "-w", j.node)
+		}
+		id, err := c.Sbatch(ctx, j.user, args, j.script)
+		if err != nil {
+			return err
+		}
+		js, err := c.WaitState(ctx, id, "RUNNING", time.Minute)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("  job %-3s %-18s user %-8s on %s\n", id, j.name, j.user, strings.Join(js[0].Nodes, ","))
+	}
+
+	step("profiling for %v", o.duration)
+	if err := sleep(ctx, o.duration); err != nil {
+		return err
+	}
+
+	step("slurmscope-agent jobs: which process is in which job")
+	if err := show(ctx, agent, "jobs"); err != nil {
+		return err
+	}
+
+	step("stopping the agent (SIGTERM writes the last interval)")
+	if err := ag.stop(); err != nil {
+		return err
+	}
+	fmt.Printf("  profiles: %s/<job id>/process_cpu-<unix time>.pb.gz (try: go tool pprof -http : FILE)\n", o.out)
+
+	step("slurmscope-agent top --dir %s -n 6", o.out)
+	return show(ctx, agent, "top", "--dir", out, "-n", "6")
+}
+
+func step(format string, args ...any) {
+	fmt.Printf("\n▸ "+format+"\n", args...)
+}
+
+// moduleRoot finds the slurmscope checkout the demo was started from.
+func moduleRoot() (string, error) {
+	b, err := exec.Command("go", "env", "GOMOD").Output()
+	mod := strings.TrimSpace(string(b))
+	if err != nil || mod == "" || mod == os.DevNull {
+		return "", errors.New("run the demo from the slurmscope checkout (go run ./e2e/demo)")
+	}
+	return filepath.Dir(mod), nil
+}
+
+func build(ctx context.Context, root, bin string) error {
+	// The test users' jobs run the workloads from here.
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return err
+	}
+	cflags := []string{"-O1", "-fno-omit-frame-pointer", "-fno-inline", "-g"}
+	for _, args := range [][]string{
+		{"go", "build", "-o", filepath.Join(bin, "slurmscope-agent"), "./agent/cmd/slurmscope-agent"},
+		{"go", "build", "-o", filepath.Join(bin, "gosplit"), "./e2e/workloads/gosplit"},
+		append(append([]string{"gcc"}, cflags...), "-o", filepath.Join(bin, "cpusplit"), "e2e/workloads/cpusplit.c"),
+	} {
+		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+		cmd.Dir = root
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %v\n%s", strings.Join(args, " "), err, b)
+		}
+	}
+	return nil
+}
+
+var profileFile = regexp.MustCompile(`^(process_cpu-[0-9]+.*\.pb\.gz|\.tmp-.*)$`)
+
+// clearOutput empties dir of an earlier demo's profiles: SLURM's job ids
+// start again at 1, and old files would merge into the new jobs. Anything
+// that does not look like the agent's output is left alone, and stops the
+// demo rather than being deleted.
+func clearOutput(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		sub := filepath.Join(dir, e.Name())
+		files, err := os.ReadDir(sub)
+		if !e.IsDir() || err != nil {
+			return fmt.Errorf("%s holds %s, which is not slurmscope output; choose another --out", dir, e.Name())
+		}
+		for _, f := range files {
+			if f.IsDir() || !profileFile.MatchString(f.Name()) {
+				return fmt.Errorf("%s holds %s, which is not slurmscope output; choose another --out", dir, filepath.Join(e.Name(), f.Name()))
+			}
+		}
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type agentProc struct {
+	cmd  *exec.Cmd
+	log  string
+	done chan error
+}
+
+// startAgent starts the agent in its own process group (so the terminal's
+// Ctrl-C reaches only the demo, which then stops it) and waits until it
+// samples.
+func startAgent(bin, logPath string, args ...string) (*agentProc, error) {
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	a := &agentProc{cmd: cmd, log: logPath, done: make(chan error, 1)}
+	go func() { a.done <- cmd.Wait() }()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if b, _ := os.ReadFile(logPath); strings.Contains(string(b), "msg=profiling") {
+			return a, nil
+		}
+		select {
+		case err := <-a.done:
+			a.done <- err
+			return nil, fmt.Errorf("the agent exited (%v):\n%s", err, tail(logPath))
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			a.kill()
+			return nil, fmt.Errorf("the agent did not start sampling within a minute:\n%s", tail(logPath))
+		}
+	}
+}
+
+func (a *agentProc) stop() error {
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-a.done:
+		a.done <- err
+		if err != nil {
+			return fmt.Errorf("the agent failed (%v):\n%s", err, tail(a.log))
+		}
+		return nil
+	case <-time.After(time.Minute):
+		return fmt.Errorf("the agent did not exit a minute after SIGTERM:\n%s", tail(a.log))
+	}
+}
+
+// kill ends the agent if stop did not; a no-op once it has exited.
+func (a *agentProc) kill() {
+	select {
+	case err := <-a.done:
+		a.done <- err
+	default:
+		a.cmd.Process.Kill()
+		a.done <- <-a.done
+	}
+}
+
+func show(ctx context.Context, bin string, args ...string) error {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	fmt.Print(indent(string(out)))
+	fmt.Fprint(os.Stderr, indent(stderr.String()))
+	if err != nil {
+		return fmt.Errorf("slurmscope-agent %s: %w", strings.Join(args, " "), err)
+	}
+	return nil
+}
+
+// indent sets command output off from the demo's own lines.
+func indent(s string) string {
+	if s == "" {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+	for i, l := range lines {
+		if l != "" {
+			lines[i] = "  " + l
+		}
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+func tail(path string) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > 10 {
+		lines = lines[len(lines)-10:]
+	}
+	return strings.Join(lines, "\n")
+}
