@@ -174,7 +174,7 @@ func (b *builder) add(name string, pairs []*dto.LabelPair, extraName, extraValue
 
 var (
 	errEmptyName   = errors.New("empty label name")
-	errInvalidName = errors.New("label name is not valid UTF-8")
+	errInvalidName = errors.New("label or metric name is not valid UTF-8")
 	errDuplicate   = errors.New("label given twice")
 	errNoName      = errors.New("series without a metric name")
 )
@@ -198,6 +198,10 @@ func normalizeLabels(labels []Label) ([]Label, error) {
 			continue
 		}
 		if !utf8.ValidString(l.Value) {
+			if l.Name == MetricNameLabel {
+				// A repaired name would be a different metric.
+				return nil, errInvalidName
+			}
 			l.Value = strings.ToValidUTF8(l.Value, "\uFFFD")
 		}
 		out = append(out, l)
