@@ -25,9 +25,11 @@ import (
 	"github.com/slurmscope/slurmscope/agent/gpu"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/pyroscope"
+	"github.com/slurmscope/slurmscope/agent/remotewrite"
 	"github.com/slurmscope/slurmscope/agent/sink"
 	"github.com/slurmscope/slurmscope/agent/spool"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
+	"github.com/slurmscope/slurmscope/schema"
 )
 
 func init() { extraCommands["run"] = runCmd }
@@ -50,6 +52,9 @@ type runFlags struct {
 	gpuMetrics     bool
 	gpuInterval    time.Duration
 	nvmlLibrary    string
+	rw             remotewrite.Config
+	rwSpoolDir     string
+	rwSpoolMax     int64
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -80,6 +85,16 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.gpuMetrics, "gpu-metrics", true, "read GPU metrics through NVML (skipped with one log line where there is no driver)")
 	fs.DurationVar(&f.gpuInterval, "gpu-interval", 10*time.Second, "how often GPUs are polled")
 	fs.StringVar(&f.nvmlLibrary, "nvml-library", "", "path of libnvidia-ml.so.1 (default: the dynamic linker's search)")
+	fs.StringVar(&f.rw.URL, "prometheus-remote-write-url", "", "also push the agent's metrics with Prometheus remote-write 1.0 to this URL (e.g. http://prometheus:9090/api/v1/write)")
+	fs.DurationVar(&f.rw.Interval, "prometheus-remote-write-interval", 15*time.Second, "how often metrics are remote-written")
+	fs.StringVar(&f.rw.Tenant, "prometheus-remote-write-tenant", "", "tenant id for remote write, sent as X-Scope-OrgID (Mimir, Cortex)")
+	fs.StringVar(&f.rw.BasicAuthUser, "prometheus-remote-write-basic-auth-user", "", "basic auth user for remote write")
+	fs.StringVar(&f.rw.BasicAuthPasswordFile, "prometheus-remote-write-basic-auth-password-file", "", "file holding the remote-write basic auth password")
+	fs.StringVar(&f.rw.BearerTokenFile, "prometheus-remote-write-bearer-token-file", "", "file holding a remote-write bearer token")
+	fs.StringVar(&f.rw.TLS.CAFile, "prometheus-remote-write-ca-file", "", "PEM CA bundle to verify the remote-write endpoint with")
+	fs.BoolVar(&f.rw.TLS.InsecureSkipVerify, "prometheus-remote-write-insecure-skip-verify", false, "do not verify the remote-write endpoint's certificate (testing only)")
+	fs.StringVar(&f.rwSpoolDir, "remote-write-spool-dir", "/var/lib/slurmscope/remote-write", "on-disk queue of metric batches waiting for the remote-write endpoint")
+	fs.Int64Var(&f.rwSpoolMax, "remote-write-spool-max-bytes", 64<<20, "bound of the remote-write spool; the oldest batches are dropped (and counted) past it")
 }
 
 func runCmd(args []string, stdout, stderr io.Writer) int {
@@ -168,6 +183,28 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 			go func() { defer close(gdone); coll.Run(gctx) }()
 			defer func() { stopGPU(); <-gdone }()
 		}
+	}
+	if f.rw.URL != "" {
+		if f.rwSpoolDir == f.spoolDir {
+			return errors.New("--remote-write-spool-dir must differ from --spool-dir: each spool has one reader")
+		}
+		sp, err := spool.Open(f.rwSpoolDir, f.rwSpoolMax, spool.WithLogger(log))
+		if err != nil {
+			return fmt.Errorf("--remote-write-spool-dir: %w", err)
+		}
+		defer sp.Close()
+		// Self-metrics carry no node label of their own.
+		f.rw.ExternalLabels = map[string]string{schema.HostName.Label: res.HostName()}
+		w, err := remotewrite.New(f.rw, sp, reg, log)
+		if err != nil {
+			return fmt.Errorf("--prometheus-remote-write-url: %w", err)
+		}
+		reg.MustRegister(remotewrite.NewCollector(w))
+		rwCtx, stopRW := context.WithCancel(context.Background())
+		rwDone := make(chan struct{})
+		go func() { defer close(rwDone); w.Run(rwCtx) }()
+		// Stopped after the main loop, so the last GPU poll is written too.
+		defer func() { stopRW(); <-rwDone }()
 	}
 	if !f.cpuProfiling {
 		log.Info("CPU profiling off; serving metrics only", "node", res.HostName())
