@@ -246,8 +246,12 @@ func testCPUProfiles(t *testing.T, mode slurmtest.Mode, agent string) {
 			t.Fatalf("only %d samples for %d × %gs of cpusplit: the samples of processes that exited before the drain were lost",
 				st.total, shortRuns, shortSeconds)
 		}
-		if own := float64(st.own) / float64(st.total); own < minOwnShare {
-			t.Errorf("%.1f%% of job %s's samples have a frame of cpusplit's own code, want ≥ %.0f%%", 100*own, e.id, 100*minOwnShare)
+		// Each process here lives 1.5 s, so exec, the dynamic loader and
+		// first-touch page faults weigh more than in A: a lower bar, which
+		// still fails if short processes go unsymbolised.
+		const minShortOwnShare = 0.8
+		if own := float64(st.own) / float64(st.total); own < minShortOwnShare {
+			t.Errorf("%.1f%% of job %s's samples have a frame of cpusplit's own code, want ≥ %.0f%%", 100*own, e.id, 100*minShortOwnShare)
 		}
 	})
 

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/exporter-toolkit/web"
 
+	"github.com/slurmscope/slurmscope/agent/attribution"
 	"github.com/slurmscope/slurmscope/agent/cpu"
 	"github.com/slurmscope/slurmscope/agent/daemon"
 	"github.com/slurmscope/slurmscope/agent/gpu"
@@ -138,84 +138,159 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if f.webConfig != "" {
+		if err := web.Validate(f.webConfig); err != nil {
+			return fmt.Errorf("--web.config.file: %w", err)
+		}
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	// Cleanups run in reverse: the profiler's last interval is written
+	// before metrics stop being served and pushed.
+	if f.gpuMetrics {
+		defer startGPU(ctx, f, res, reg, log)()
+	}
+	if f.rw.URL != "" {
+		stop, err := startRemoteWrite(f, res, reg, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	var prof *profiler
+	if f.cpuProfiling {
+		if prof, err = newProfiler(f, res, reg, log); err != nil {
+			return err
+		}
+		defer prof.close()
+	}
+	if f.metricsAddr != "" {
+		stop, err := serveMetrics(f, reg, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	if prof == nil {
+		log.Info("CPU profiling off; serving metrics only", "node", res.HostName())
+		<-ctx.Done()
+		return nil
+	}
+	return prof.run(ctx, log)
+}
+
+// startGPU starts the NVML collector, or logs why there is none: a node
+// without the driver runs without GPU metrics.
+func startGPU(ctx context.Context, f runFlags, res *attribution.Resolver, reg *prometheus.Registry, log *slog.Logger) (stop func()) {
+	coll, err := gpu.New(gpu.Options{LibraryPath: f.nvmlLibrary, HostName: res.HostName(), Interval: f.gpuInterval,
+		Jobs: res, Proc: procfs.New(f.attr.procRoot), Log: log})
+	switch {
+	case errors.Is(err, gpu.ErrNoDriver):
+		log.Info("no NVIDIA driver on this node; running without GPU metrics", "err", err)
+		return func() {}
+	case err != nil:
+		log.Error("GPU metrics disabled", "err", err)
+		return func() {}
+	}
+	reg.MustRegister(coll)
+	gctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); coll.Run(gctx) }()
+	return func() { cancel(); <-done; coll.Close() }
+}
+
+func startRemoteWrite(f runFlags, res *attribution.Resolver, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
+	if f.rwSpoolDir == f.spoolDir {
+		return nil, errors.New("--remote-write-spool-dir must differ from --spool-dir: each spool has one reader")
+	}
+	sp, err := spool.Open(f.rwSpoolDir, f.rwSpoolMax, spool.WithLogger(log))
+	if err != nil {
+		return nil, fmt.Errorf("--remote-write-spool-dir: %w", err)
+	}
+	// Self-metrics carry no node label of their own.
+	f.rw.ExternalLabels = map[string]string{schema.HostName.Label: res.HostName()}
+	w, err := remotewrite.New(f.rw, sp, reg, log)
+	if err != nil {
+		sp.Close()
+		return nil, fmt.Errorf("--prometheus-remote-write-url: %w", err)
+	}
+	reg.MustRegister(remotewrite.NewCollector(w))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	return func() { cancel(); <-done; sp.Close() }, nil
+}
+
+// serveMetrics serves /metrics. exporter-toolkit adds TLS and basic auth
+// from --web.config.file: the endpoint is reachable across the cluster.
+func serveMetrics(f runFlags, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", f.metricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	srv := &http.Server{Handler: metricsMux(reg), ReadHeaderTimeout: 10 * time.Second}
+	webCfg := f.webConfig
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := web.Serve(ln, srv, &web.FlagConfig{WebConfigFile: &webCfg}, log); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server", "err", err)
+		}
+	}()
+	log.Info("serving metrics", "addr", ln.Addr().String())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		<-done
+	}, nil
+}
+
+// profiler is the CPU profiling pipeline: sampler, symbolizer, daemon and
+// its sinks.
+type profiler struct {
+	d       *daemon.Daemon
+	sampler *cpu.Sampler
+	shipper *pyroscope.Shipper
+	closers []func() error
+	info    []any
+}
+
+func newProfiler(f runFlags, res *attribution.Resolver, reg *prometheus.Registry, log *slog.Logger) (*profiler, error) {
+	p := &profiler{}
 	var sinks multiSink
-	var shipper *pyroscope.Shipper
 	if f.pyro.URL != "" {
 		client, err := pyroscope.NewClient(f.pyro)
 		if err != nil {
-			return fmt.Errorf("--pyroscope-url: %w", err)
+			return nil, fmt.Errorf("--pyroscope-url: %w", err)
 		}
 		sp, err := spool.Open(f.spoolDir, f.spoolMax, spool.WithLogger(log))
 		if err != nil {
-			return fmt.Errorf("--spool-dir: %w", err)
+			return nil, fmt.Errorf("--spool-dir: %w", err)
 		}
-		defer sp.Close()
-		shipper = pyroscope.NewShipper(sp, client, pyroscope.WithLogger(log))
-		reg.MustRegister(pyroscope.NewCollector(shipper))
-		sinks = append(sinks, &sink.Push{Shipper: shipper})
+		p.closers = append(p.closers, sp.Close)
+		p.shipper = pyroscope.NewShipper(sp, client, pyroscope.WithLogger(log))
+		reg.MustRegister(pyroscope.NewCollector(p.shipper))
+		sinks = append(sinks, &sink.Push{Shipper: p.shipper})
 	}
 	if f.outputDir == "" && f.pyro.URL == "" {
 		f.outputDir = "/var/lib/slurmscope/profiles"
 	}
 	if f.outputDir != "" {
 		if err := os.MkdirAll(f.outputDir, 0o755); err != nil {
-			return fmt.Errorf("--output-dir: %w", err)
+			p.close()
+			return nil, fmt.Errorf("--output-dir: %w", err)
 		}
 		sinks = append(sinks, &sink.Dir{Root: f.outputDir})
 	}
-
-	if f.gpuMetrics {
-		coll, err := gpu.New(gpu.Options{LibraryPath: f.nvmlLibrary, HostName: res.HostName(), Interval: f.gpuInterval,
-			Jobs: res, Proc: procfs.New(f.attr.procRoot), Log: log})
-		switch {
-		case errors.Is(err, gpu.ErrNoDriver):
-			log.Info("no NVIDIA driver on this node; running without GPU metrics", "err", err)
-		case err != nil:
-			log.Error("GPU metrics disabled", "err", err)
-		default:
-			defer coll.Close()
-			reg.MustRegister(coll)
-			gctx, stopGPU := context.WithCancel(ctx)
-			gdone := make(chan struct{})
-			go func() { defer close(gdone); coll.Run(gctx) }()
-			defer func() { stopGPU(); <-gdone }()
-		}
-	}
-	if f.rw.URL != "" {
-		if f.rwSpoolDir == f.spoolDir {
-			return errors.New("--remote-write-spool-dir must differ from --spool-dir: each spool has one reader")
-		}
-		sp, err := spool.Open(f.rwSpoolDir, f.rwSpoolMax, spool.WithLogger(log))
-		if err != nil {
-			return fmt.Errorf("--remote-write-spool-dir: %w", err)
-		}
-		defer sp.Close()
-		// Self-metrics carry no node label of their own.
-		f.rw.ExternalLabels = map[string]string{schema.HostName.Label: res.HostName()}
-		w, err := remotewrite.New(f.rw, sp, reg, log)
-		if err != nil {
-			return fmt.Errorf("--prometheus-remote-write-url: %w", err)
-		}
-		reg.MustRegister(remotewrite.NewCollector(w))
-		rwCtx, stopRW := context.WithCancel(context.Background())
-		rwDone := make(chan struct{})
-		go func() { defer close(rwDone); w.Run(rwCtx) }()
-		// Stopped after the main loop, so the last GPU poll is written too.
-		defer func() { stopRW(); <-rwDone }()
-	}
-	if !f.cpuProfiling {
-		log.Info("CPU profiling off; serving metrics only", "node", res.HostName())
-		<-ctx.Done()
-		return nil
-	}
 	sampler, err := cpu.New(cpu.Options{SampleRate: f.sampleRate, SysRoot: f.sysRoot, ExcludePID: os.Getpid()})
 	if err != nil {
-		return fmt.Errorf("starting the eBPF sampler (needs root, perf events and BTF): %w", err)
+		p.close()
+		return nil, fmt.Errorf("starting the eBPF sampler (needs root, perf events and BTF): %w", err)
 	}
-	defer sampler.Close()
+	p.sampler = sampler
+	p.closers = append(p.closers, sampler.Close)
 	// Only meaningful while kernel.bpf_stats_enabled=1 (the kernel does not
 	// time BPF programs otherwise); the bench command turns it on.
 	reg.MustRegister(
@@ -227,51 +302,24 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 			func() float64 { _, n, _ := sampler.ProgramStats(); return float64(n) }),
 	)
 	sym := symbolize.New(symbolize.Options{ProcRoot: f.attr.procRoot})
-
-	d := daemon.New(daemon.Config{SampleRate: f.sampleRate, Interval: f.interval, RescanInterval: f.rescanInterval,
+	p.d = daemon.New(daemon.Config{SampleRate: f.sampleRate, Interval: f.interval, RescanInterval: f.rescanInterval,
 		AllProcesses: f.allProcesses, Log: log}, sampler, sym, res, sinks)
-	reg.MustRegister(d.Collectors()...)
+	reg.MustRegister(p.d.Collectors()...)
+	p.info = []any{"node", res.HostName(), "sample_rate_hz", f.sampleRate, "interval", f.interval,
+		"output_dir", f.outputDir, "pyroscope", f.pyro.URL}
+	return p, nil
+}
 
-	var wg sync.WaitGroup
-	if f.webConfig != "" {
-		if err := web.Validate(f.webConfig); err != nil {
-			return fmt.Errorf("--web.config.file: %w", err)
-		}
-	}
-	if f.metricsAddr != "" {
-		ln, err := net.Listen("tcp", f.metricsAddr)
-		if err != nil {
-			return fmt.Errorf("--metrics-addr: %w", err)
-		}
-		srv := &http.Server{Handler: metricsMux(reg), ReadHeaderTimeout: 10 * time.Second}
-		webCfg := f.webConfig
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// exporter-toolkit adds TLS and basic auth from --web.config.file:
-			// this endpoint is reachable across the cluster.
-			if err := web.Serve(ln, srv, &web.FlagConfig{WebConfigFile: &webCfg}, log); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("metrics server", "err", err)
-			}
-		}()
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			srv.Shutdown(sctx)
-			wg.Wait()
-		}()
-		log.Info("serving metrics", "addr", ln.Addr().String())
-	}
+func (p *profiler) run(ctx context.Context, log *slog.Logger) error {
 	shipCtx, stopShipper := context.WithCancel(context.Background())
 	shipDone := make(chan error, 1)
-	if shipper != nil {
-		go func() { shipDone <- shipper.Run(shipCtx) }()
+	if p.shipper != nil {
+		go func() { shipDone <- p.shipper.Run(shipCtx) }()
 	} else {
 		shipDone <- nil
 	}
-	log.Info("profiling", "node", res.HostName(), "sample_rate_hz", f.sampleRate, "interval", f.interval,
-		"output_dir", f.outputDir, "pyroscope", f.pyro.URL)
-	err = d.Run(ctx)
+	log.Info("profiling", p.info...)
+	err := p.d.Run(ctx)
 	// The last interval is in the spool now; give the shipper its bounded
 	// final flush, and leave the rest for the next start.
 	stopShipper()
@@ -280,6 +328,12 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 	}
 	log.Info("stopped")
 	return err
+}
+
+func (p *profiler) close() {
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		p.closers[i]()
+	}
 }
 
 func metricsMux(reg *prometheus.Registry) *http.ServeMux {

@@ -84,6 +84,7 @@ type Daemon struct {
 	mu         sync.Mutex // serialises Collect
 	start      time.Time
 	lastStats  cpu.Stats
+	knownMu    sync.Mutex // rescans run beside Collect
 	known      map[procKey]bool
 	lastLogged map[string]bool
 
@@ -122,9 +123,25 @@ func New(cfg Config, s Sampler, sym Symbolizer, res Resolver, sink Sink) *Daemon
 func (d *Daemon) Run(ctx context.Context) error {
 	tick := time.NewTicker(d.cfg.Interval)
 	defer tick.Stop()
-	rescan := time.NewTicker(d.cfg.RescanInterval)
-	defer rescan.Stop()
 	d.rescan(true)
+	// Rescans run beside Collect, which can take a while on a busy node:
+	// a short process must be seen while it lives, whatever Collect does.
+	rctx, stopRescans := context.WithCancel(ctx)
+	rescansDone := make(chan struct{})
+	go func() {
+		defer close(rescansDone)
+		t := time.NewTicker(d.cfg.RescanInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-t.C:
+				d.rescan(false)
+			}
+		}
+	}()
+	defer func() { stopRescans(); <-rescansDone }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -132,8 +149,6 @@ func (d *Daemon) Run(ctx context.Context) error {
 			fctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			return d.Collect(fctx)
-		case <-rescan.C:
-			d.rescan(false)
 		case <-tick.C:
 			// A full pass once per interval re-checks known processes
 			// (adoption into a job, metadata TTLs).
@@ -159,17 +174,21 @@ func (d *Daemon) rescan(full bool) {
 	if err != nil {
 		d.logOnce("scan", "listing processes failed", err)
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	for _, p := range procs {
+		if p.Foreign || !(p.InJob() || d.cfg.AllProcesses) {
+			continue
+		}
 		k := procKey{uint32(p.PID), p.StartTime}
-		if d.known[k] || p.Foreign || !(p.InJob() || d.cfg.AllProcesses) {
+		d.knownMu.Lock()
+		seen := d.known[k]
+		d.known[k] = true
+		d.knownMu.Unlock()
+		if seen {
 			continue
 		}
 		// Symbols are read while the process lives: by the time its
 		// interval is drained, a short task may be gone.
 		d.sym.Prepare(p.PID, p.StartTime)
-		d.known[k] = true
 	}
 }
 
@@ -265,7 +284,9 @@ func (d *Daemon) profileFor(builders map[string]*jobProfile, s cpu.Sample) *jobP
 			return nil
 		}
 	}
+	d.knownMu.Lock()
 	d.known[key] = true
+	d.knownMu.Unlock()
 	if p.Foreign {
 		d.m.unattributed.WithLabelValues("other_node").Add(float64(s.Count))
 		return nil
@@ -309,6 +330,8 @@ func (d *Daemon) forgetExited(samples []cpu.Sample) {
 	for _, s := range samples {
 		seen[procKey{s.PID, s.StartTime}] = true
 	}
+	d.knownMu.Lock()
+	defer d.knownMu.Unlock()
 	for k := range d.known {
 		if seen[k] {
 			continue
@@ -322,10 +345,13 @@ func (d *Daemon) forgetExited(samples []cpu.Sample) {
 
 func (d *Daemon) logOnce(key, msg string, err error) {
 	d.m.errors.WithLabelValues(key).Inc()
-	if d.lastLogged[key] {
+	d.knownMu.Lock()
+	logged := d.lastLogged[key]
+	d.lastLogged[key] = true
+	d.knownMu.Unlock()
+	if logged {
 		return
 	}
-	d.lastLogged[key] = true
 	d.cfg.Log.Warn(msg+" (further errors of this kind are only counted)", "err", err)
 }
 
