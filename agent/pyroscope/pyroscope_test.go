@@ -4,19 +4,14 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -457,23 +452,6 @@ func TestTenantAndBasicAuthReachTheServer(t *testing.T) {
 	}
 }
 
-func TestBearerTokenIsReReadWhenItChanges(t *testing.T) {
-	srv := startStandin(t, pyrostandin.WithBearerToken("token-v2"))
-	dir := t.TempDir()
-	tok := writeFile(t, dir, "token", "token-v1")
-	c := newClient(t, pyroscope.Config{URL: srv.URL(), BearerTokenFile: tok})
-	if err := c.Push(context.Background(), request(t, 1)); err == nil {
-		t.Fatal("a stale token was accepted")
-	}
-	writeFile(t, dir, "token", "token-v2\n") // rotated: another size
-	if err := c.Push(context.Background(), request(t, 2)); err != nil {
-		t.Fatal(err)
-	}
-	if got := fmt.Sprint(seqs(srv)); got != "[2]" {
-		t.Fatalf("server got %s", got)
-	}
-}
-
 func TestConfigErrors(t *testing.T) {
 	for _, cfg := range []pyroscope.Config{
 		{URL: "pyroscope:4040"},
@@ -483,90 +461,31 @@ func TestConfigErrors(t *testing.T) {
 		{URL: "https://p", TLS: pyroscope.TLSConfig{CAFile: "/does/not/exist"}},
 		{URL: "https://p", TLS: pyroscope.TLSConfig{CertFile: "/only/cert"}},
 	} {
-		if _, err := pyroscope.NewClient(cfg); err == nil {
-			t.Errorf("%+v: no error", cfg)
+		if _, err := pyroscope.NewClient(cfg); err == nil || !strings.HasPrefix(err.Error(), "pyroscope ") && !strings.HasPrefix(err.Error(), "pyroscope: ") {
+			t.Errorf("%+v: %v, want an error that names pyroscope", cfg, err)
 		}
 	}
 }
 
-// testPKI writes a CA, a server certificate for 127.0.0.1 and a client
-// certificate, all signed by the CA.
-type testPKI struct {
-	caFile, clientCert, clientKey string
-	caPool                        *x509.CertPool
-	server                        tls.Certificate
-}
-
-func newPKI(t *testing.T) testPKI {
-	t.Helper()
+// TestBearerTokenOverTLS: the client's TLS and credentials settings reach
+// the server. Their details (mutual TLS, rotation, bad files) are tested in
+// agent/httpclient.
+func TestBearerTokenOverTLS(t *testing.T) {
+	ts := httptest.NewTLSServer(http.NotFoundHandler()) // only for its certificate, valid for 127.0.0.1
+	ts.Close()
+	srv := startStandin(t, pyrostandin.WithTLS(&tls.Config{Certificates: ts.TLS.Certificates}),
+		pyrostandin.WithBearerToken("tok"))
 	dir := t.TempDir()
-	key := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	caKey := key()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	issue := func(serial int64, usage x509.ExtKeyUsage, ip net.IP) (certPEM, keyPEM []byte) {
-		k := key()
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "leaf"},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			ExtKeyUsage: []x509.ExtKeyUsage{usage}, KeyUsage: x509.KeyUsageDigitalSignature}
-		if ip != nil {
-			tmpl.IPAddresses = []net.IP{ip}
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &k.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kd, _ := x509.MarshalECPrivateKey(k)
-		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-			pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd})
-	}
-	var p testPKI
-	p.caFile = writeFile(t, dir, "ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})))
-	p.caPool = x509.NewCertPool()
-	p.caPool.AddCert(ca)
-	sc, sk := issue(2, x509.ExtKeyUsageServerAuth, net.IPv4(127, 0, 0, 1))
-	if p.server, err = tls.X509KeyPair(sc, sk); err != nil {
-		t.Fatal(err)
-	}
-	cc, ck := issue(3, x509.ExtKeyUsageClientAuth, nil)
-	p.clientCert = writeFile(t, dir, "client.pem", string(cc))
-	p.clientKey = writeFile(t, dir, "client-key.pem", string(ck))
-	return p
-}
-
-func TestMutualTLS(t *testing.T) {
-	pki := newPKI(t)
-	srv := startStandin(t, pyrostandin.WithTLS(&tls.Config{
-		Certificates: []tls.Certificate{pki.server},
-		ClientAuth:   tls.RequireAndVerifyClientCert, ClientCAs: pki.caPool,
-	}))
-	good := newClient(t, pyroscope.Config{URL: srv.URL(), TLS: pyroscope.TLSConfig{
-		CAFile: pki.caFile, CertFile: pki.clientCert, KeyFile: pki.clientKey}})
+	ca := writeFile(t, dir, "ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})))
+	tok := writeFile(t, dir, "token", "tok\n")
+	good := newClient(t, pyroscope.Config{URL: srv.URL(), BearerTokenFile: tok, TLS: pyroscope.TLSConfig{CAFile: ca}})
 	if err := good.Push(context.Background(), request(t, 1)); err != nil {
 		t.Fatal(err)
 	}
-	// The system roots do not know the test CA.
-	untrusted := newClient(t, pyroscope.Config{URL: srv.URL(), TLS: pyroscope.TLSConfig{
-		CertFile: pki.clientCert, KeyFile: pki.clientKey}})
+	// The system roots do not know the test certificate.
+	untrusted := newClient(t, pyroscope.Config{URL: srv.URL(), BearerTokenFile: tok})
 	if err := untrusted.Push(context.Background(), request(t, 2)); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("untrusted server: %v", err)
-	}
-	// No client certificate: the server refuses the handshake.
-	anonymous := newClient(t, pyroscope.Config{URL: srv.URL(), TLS: pyroscope.TLSConfig{CAFile: pki.caFile}})
-	if err := anonymous.Push(context.Background(), request(t, 3)); err == nil {
-		t.Error("a client without certificate got through")
 	}
 	if got := fmt.Sprint(seqs(srv)); got != "[1]" {
 		t.Fatalf("server got %s", got)

@@ -3,63 +3,25 @@ package remotewrite
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/slurmscope/slurmscope/agent/httpclient"
 )
 
 // TenantHeader carries the tenant to a multi-tenant receiver (Mimir, Cortex,
 // a Grafana Cloud gateway).
-const TenantHeader = "X-Scope-OrgID"
+const TenantHeader = httpclient.TenantHeader
 
 // TLSConfig configures TLS to the receiver.
-type TLSConfig struct {
-	CAFile             string // PEM bundle of CAs to trust instead of the system's
-	CertFile, KeyFile  string // client certificate, for mutual TLS
-	ServerName         string // overrides the name checked in the server's certificate
-	InsecureSkipVerify bool   // never in production: trusts any certificate
-}
-
-func (c TLSConfig) enabled() bool {
-	return c.CAFile != "" || c.CertFile != "" || c.KeyFile != "" || c.ServerName != "" || c.InsecureSkipVerify
-}
-
-func (c TLSConfig) build() (*tls.Config, error) {
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName, InsecureSkipVerify: c.InsecureSkipVerify} //nolint:gosec // opt-in
-	if c.CAFile != "" {
-		pem, err := os.ReadFile(c.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("remote write TLS CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("remote write TLS CA: no PEM certificate in %s", c.CAFile)
-		}
-		tc.RootCAs = pool
-	}
-	if (c.CertFile == "") != (c.KeyFile == "") {
-		return nil, errors.New("remote write TLS: a client certificate needs both a cert file and a key file")
-	}
-	if c.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("remote write TLS client certificate: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	return tc, nil
-}
+type TLSConfig = httpclient.TLSConfig
 
 // SendError is a failed request, classified for the shipper.
 type SendError struct {
@@ -126,9 +88,10 @@ func classifyErr(err error) *SendError {
 	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
 		se.Reason = "timeout"
 	}
-	var ce *credentialsError
+	var ce *httpclient.CredentialsError
 	if errors.As(err, &ce) {
-		se.Reason = "auth"
+		// The URL that *url.Error adds says nothing about a bad secret file.
+		se.Reason, se.Err = "auth", ce
 	}
 	return se
 }
@@ -138,9 +101,6 @@ type client struct {
 	url       string
 	http      *http.Client
 	timeout   time.Duration
-	tenant    string
-	basicUser string
-	secret    *secretFile
 	userAgent string
 }
 
@@ -149,27 +109,15 @@ func newClient(cfg Config) (*client, error) {
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("remote write URL %q: want http(s)://host[:port]/path, e.g. http://prometheus:9090/api/v1/write", cfg.URL)
 	}
-	if cfg.BearerTokenFile != "" && (cfg.BasicAuthUser != "" || cfg.BasicAuthPasswordFile != "") {
-		return nil, errors.New("remote write: configure basic auth or a bearer token, not both")
-	}
-	if (cfg.BasicAuthUser == "") != (cfg.BasicAuthPasswordFile == "") {
-		return nil, errors.New("remote write: basic auth needs both a user and a password file")
-	}
-	rt := cfg.Transport
-	if rt == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		if u.Scheme == "https" || cfg.TLS.enabled() {
-			tc, err := cfg.TLS.build()
-			if err != nil {
-				return nil, err
-			}
-			tr.TLSClientConfig = tc
-		}
-		rt = tr
+	rt, err := httpclient.New("remote write", u.Scheme, cfg.TLS, httpclient.Auth{
+		Tenant: cfg.Tenant, BasicAuthUser: cfg.BasicAuthUser,
+		BasicAuthPasswordFile: cfg.BasicAuthPasswordFile, BearerTokenFile: cfg.BearerTokenFile,
+	}, cfg.Transport)
+	if err != nil {
+		return nil, err
 	}
 	c := &client{
 		url:     u.String(),
-		tenant:  cfg.Tenant,
 		timeout: cfg.Timeout,
 		http: &http.Client{
 			Transport: rt,
@@ -181,18 +129,6 @@ func newClient(cfg Config) (*client, error) {
 	}
 	if c.userAgent == "" {
 		c.userAgent = "slurmscope-agent"
-	}
-	if cfg.BasicAuthPasswordFile != "" {
-		c.basicUser = cfg.BasicAuthUser
-		c.secret = &secretFile{path: cfg.BasicAuthPasswordFile}
-	} else if cfg.BearerTokenFile != "" {
-		c.secret = &secretFile{path: cfg.BearerTokenFile}
-	}
-	if c.secret != nil {
-		// Read once now, so that a wrong path fails at start-up.
-		if _, err := c.secret.get(); err != nil {
-			return nil, err
-		}
 	}
 	return c, nil
 }
@@ -209,20 +145,6 @@ func (c *client) send(ctx context.Context, body []byte) error {
 	req.Header.Set("Content-Type", "application/x-protobuf")
 	req.Header.Set("X-Prometheus-Remote-Write-Version", "0.1.0")
 	req.Header.Set("User-Agent", c.userAgent)
-	if c.tenant != "" {
-		req.Header.Set(TenantHeader, c.tenant)
-	}
-	if c.secret != nil {
-		s, err := c.secret.get()
-		if err != nil {
-			return classifyErr(err)
-		}
-		if c.basicUser != "" {
-			req.Header.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(c.basicUser+":"+s)))
-		} else {
-			req.Header.Set("Authorization", "Bearer "+s)
-		}
-	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return classifyErr(err)
@@ -259,47 +181,4 @@ func parseRetryAfter(v string) time.Duration {
 		return 0
 	}
 	return time.Duration(min(n, 3600)) * time.Second
-}
-
-type credentialsError struct{ err error }
-
-func (e *credentialsError) Error() string { return "remote write credentials: " + e.err.Error() }
-func (e *credentialsError) Unwrap() error { return e.err }
-
-// secretFile is a password or token kept in a file. It is re-read when its
-// modification time or size changes, cheap enough to check on every request,
-// so credentials rotate without a restart.
-type secretFile struct {
-	path string
-
-	mu      sync.Mutex
-	modTime time.Time
-	size    int64
-	value   string
-}
-
-func (f *secretFile) get() (string, error) {
-	fi, err := os.Stat(f.path)
-	if err != nil {
-		return "", &credentialsError{err}
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.value != "" && fi.ModTime().Equal(f.modTime) && fi.Size() == f.size {
-		return f.value, nil
-	}
-	b, err := os.ReadFile(f.path)
-	if err != nil {
-		return "", &credentialsError{err}
-	}
-	v := string(bytes.TrimRight(b, "\r\n"))
-	if v == "" {
-		return "", &credentialsError{fmt.Errorf("%s is empty", f.path)}
-	}
-	if strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }) {
-		// It would make an invalid header; say so instead of failing later.
-		return "", &credentialsError{fmt.Errorf("%s holds control characters", f.path)}
-	}
-	f.value, f.modTime, f.size = v, fi.ModTime(), fi.Size()
-	return v, nil
 }
