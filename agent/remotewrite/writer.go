@@ -22,7 +22,11 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -173,6 +177,7 @@ func New(cfg Config, sp *spool.Spool, g prometheus.Gatherer, log *slog.Logger) (
 	if w.flushTimeout == 0 {
 		w.flushTimeout = DefaultFlushTimeout
 	}
+	w.lastTS = readLastTimestamp(sp.Dir())
 	for _, name := range slices.Sorted(maps.Keys(cfg.ExternalLabels)) {
 		w.ext = append(w.ext, Label{name, cfg.ExternalLabels[name]})
 	}
@@ -244,6 +249,9 @@ func (w *Writer) CollectOnce() {
 		at = time.UnixMilli(w.lastTS + 1)
 	}
 	w.lastTS = at.UnixMilli()
+	if err := writeLastTimestamp(w.spool.Dir(), w.lastTS); err != nil {
+		w.logOnce("timestamp", "cannot record the last timestamp; a restart within the same millisecond may be rejected", "err", err)
+	}
 
 	series, skipped, err := FromGatherer(w.gatherer, at)
 	w.mu.Lock()
@@ -458,4 +466,30 @@ func (w *Writer) Stats() Stats {
 	st.Dropped[DropSpoolFull] += sp.DroppedOldest
 	st.Dropped[DropCorrupt] += sp.Corrupt
 	return st
+}
+
+// lastTSFile keeps the last gather's timestamp beside the spool (the spool
+// ignores names without its entry suffix), so a restarted agent never stamps
+// a sample at or before one it already sent: Prometheus would reject the
+// whole request as out of order.
+const lastTSFile = "last-timestamp"
+
+func readLastTimestamp(dir string) int64 {
+	b, err := os.ReadFile(filepath.Join(dir, lastTSFile))
+	if err != nil {
+		return 0
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || v < 0 {
+		return 0
+	}
+	return v
+}
+
+func writeLastTimestamp(dir string, ms int64) error {
+	tmp := filepath.Join(dir, lastTSFile+".new")
+	if err := os.WriteFile(tmp, []byte(strconv.FormatInt(ms, 10)+"\n"), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, lastTSFile))
 }

@@ -584,3 +584,28 @@ func TestCollectorLints(t *testing.T) {
 		t.Errorf("%d metrics, want 13", n)
 	}
 }
+
+// A restarted writer must not stamp a sample at or before one its
+// predecessor spooled, even if the clock says the same millisecond.
+func TestTimestampsIncreaseAcrossRestarts(t *testing.T) {
+	dir := t.TempDir()
+	g := prometheus.NewRegistry()
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "restart_test_total", Help: "x"})
+	g.MustRegister(c)
+	frozen := func() time.Time { return time.UnixMilli(1_700_000_000_000) }
+	var last int64
+	for run := 0; run < 3; run++ {
+		sp := openSpool(t, dir, 1<<20)
+		w, err := New(Config{URL: "http://127.0.0.1:1/api/v1/write"}, sp, g, quietLog())
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.now = frozen
+		w.CollectOnce()
+		if w.lastTS <= last {
+			t.Fatalf("run %d stamped %d, not after the previous run's %d", run, w.lastTS, last)
+		}
+		last = w.lastTS
+		sp.Close()
+	}
+}
