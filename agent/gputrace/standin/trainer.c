@@ -1,0 +1,132 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * TEST STAND-IN: a pretend training program. It launches named kernels
+ * through the stand-in CUDA runtime from distinctive call paths, so a
+ * profiler can check which CPU stack each kernel's GPU time lands under:
+ *
+ *   main -> train_step -> forward  -> launch_gemm   gemm_kernel, and a long
+ *                                                   C++-mangled elementwise kernel
+ *   main -> train_step -> backward -> launch_reduce reduce_kernel (driver API)
+ *   with --coop:  backward -> launch_allreduce      allreduce_kernel (cooperative)
+ *   with --graph: train_step -> launch_graph        graph of graph_gemm_kernel +
+ *                                                   graph_reduce_kernel
+ *   with --flood N: main -> flood                   N x flood_kernel
+ *
+ * Built with -O1 -fno-omit-frame-pointer -fno-inline so those frames exist.
+ * Usage: trainer [--steps N] [--seconds S] [--coop] [--graph] [--flood N]
+ * (--seconds S: run steps until S seconds passed; --steps bounds it too).
+ * Prints "trainer tid=<tid>" first and "trainer done launches=<n>" last.
+ */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "standin_cudart.h"
+
+#define ELEMENTWISE "_ZN2at6native18elementwise_kernelILi128ELi4EEEviT1_"
+
+static int use_coop, use_graph;
+static unsigned long launches;
+
+void launch_gemm(int step)
+{
+	(void)step;
+	standin_launch("gemm_kernel", 0);
+	standin_launch(ELEMENTWISE, 0);
+	launches += 2;
+}
+
+void launch_reduce(int step)
+{
+	(void)step;
+	standin_launch_driver("reduce_kernel", 0);
+	launches++;
+}
+
+void launch_allreduce(int step)
+{
+	(void)step;
+	standin_launch_cooperative("allreduce_kernel", 0);
+	launches++;
+}
+
+void launch_graph(int step)
+{
+	static const char *const graph[] = {"graph_gemm_kernel", "graph_reduce_kernel"};
+	(void)step;
+	standin_graph_launch(graph, 2, 0);
+	launches += 2;
+}
+
+void forward(int step) { launch_gemm(step); }
+
+void backward(int step)
+{
+	launch_reduce(step);
+	if (use_coop)
+		launch_allreduce(step);
+}
+
+void train_step(int step)
+{
+	forward(step);
+	backward(step);
+	if (use_graph)
+		launch_graph(step);
+}
+
+void flood(long n)
+{
+	for (long i = 0; i < n; i++)
+		standin_launch("flood_kernel", 0);
+	launches += (unsigned long)n;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+	long steps = -1, flood_n = 0;
+	double seconds = -1;
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
+			steps = atol(argv[++i]);
+		else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
+			seconds = atof(argv[++i]);
+		else if (strcmp(argv[i], "--flood") == 0 && i + 1 < argc)
+			flood_n = atol(argv[++i]);
+		else if (strcmp(argv[i], "--coop") == 0)
+			use_coop = 1;
+		else if (strcmp(argv[i], "--graph") == 0)
+			use_graph = 1;
+		else {
+			fprintf(stderr, "usage: trainer [--steps N] [--seconds S] [--coop] [--graph] [--flood N]\n");
+			return 2;
+		}
+	}
+	if (steps < 0 && seconds < 0)
+		steps = 100;
+	printf("trainer tid=%ld\n", (long)syscall(SYS_gettid));
+	fflush(stdout);
+
+	standin_init();
+	double t0 = now_s();
+	for (long s = 0; steps < 0 || s < steps; s++) {
+		if (seconds >= 0 && now_s() - t0 >= seconds)
+			break;
+		train_step((int)s);
+	}
+	if (flood_n > 0)
+		flood(flood_n);
+	printf("trainer done launches=%lu\n", launches);
+	return 0;
+}
