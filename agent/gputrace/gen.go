@@ -1,0 +1,14 @@
+package gputrace
+
+// The BPF object is compiled by bpf2go and committed (markers_*_bpfel.go and
+// .o). CI regenerates it with Debian bookworm's clang-14 and fails on any
+// diff; run ./regen-check.sh to do the same locally.
+//
+// Unlike agent/cpu, the program reads function arguments from the uprobe's
+// registers, whose layout differs per architecture, so there is one object per
+// target (bpf2go defines __TARGET_ARCH_x86 / __TARGET_ARCH_arm64 and adds the
+// build constraints). bpf2go maps the source directory out of the debug info
+// and drops the compiler identification, so the objects are byte-for-byte
+// reproducible; -Werror keeps warnings out of a committed binary.
+
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-14 -strip llvm-strip-14 -cflags "-O2 -g -Wall -Werror" -target amd64,arm64 -type event_header -type launch_event -type records_event -type name_event -type kernel_record -type event_kind -type stat_index markers markers.bpf.c

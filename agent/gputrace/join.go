@@ -1,0 +1,629 @@
+package gputrace
+
+import (
+	"cmp"
+	"container/list"
+	"encoding/binary"
+	"math/bits"
+	"slices"
+	"time"
+)
+
+// The joiner matches launch events (stack, correlation id) with completed
+// kernel records (correlation id, GPU time) per process, and aggregates GPU
+// time per (stack, kernel, device) for the interval. It is pure logic: no
+// BPF, no /proc, time passed in, so that every rule below is unit tested.
+//
+// Rules:
+//   - Identity is (tgid, start time) from the kernel. Correlation ids, name
+//     ids and everything else are only looked up within that process, so
+//     one process cannot touch another's state, and a reused pid starts
+//     afresh.
+//   - Every record's GPU time is counted exactly once, whatever happens to
+//     its launch. A record whose launch was not sampled (or whose launch
+//     event was lost, evicted or timed out) is "unsampled"; at Drain its
+//     time is spread over the stacks sampled for the same kernel name in the
+//     same process and interval, in proportion, with integer arithmetic and
+//     deterministic remainders, so per-kernel totals stay exact. With no
+//     sampled stack it goes under UnsampledFrame.
+//   - State is bounded: pending launches and held records per process and
+//     in total, names per process and name bytes in total, processes. When a
+//     bound is hit the oldest entry goes first and a counter says so.
+
+type procKey struct {
+	pid   uint32
+	start uint64 // start_boottime ns
+}
+
+type limits struct {
+	maxProcesses          int
+	maxLaunches           int // pending launches, all processes
+	maxLaunchesPerProcess int
+	maxHeld               int // held records, all processes
+	maxNamesPerProcess    int
+	maxNameBytes          int // all processes
+	launchTimeout         time.Duration
+	recordGrace           time.Duration
+}
+
+type stackID uint32
+
+const noStack stackID = 0
+
+// stackTable interns stacks with reference counts; id 0 is "no stack".
+type stackTable struct {
+	ids   map[string]stackID
+	slots []stackSlot // index = id
+	free  []stackID
+}
+
+type stackSlot struct {
+	key    string
+	frames []uint64
+	refs   int
+}
+
+func newStackTable() *stackTable {
+	return &stackTable{ids: map[string]stackID{}, slots: make([]stackSlot, 1)}
+}
+
+func (t *stackTable) intern(frames []uint64) stackID {
+	if len(frames) == 0 {
+		return noStack
+	}
+	buf := make([]byte, 8*len(frames))
+	for i, pc := range frames {
+		binary.LittleEndian.PutUint64(buf[8*i:], pc)
+	}
+	key := string(buf)
+	if id, ok := t.ids[key]; ok {
+		t.slots[id].refs++
+		return id
+	}
+	s := stackSlot{key: key, frames: slices.Clone(frames), refs: 1}
+	var id stackID
+	if n := len(t.free); n > 0 {
+		id = t.free[n-1]
+		t.free = t.free[:n-1]
+		t.slots[id] = s
+	} else {
+		id = stackID(len(t.slots))
+		t.slots = append(t.slots, s)
+	}
+	t.ids[key] = id
+	return id
+}
+
+func (t *stackTable) ref(id stackID) {
+	if id != noStack {
+		t.slots[id].refs++
+	}
+}
+
+func (t *stackTable) unref(id stackID) {
+	if id == noStack {
+		return
+	}
+	s := &t.slots[id]
+	if s.refs--; s.refs == 0 {
+		delete(t.ids, s.key)
+		*s = stackSlot{}
+		t.free = append(t.free, id)
+	}
+}
+
+func (t *stackTable) frames(id stackID) []uint64 { return t.slots[id].frames }
+func (t *stackTable) key(id stackID) string      { return t.slots[id].key }
+func (t *stackTable) live() int                  { return len(t.ids) }
+
+type pendingLaunch struct {
+	proc   *procState
+	cid    uint64
+	stack  stackID
+	flags  uint32
+	alias  uint64 // correlation id of the enclosing/nested launch, 0 if none
+	at     time.Time
+	global *list.Element // in joiner.launches
+	local  *list.Element // in procState.order
+}
+
+type heldRecord struct {
+	proc *procState
+	rec  kernelRecord
+	at   time.Time
+	elem *list.Element
+}
+
+// sampleKey identifies one output row of a process.
+type sampleKey struct {
+	stack  stackID // noStack: unsampled
+	nameID uint64
+	device uint32
+	gi     uint32
+}
+
+type sums struct{ ns, launches uint64 }
+
+func (s *sums) add(ns, launches uint64) {
+	s.ns = satAdd(s.ns, ns)
+	s.launches = satAdd(s.launches, launches)
+}
+
+func satAdd(a, b uint64) uint64 {
+	if s, c := bits.Add64(a, b, 0); c == 0 {
+		return s
+	}
+	return ^uint64(0)
+}
+
+type procState struct {
+	key       procKey
+	names     map[uint64]kernelName
+	nameBytes int
+	launches  map[uint64]*pendingLaunch
+	order     *list.List               // of *pendingLaunch, oldest first
+	held      map[uint64][]*heldRecord // sampled records waiting for their launch
+	lastOuter map[uint32]uint64        // tid -> last non-nested launch, for aliasing
+	agg       map[sampleKey]*sums
+	active    bool // saw an event since the last drain
+	lru       *list.Element
+}
+
+type joinStats struct {
+	Launches, Records, Names              uint64
+	MatchedRecords, UnsampledRecords      uint64
+	ExpiredLaunches, EvictedLaunches      uint64
+	HeldRecords, ExpiredHeld, EvictedHeld uint64
+	RejectedNames, DroppedNames           uint64
+	EvictedProcesses, ExitedProcesses     uint64
+	NoStackLaunches, TruncatedStacks      uint64
+}
+
+type joiner struct {
+	lim       limits
+	procs     map[procKey]*procState
+	lru       *list.List // of *procState, least recently active first
+	stacks    *stackTable
+	launches  *list.List // of *pendingLaunch, oldest first
+	heldList  *list.List // of *heldRecord, oldest first
+	nameBytes int
+	st        joinStats
+}
+
+func newJoiner(lim limits) *joiner {
+	return &joiner{lim: lim, procs: map[procKey]*procState{}, lru: list.New(),
+		stacks: newStackTable(), launches: list.New(), heldList: list.New()}
+}
+
+func (j *joiner) proc(k procKey) *procState {
+	p := j.procs[k]
+	if p != nil {
+		p.active = true
+		j.lru.MoveToBack(p.lru)
+		return p
+	}
+	for len(j.procs) >= j.lim.maxProcesses {
+		j.st.EvictedProcesses++
+		j.dropProc(j.lru.Front().Value.(*procState))
+	}
+	p = &procState{key: k, names: map[uint64]kernelName{}, launches: map[uint64]*pendingLaunch{},
+		order: list.New(), held: map[uint64][]*heldRecord{}, lastOuter: map[uint32]uint64{},
+		agg: map[sampleKey]*sums{}, active: true}
+	p.lru = j.lru.PushBack(p)
+	j.procs[k] = p
+	return p
+}
+
+// dropProc forgets a process with everything it still holds.
+func (j *joiner) dropProc(p *procState) {
+	for _, l := range p.launches {
+		j.launches.Remove(l.global)
+		j.stacks.unref(l.stack)
+	}
+	for _, hs := range p.held {
+		for _, h := range hs {
+			j.heldList.Remove(h.elem)
+		}
+	}
+	for k := range p.agg {
+		j.stacks.unref(k.stack)
+	}
+	j.nameBytes -= p.nameBytes
+	j.lru.Remove(p.lru)
+	delete(j.procs, p.key)
+}
+
+func (j *joiner) name(e nameEvent) {
+	j.st.Names++
+	p := j.proc(procKey{e.tgid, e.start})
+	if _, dup := p.names[e.nameID]; dup {
+		return // announced again (library table full, or a race): first wins
+	}
+	n, ok := parseName(e.nameID, e.name, e.partial)
+	if !ok {
+		j.st.RejectedNames++
+		return
+	}
+	size := len(n.raw) + len(n.demangled)
+	if len(p.names) >= j.lim.maxNamesPerProcess || j.nameBytes+size > j.lim.maxNameBytes {
+		j.st.DroppedNames++
+		return
+	}
+	p.names[e.nameID] = n
+	p.nameBytes += size
+	j.nameBytes += size
+}
+
+func (j *joiner) launch(e launchEvent, now time.Time) {
+	j.st.Launches++
+	if e.stackErr {
+		j.st.NoStackLaunches++
+	}
+	if e.truncated {
+		j.st.TruncatedStacks++
+	}
+	p := j.proc(procKey{e.tgid, e.start})
+	if old := p.launches[e.correlationID]; old != nil {
+		// A correlation id reused while pending: only a broken or hostile
+		// process does that. The newer launch wins.
+		j.removeLaunch(old)
+	}
+	l := &pendingLaunch{proc: p, cid: e.correlationID, stack: j.stacks.intern(e.stack), flags: e.flags, at: now}
+	if e.flags&FlagNested != 0 {
+		// Same call stack as the enclosing launch on this thread; the record
+		// may carry either id, so matching one retires both.
+		if outer, ok := p.lastOuter[e.tid]; ok {
+			if o := p.launches[outer]; o != nil && o.alias == 0 {
+				o.alias, l.alias = l.cid, outer
+			}
+		}
+	} else {
+		if len(p.lastOuter) >= j.lim.maxLaunchesPerProcess {
+			clear(p.lastOuter) // a hint only; bounded by dropping it wholesale
+		}
+		p.lastOuter[e.tid] = e.correlationID
+	}
+	for p.order.Len() >= j.lim.maxLaunchesPerProcess {
+		j.st.EvictedLaunches++
+		j.removeLaunch(p.order.Front().Value.(*pendingLaunch))
+	}
+	for j.launches.Len() >= j.lim.maxLaunches {
+		j.st.EvictedLaunches++
+		j.removeLaunch(j.launches.Front().Value.(*pendingLaunch))
+	}
+	l.global = j.launches.PushBack(l)
+	l.local = p.order.PushBack(l)
+	p.launches[l.cid] = l
+
+	// Records that arrived first (never in order from one ring buffer, but a
+	// lost wakeup or a future per-CPU buffer must not cost exactness).
+	if hs := p.held[l.cid]; hs != nil {
+		delete(p.held, l.cid)
+		for _, h := range hs {
+			j.heldList.Remove(h.elem)
+			j.matched(p, l, h.rec)
+		}
+	}
+}
+
+func (j *joiner) removeLaunch(l *pendingLaunch) {
+	p := l.proc
+	if p.launches[l.cid] != l {
+		return
+	}
+	delete(p.launches, l.cid)
+	p.order.Remove(l.local)
+	j.launches.Remove(l.global)
+	j.stacks.unref(l.stack)
+	if l.alias != 0 {
+		if a := p.launches[l.alias]; a != nil && a.alias == l.cid {
+			a.alias = 0
+		}
+	}
+}
+
+func (j *joiner) records(h header, recs []kernelRecord, now time.Time) {
+	p := j.proc(procKey{h.tgid, h.start})
+	for _, r := range recs {
+		j.st.Records++
+		l := p.launches[r.correlationID]
+		switch {
+		case l != nil:
+			j.matched(p, l, r)
+		case r.sampled:
+			j.hold(p, r, now)
+		default:
+			j.unsampled(p, r)
+		}
+	}
+}
+
+func (j *joiner) matched(p *procState, l *pendingLaunch, r kernelRecord) {
+	j.st.MatchedRecords++
+	k := sampleKey{stack: l.stack, nameID: r.nameID, device: r.device, gi: r.gpuInstance}
+	s := p.agg[k]
+	if s == nil {
+		s = &sums{}
+		p.agg[k] = s
+		j.stacks.ref(l.stack)
+	}
+	s.add(r.duration(), 1)
+	// Every kernel of a graph carries the graph launch's id: keep it until
+	// it times out. Any other launch completes exactly once.
+	if l.flags&FlagGraph == 0 {
+		if l.alias != 0 {
+			if a := p.launches[l.alias]; a != nil {
+				j.removeLaunch(a)
+			}
+		}
+		j.removeLaunch(l)
+	}
+}
+
+func (j *joiner) unsampled(p *procState, r kernelRecord) {
+	j.st.UnsampledRecords++
+	k := sampleKey{stack: noStack, nameID: r.nameID, device: r.device, gi: r.gpuInstance}
+	s := p.agg[k]
+	if s == nil {
+		s = &sums{}
+		p.agg[k] = s
+	}
+	s.add(r.duration(), 1)
+}
+
+func (j *joiner) hold(p *procState, r kernelRecord, now time.Time) {
+	j.st.HeldRecords++
+	for j.heldList.Len() >= j.lim.maxHeld {
+		j.st.EvictedHeld++
+		j.releaseHeld(j.heldList.Front().Value.(*heldRecord))
+	}
+	h := &heldRecord{proc: p, rec: r, at: now}
+	h.elem = j.heldList.PushBack(h)
+	p.held[r.correlationID] = append(p.held[r.correlationID], h)
+}
+
+// releaseHeld gives up waiting for a record's launch: it counts unsampled.
+func (j *joiner) releaseHeld(h *heldRecord) {
+	p := h.proc
+	j.heldList.Remove(h.elem)
+	hs := p.held[h.rec.correlationID]
+	if i := slices.Index(hs, h); i >= 0 {
+		hs = slices.Delete(hs, i, i+1)
+	}
+	if len(hs) == 0 {
+		delete(p.held, h.rec.correlationID)
+	} else {
+		p.held[h.rec.correlationID] = hs
+	}
+	j.unsampled(p, h.rec)
+}
+
+// expire applies the timeouts.
+func (j *joiner) expire(now time.Time) {
+	for e := j.heldList.Front(); e != nil; e = j.heldList.Front() {
+		h := e.Value.(*heldRecord)
+		if now.Sub(h.at) < j.lim.recordGrace {
+			break
+		}
+		j.st.ExpiredHeld++
+		j.releaseHeld(h)
+	}
+	for e := j.launches.Front(); e != nil; e = j.launches.Front() {
+		l := e.Value.(*pendingLaunch)
+		if now.Sub(l.at) < j.lim.launchTimeout {
+			break
+		}
+		// Graph launches always end here; others whose kernel never
+		// completed (or whose record was lost) too.
+		if l.flags&FlagGraph == 0 {
+			j.st.ExpiredLaunches++
+		}
+		j.removeLaunch(l)
+	}
+}
+
+// Sample is the GPU time of one kernel launched from one stack in one
+// process, since the previous Drain.
+type Sample struct {
+	PID uint32
+	// StartTime is the process's start time in clock ticks since boot, as
+	// field 22 of /proc/<pid>/stat (see agent/cpu).
+	StartTime uint64
+	// User is the launching thread's user stack, innermost first (the first
+	// frame is inside the injection library's launch marker). nil when
+	// Unsampled. Samples may share the slice: treat it as read only.
+	User []uint64
+	// Unsampled: no launch of this kernel (in this process and interval)
+	// had its stack captured; put the time under UnsampledFrame.
+	Unsampled bool
+	// Kernel is the kernel's name, demangled, for the leaf frame;
+	// KernelRaw the name as the process announced it. Both are printable
+	// UTF-8. A name the agent never saw reads "[unknown kernel <id>]".
+	Kernel, KernelRaw string
+	// Device is the CUDA device ordinal the record names (DeviceUnknown if
+	// none); GPUInstance the MIG GPU-instance id, GPUInstanceNone if none.
+	Device, GPUInstance uint32
+	// GPUTime is kernel execution time in ns; Launches the number of
+	// kernels. Unsampled time is included in proportion, so both are
+	// estimates per stack but exact per (process, kernel, device).
+	GPUTime, Launches uint64
+}
+
+// drain returns and clears the interval's aggregates. alive tells whether an
+// idle process still runs; dead ones are forgotten.
+func (j *joiner) drain(now time.Time, alive func(procKey) bool) []Sample {
+	j.expire(now)
+	keys := make([]procKey, 0, len(j.procs))
+	for k := range j.procs {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b procKey) int {
+		return cmp.Or(cmp.Compare(a.pid, b.pid), cmp.Compare(a.start, b.start))
+	})
+	var out []Sample
+	for _, k := range keys {
+		p := j.procs[k]
+		out = j.drainProc(out, p)
+		if !p.active && alive != nil && !alive(k) {
+			// Its records were flushed at exit and read before this drain;
+			// anything still held will never find its launch.
+			for _, hs := range p.held {
+				for _, h := range slices.Clone(hs) {
+					j.releaseHeld(h)
+				}
+			}
+			out = j.drainProc(out, p)
+			j.st.ExitedProcesses++
+			j.dropProc(p)
+			continue
+		}
+		p.active = false
+	}
+	return out
+}
+
+func (j *joiner) drainProc(out []Sample, p *procState) []Sample {
+	if len(p.agg) == 0 {
+		return out
+	}
+	// Weights per kernel name: the sampled time and launches of each stack,
+	// over all devices (a call site does not depend on the device).
+	type weight struct {
+		stack stackID
+		sums
+	}
+	weights := map[uint64][]weight{}
+	rows := map[sampleKey]*sums{}
+	for k, s := range p.agg {
+		if k.stack == noStack {
+			continue
+		}
+		ws := weights[k.nameID]
+		i := slices.IndexFunc(ws, func(w weight) bool { return w.stack == k.stack })
+		if i < 0 {
+			ws = append(ws, weight{stack: k.stack})
+			i = len(ws) - 1
+		}
+		ws[i].add(s.ns, s.launches)
+		weights[k.nameID] = ws
+		rows[k] = &sums{s.ns, s.launches}
+	}
+	// Deterministic order of stacks: by content, not by id.
+	for _, ws := range weights {
+		slices.SortFunc(ws, func(a, b weight) int { return cmp.Compare(j.stacks.key(a.stack), j.stacks.key(b.stack)) })
+	}
+	for k, s := range p.agg {
+		if k.stack != noStack {
+			continue
+		}
+		ws := weights[k.nameID]
+		if len(ws) == 0 {
+			rows[k] = &sums{s.ns, s.launches}
+			continue
+		}
+		byNs := make([]uint64, len(ws))
+		byCount := make([]uint64, len(ws))
+		for i, w := range ws {
+			byNs[i], byCount[i] = w.ns, w.launches
+		}
+		// Time in proportion to sampled time (an unbiased ratio estimate
+		// when every launch is equally likely to be sampled); if every
+		// sampled kernel took 0 ns, in proportion to launches.
+		nsShares := apportion(s.ns, byNs)
+		if nsShares == nil {
+			nsShares = apportion(s.ns, byCount)
+		}
+		countShares := apportion(s.launches, byCount)
+		for i, w := range ws {
+			if nsShares[i] == 0 && countShares[i] == 0 {
+				continue
+			}
+			// No reference taken: the stack is held by its sampled agg
+			// entry until the end of this function, and frames never change.
+			rk := sampleKey{stack: w.stack, nameID: k.nameID, device: k.device, gi: k.gi}
+			r := rows[rk]
+			if r == nil {
+				r = &sums{}
+				rows[rk] = r
+			}
+			r.add(nsShares[i], countShares[i])
+		}
+	}
+	for k, r := range rows {
+		s := Sample{PID: p.key.pid, StartTime: startTimeTicks(p.key.start), Device: k.device,
+			GPUInstance: k.gi, GPUTime: r.ns, Launches: r.launches}
+		if k.stack == noStack {
+			s.Unsampled = true
+		} else {
+			s.User = j.stacks.frames(k.stack)
+		}
+		if n, ok := p.names[k.nameID]; ok {
+			s.Kernel, s.KernelRaw = n.demangled, n.raw
+		} else {
+			s.Kernel = unknownKernel(k.nameID)
+			s.KernelRaw = s.Kernel
+		}
+		out = append(out, s)
+	}
+	start := len(out) - len(rows)
+	slices.SortFunc(out[start:], compareSamples)
+	for k := range p.agg {
+		j.stacks.unref(k.stack)
+	}
+	clear(p.agg)
+	return out
+}
+
+func compareSamples(a, b Sample) int {
+	return cmp.Or(
+		cmp.Compare(a.KernelRaw, b.KernelRaw),
+		cmp.Compare(a.Device, b.Device),
+		cmp.Compare(a.GPUInstance, b.GPUInstance),
+		slices.Compare(a.User, b.User),
+	)
+}
+
+// apportion splits total over weights in proportion, exactly: the shares sum
+// to total. Each share is floor(total*w/W) (128-bit intermediate, no
+// overflow); the remainder goes one unit each to the largest fractional
+// parts, ties to the lower index. It returns nil when the weights sum to 0.
+func apportion(total uint64, weights []uint64) []uint64 {
+	var sum uint64
+	for _, w := range weights {
+		sum = satAdd(sum, w)
+	}
+	if sum == 0 {
+		return nil
+	}
+	if sum == ^uint64(0) {
+		// Saturated: scale down so the sum is exact again. Only absurd
+		// (hostile) durations get here; proportions survive the shift.
+		scaled := make([]uint64, len(weights))
+		for i, w := range weights {
+			scaled[i] = w >> 8
+		}
+		if r := apportion(total, scaled); r != nil {
+			return r
+		}
+		scaled = make([]uint64, len(weights))
+		scaled[0] = 1
+		return apportion(total, scaled)
+	}
+	shares := make([]uint64, len(weights))
+	fracs := make([]uint64, len(weights))
+	var given uint64
+	for i, w := range weights {
+		hi, lo := bits.Mul64(total, w)
+		shares[i], fracs[i] = bits.Div64(hi, lo, sum) // hi < sum since w <= sum
+		given += shares[i]
+	}
+	order := make([]int, len(weights))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(fracs[b], fracs[a]) })
+	for _, i := range order[:total-given] {
+		shares[i]++
+	}
+	return shares
+}

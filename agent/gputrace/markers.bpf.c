@@ -1,0 +1,326 @@
+//go:build ignore
+
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//
+// Uprobes on the marker functions of libslurmscope_inject.so (see
+// inject/slurmscope_inject.h). (The build constraint above keeps the go tool
+// from taking this file for a cgo source; bpf2go compiles it.)
+//
+// Dual licensed, unlike the rest of the project (Apache-2.0): the kernel only
+// lets GPL-compatible programs call bpf_get_stack and bpf_probe_read_kernel.
+//
+// Every argument of a marker is controlled by the traced process, which may be
+// hostile. The programs therefore take the process's identity (tgid, tid,
+// start time) from the kernel, never from the arguments, bound every copy,
+// and hand everything else to user space as untrusted bytes to validate.
+//
+// Each marker call becomes one self-contained ring buffer event. The launch
+// stack is copied into the event with bpf_get_stack rather than interned in a
+// stack map: a stack map needs clearing, can collide (-EEXIST) and can reuse
+// an id for a different stack between capture and read, while an event that
+// carries its stack is exact and needs no second lookup. Launch markers are
+// rate-limited by the library, so the extra ring buffer bytes are bounded.
+
+// No vmlinux.h and no <linux/*.h>, as in agent/cpu: the object must not depend
+// on the build host's kernel headers and must regenerate byte for byte.
+typedef unsigned char __u8;
+typedef unsigned short __u16;
+typedef unsigned int __u32;
+typedef unsigned long long __u64;
+typedef signed int __s32;
+typedef signed long long __s64;
+typedef __u16 __be16;
+typedef __u32 __be32;
+typedef __u32 __wsum;
+
+// bpf_user_pt_regs_t, the context of a uprobe program, is UAPI: on x86-64 it
+// is struct pt_regs of <asm/ptrace.h> (these field names are the UAPI ones
+// that bpf_tracing.h uses outside the kernel), on arm64 struct user_pt_regs.
+#if defined(__TARGET_ARCH_x86)
+struct pt_regs {
+	unsigned long r15, r14, r13, r12, rbp, rbx, r11, r10, r9, r8;
+	unsigned long rax, rcx, rdx, rsi, rdi, orig_rax, rip, cs, eflags, rsp, ss;
+};
+#elif defined(__TARGET_ARCH_arm64)
+struct user_pt_regs {
+	__u64 regs[31];
+	__u64 sp;
+	__u64 pc;
+	__u64 pstate;
+};
+struct pt_regs;
+#else
+#error "unsupported target architecture"
+#endif
+
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
+
+// UAPI values (include/uapi/linux/bpf.h); ABI, they never change.
+#define BPF_MAP_TYPE_PERCPU_ARRAY 6
+#define BPF_MAP_TYPE_RINGBUF 27
+#define BPF_F_USER_STACK (1ULL << 8)
+#define BPF_RB_NO_WAKEUP (1ULL << 0)
+#define BPF_RB_FORCE_WAKEUP (1ULL << 1)
+#define BPF_RB_AVAIL_DATA 0
+
+// Default kernel.perf_event_max_stack, as in agent/cpu.
+#define MAX_STACK_DEPTH 127
+// slurmscope_inject.h: SLURMSCOPE_RECORDS_MAX.
+#define RECORDS_MAX 64
+// Bytes of a kernel name copied; longer names arrive truncated (and say so).
+#define NAME_MAX 512
+
+// Minimal CO-RE view of task_struct, as in agent/cpu.
+struct task_struct {
+	int tgid;
+	struct task_struct *group_leader;
+	__u64 start_boottime; // CLOCK_BOOTTIME ns; /proc/<pid>/stat field 22
+} __attribute__((preserve_access_index));
+
+// Event kinds; mirrored in Go (bpf2go -type event_kind).
+enum event_kind {
+	EVENT_LAUNCH = 1,
+	EVENT_RECORDS = 2,
+	EVENT_NAME = 3,
+};
+
+// Every event starts with this header. tgid and start time come from the
+// kernel: a process cannot claim to be another.
+struct event_header {
+	__u32 kind;
+	__u32 tgid;
+	__u64 start_boottime_ns; // thread-group leader's start time
+};
+
+struct launch_event {
+	struct event_header hdr;
+	__u64 correlation_id;
+	__u64 name_id;
+	__u32 tid;
+	__u32 device;
+	__u32 flags;
+	__s32 stack_bytes; // bpf_get_stack: bytes written, or -errno
+	// The return address at the marker's entry ([sp] on x86-64, the link
+	// register on arm64), 0 if unreadable. A frame-pointer unwind from a
+	// function's first instruction skips the direct caller, because its
+	// frame is not set up yet; kernels that fix this up report it as the
+	// second frame, and user space inserts it where they do not.
+	__u64 return_address;
+	__u64 stack[MAX_STACK_DEPTH]; // user stack, innermost first, zero padded
+};
+
+// struct slurmscope_kernel_record, 56 bytes; copied verbatim and decoded (and
+// validated) in Go.
+struct kernel_record {
+	__u64 correlation_id;
+	__u64 start_ns;
+	__u64 end_ns;
+	__u64 name_id;
+	__u32 device_id;
+	__u32 context_id;
+	__u32 stream_id;
+	__u32 gpu_instance_id;
+	__u32 sampled;
+	__u32 pad;
+};
+
+struct records_event {
+	struct event_header hdr;
+	__u32 n; // records copied, 1..RECORDS_MAX; the rest of recs is garbage
+	__u32 pad;
+	struct kernel_record recs[RECORDS_MAX];
+};
+
+struct name_event {
+	struct event_header hdr;
+	__u64 name_id;
+	__u32 len;    // length the caller claimed
+	__u32 copied; // bytes of name valid: min(len, NAME_MAX)
+	char name[NAME_MAX];
+};
+
+// Indexes into the per-CPU stats array; mirrored in Go.
+enum stat_index {
+	STAT_LAUNCHES = 0,      // launch events submitted
+	STAT_RECORD_BATCHES,    // records events submitted
+	STAT_NAMES,             // name events submitted
+	STAT_STACK_ERRORS,      // launch submitted without a user stack
+	STAT_LOST_RINGBUF,      // events dropped: ring buffer full
+	STAT_BAD_ARGS,          // calls dropped: n or len out of range
+	STAT_READ_ERRORS,       // calls dropped: user memory unreadable
+	STAT_SKIPPED_SELF,      // calls by the excluded pid
+	STAT_MAX,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4 << 20); // placeholder; the loader sets it
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STAT_MAX);
+	__type(key, enum stat_index); // also puts the enum into BTF for bpf2go
+	__type(value, __u64);
+} stats SEC(".maps");
+
+// Set by the loader; 0 excludes nothing.
+volatile const __u32 exclude_tgid = 0;
+// Wake the reader only once this many bytes wait: a wakeup is an irq_work
+// (a self-IPI, a VM exit under virtualisation) that would otherwise cost
+// every launch microseconds. The reader also polls on a timer.
+volatile const __u64 wakeup_bytes = 1;
+
+static __always_inline __u64 submit_flags(void)
+{
+	return bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+}
+
+// Unused, but referenced so that bpf2go generates the Go types.
+const struct launch_event *unused_launch __attribute__((unused));
+const struct records_event *unused_records __attribute__((unused));
+const struct name_event *unused_name __attribute__((unused));
+const enum event_kind *unused_kind __attribute__((unused));
+
+static __always_inline void stat_inc(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
+
+	if (v)
+		*v += 1; // per-CPU slot, and uprobe programs do not nest on one CPU
+}
+
+// skip reports a call not to trace: the agent's own (it never loads the
+// library, but a test binary that does must not trace itself).
+static __always_inline int skip(void)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+
+	if (exclude_tgid != 0 && tgid == exclude_tgid) {
+		stat_inc(STAT_SKIPPED_SELF);
+		return 1;
+	}
+	return 0;
+}
+
+static __always_inline void header(struct event_header *h, __u32 kind)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+
+	h->kind = kind;
+	h->tgid = bpf_get_current_pid_tgid() >> 32;
+	h->start_boottime_ns = BPF_CORE_READ(task, group_leader, start_boottime);
+}
+
+// slurmscope_kernel_launch(u64 correlation_id, u64 name_id, u32 device, u32 flags)
+SEC("uprobe")
+int kernel_launch(struct pt_regs *ctx)
+{
+	if (skip())
+		return 0;
+	struct launch_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		stat_inc(STAT_LOST_RINGBUF);
+		return 0;
+	}
+	header(&e->hdr, EVENT_LAUNCH);
+	e->correlation_id = PT_REGS_PARM1(ctx);
+	e->name_id = PT_REGS_PARM2(ctx);
+	e->device = (__u32)PT_REGS_PARM3(ctx);
+	e->flags = (__u32)PT_REGS_PARM4(ctx);
+	e->tid = (__u32)bpf_get_current_pid_tgid();
+	// Zero fills what it does not write, on error all of it.
+	long n = bpf_get_stack(ctx, e->stack, sizeof(e->stack), BPF_F_USER_STACK);
+	e->stack_bytes = (__s32)n;
+	if (n <= 0)
+		stat_inc(STAT_STACK_ERRORS);
+#if defined(__TARGET_ARCH_x86)
+	if (bpf_probe_read_user(&e->return_address, sizeof(e->return_address), (void *)PT_REGS_SP(ctx)) != 0)
+		e->return_address = 0;
+#else
+	e->return_address = PT_REGS_RET(ctx);
+#endif
+	stat_inc(STAT_LAUNCHES);
+	bpf_ringbuf_submit(e, submit_flags());
+	return 0;
+}
+
+// slurmscope_kernel_records(const struct slurmscope_kernel_record *recs, u32 n)
+SEC("uprobe")
+int kernel_records(struct pt_regs *ctx)
+{
+	const void *recs = (const void *)PT_REGS_PARM1(ctx);
+	__u32 n = (__u32)PT_REGS_PARM2(ctx);
+
+	// The library never passes more than RECORDS_MAX: anything else is a
+	// broken or hostile caller, and the whole call is dropped.
+	if (skip())
+		return 0;
+	if (n == 0 || n > RECORDS_MAX) {
+		stat_inc(STAT_BAD_ARGS);
+		return 0;
+	}
+	struct records_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		stat_inc(STAT_LOST_RINGBUF);
+		return 0;
+	}
+	header(&e->hdr, EVENT_RECORDS);
+	e->n = n;
+	e->pad = 0;
+	// One bounded copy of exactly n records; the verifier sees size <= sizeof(recs).
+	__u64 size = (__u64)n * sizeof(struct kernel_record);
+	barrier_var(size);
+	if (size > sizeof(e->recs) ||
+	    bpf_probe_read_user(e->recs, size, recs) != 0) {
+		stat_inc(STAT_READ_ERRORS);
+		bpf_ringbuf_discard(e, 0);
+		return 0;
+	}
+	stat_inc(STAT_RECORD_BATCHES);
+	bpf_ringbuf_submit(e, submit_flags());
+	return 0;
+}
+
+// slurmscope_kernel_name(u64 name_id, const char *name, u32 len)
+SEC("uprobe")
+int kernel_name(struct pt_regs *ctx)
+{
+	__u64 id = PT_REGS_PARM1(ctx);
+	const void *name = (const void *)PT_REGS_PARM2(ctx);
+	__u32 len = (__u32)PT_REGS_PARM3(ctx);
+
+	if (skip())
+		return 0;
+	if (len == 0) {
+		stat_inc(STAT_BAD_ARGS);
+		return 0;
+	}
+	struct name_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		stat_inc(STAT_LOST_RINGBUF);
+		return 0;
+	}
+	header(&e->hdr, EVENT_NAME);
+	// 64-bit and clamped after a barrier: otherwise clang may hand the
+	// helper the unclamped (or not zero-extended) register.
+	__u64 copy = len;
+	if (copy > NAME_MAX)
+		copy = NAME_MAX;
+	barrier_var(copy);
+	e->name_id = id;
+	e->len = len;
+	e->copied = (__u32)copy;
+	if (copy > NAME_MAX || bpf_probe_read_user(e->name, copy, name) != 0) {
+		stat_inc(STAT_READ_ERRORS);
+		bpf_ringbuf_discard(e, 0);
+		return 0;
+	}
+	stat_inc(STAT_NAMES);
+	bpf_ringbuf_submit(e, submit_flags());
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,520 @@
+// Package gputrace attributes GPU kernel time to the CPU stacks that
+// launched the kernels. The C half (inject/) runs inside CUDA jobs and calls
+// three empty marker functions; this package attaches uprobes to them, takes
+// the launching thread's user stack at each sampled launch, and joins
+// launches with completed-kernel records on the correlation id (join.go).
+//
+// # Attaching per file, not per process
+//
+// The probes are attached once per library file (device and inode), for
+// every process (perf pid -1), rather than once per (file, pid):
+//
+//   - A process announces each kernel name once, at its first launch, which
+//     comes right after CUDA initialisation. A per-pid probe attached by a
+//     rescan a second later would have missed those announcements for good,
+//     and with them the names of the kernels every training step runs.
+//     A per-file probe (attached at startup with AttachFile, or by the first
+//     Attach of any process) sees every later process from its first call.
+//   - The uprobe lives on the inode, so one attachment covers every job on
+//     the node that loads the installed library, at no cost per process.
+//
+// No pid filter is applied in BPF: the process identity in every event is
+// the kernel's (tgid and the leader's start time), never a marker argument,
+// so a process can only describe itself, and the daemon attributes and
+// filters processes as it does for CPU samples. Processes that never map an
+// attached file are never probed at all.
+package gputrace
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+)
+
+// Options configures a Tracer. Zero values select the defaults.
+type Options struct {
+	// ProcRoot is where the host's procfs is mounted. Default "/proc".
+	ProcRoot string
+	// ExcludePID is a process not to trace, normally the agent itself.
+	ExcludePID int
+	// RingBufferBytes is the size of the BPF ring buffer, a power of two
+	// multiple of the page size. Default 8 MiB: a launch event takes about
+	// 1 KiB (its stack), a batch of 64 records 3.6 KiB.
+	RingBufferBytes int
+	// MaxFiles bounds the library files attached at once. A job can copy
+	// the library under any name, so this is a bound, not a guess. Default 32.
+	MaxFiles int
+	// Bounds of the join state; see join.go. Defaults: 4096 processes,
+	// 65536 pending launches (16384 per process, the library's own table
+	// size), 16384 records waiting for their launch, 16384 names per
+	// process and 64 MiB of names in all.
+	MaxProcesses, MaxPendingLaunches, MaxPendingLaunchesPerProcess int
+	MaxHeldRecords, MaxNamesPerProcess, MaxNameBytes               int
+	// LaunchTimeout is how long a sampled launch waits for its kernel
+	// record. CUPTI hands records over when a buffer fills or at exit, which
+	// can be minutes for a slow job. Default 10 minutes.
+	LaunchTimeout time.Duration
+	// RecordGrace is how long a record flagged sampled waits for a launch
+	// event not seen yet before it counts as unsampled. Default 2 s.
+	RecordGrace time.Duration
+	// Now is the clock; tests replace it.
+	Now func() time.Time
+}
+
+func (o *Options) setDefaults() error {
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	if o.ProcRoot == "" {
+		o.ProcRoot = "/proc"
+	}
+	def(&o.RingBufferBytes, 8<<20)
+	def(&o.MaxFiles, 32)
+	def(&o.MaxProcesses, 4096)
+	def(&o.MaxPendingLaunches, 65536)
+	def(&o.MaxPendingLaunchesPerProcess, 16384)
+	def(&o.MaxHeldRecords, 16384)
+	def(&o.MaxNamesPerProcess, 16384)
+	def(&o.MaxNameBytes, 64<<20)
+	if o.LaunchTimeout == 0 {
+		o.LaunchTimeout = 10 * time.Minute
+	}
+	if o.RecordGrace == 0 {
+		o.RecordGrace = 2 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	for _, v := range []int{o.ExcludePID, o.RingBufferBytes, o.MaxFiles, o.MaxProcesses, o.MaxPendingLaunches,
+		o.MaxPendingLaunchesPerProcess, o.MaxHeldRecords, o.MaxNamesPerProcess, o.MaxNameBytes} {
+		if v < 0 {
+			return fmt.Errorf("negative option in %+v", *o)
+		}
+	}
+	if o.LaunchTimeout < 0 || o.RecordGrace < 0 {
+		return fmt.Errorf("negative timeout in %+v", *o)
+	}
+	return nil
+}
+
+func (o *Options) limits() limits {
+	return limits{
+		maxProcesses: o.MaxProcesses, maxLaunches: o.MaxPendingLaunches,
+		maxLaunchesPerProcess: o.MaxPendingLaunchesPerProcess, maxHeld: o.MaxHeldRecords,
+		maxNamesPerProcess: o.MaxNamesPerProcess, maxNameBytes: o.MaxNameBytes,
+		launchTimeout: o.LaunchTimeout, recordGrace: o.RecordGrace,
+	}
+}
+
+// Stats are counters since New; they only grow, except the gauges at the
+// end.
+type Stats struct {
+	// BPF side: marker calls turned into events, and calls dropped.
+	LaunchEvents, RecordBatches, NameEvents uint64
+	StackErrors                             uint64 // launches without a user stack
+	LostRingBuffer                          uint64 // events dropped because the ring buffer was full
+	BadArgs                                 uint64 // calls with n or len out of range
+	ReadErrors                              uint64 // calls whose user memory could not be read
+	SkippedSelf                             uint64
+	// Go side.
+	DecodeErrors                     uint64 // malformed events (a bug, not a caller)
+	Records                          uint64 // kernel records received
+	MatchedRecords, UnsampledRecords uint64 // joined with a launch / not
+	ExpiredLaunches, EvictedLaunches uint64 // launches that never saw their record
+	HeldRecords, ExpiredHeld         uint64 // sampled records that waited for their launch
+	EvictedHeld                      uint64
+	RejectedNames                    uint64 // names whose id is not their hash, or empty
+	DroppedNames                     uint64 // names over a bound
+	TruncatedStacks                  uint64
+	EvictedProcesses                 uint64
+	ExitedProcesses                  uint64
+	FlushTimeouts                    uint64 // drains that could not wait for the reader
+	AttachErrors                     uint64
+	// Gauges.
+	AttachedFiles   int
+	PendingLaunches int
+	Processes       int
+	Stacks          int
+}
+
+type fileKey struct{ dev, ino uint64 }
+
+type attachedFile struct {
+	path  string
+	links []link.Link
+}
+
+// Tracer attaches to injection libraries and joins their events until
+// Close. Its methods are safe for concurrent use.
+type Tracer struct {
+	opts Options
+
+	objs    markersObjects
+	rd      *ringbuf.Reader
+	flushed chan struct{}
+	done    chan struct{}
+
+	attachMu     sync.Mutex
+	files        map[fileKey]*attachedFile
+	procs        map[procKey]fileKey // attached processes, start in ticks
+	attachErrors uint64
+
+	drainMu sync.Mutex // one Drain at a time: it owns the flush handshake
+
+	mu           sync.Mutex // the joiner and the Go-side counters
+	join         *joiner
+	decodeErrors uint64
+	flushTimeout uint64
+	closed       bool
+}
+
+// New loads the programs; nothing is traced before Attach or AttachFile. It
+// needs CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN (map_files), or root.
+func New(opts Options) (*Tracer, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, fmt.Errorf("gpu tracer: %w", err)
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("gpu tracer: %w", err)
+	}
+	spec, err := loadMarkers()
+	if err != nil {
+		return nil, fmt.Errorf("gpu tracer: %w", err)
+	}
+	spec.Maps[markersMapEvents].MaxEntries = uint32(opts.RingBufferBytes)
+	if err := spec.Variables[markersVarExcludeTgid].Set(uint32(opts.ExcludePID)); err != nil {
+		return nil, fmt.Errorf("gpu tracer: %w", err)
+	}
+	if err := spec.Variables[markersVarWakeupBytes].Set(uint64(opts.RingBufferBytes / 4)); err != nil {
+		return nil, fmt.Errorf("gpu tracer: %w", err)
+	}
+	t := &Tracer{opts: opts, flushed: make(chan struct{}, 1), done: make(chan struct{}),
+		files: map[fileKey]*attachedFile{}, procs: map[procKey]fileKey{}, join: newJoiner(opts.limits())}
+	if err := spec.LoadAndAssign(&t.objs, nil); err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("gpu tracer: load: %+v", verr)
+		}
+		return nil, fmt.Errorf("gpu tracer: load: %w", err)
+	}
+	t.rd, err = ringbuf.NewReader(t.objs.Events)
+	if err != nil {
+		t.objs.Close()
+		return nil, fmt.Errorf("gpu tracer: %w", err)
+	}
+	go t.readLoop()
+	return t, nil
+}
+
+// Attach makes sure process pid, started at startTime (field 22 of
+// /proc/<pid>/stat), is traced: if it maps the injection library, the
+// library file is attached (once per file, for all processes). It returns
+// ErrNotInjected when the library is not mapped, so a rescan can try again
+// later (CUDA loads it at initialisation), and an error wrapping
+// fs.ErrNotExist when the process is gone or its pid was reused. Calling it
+// again for an attached process costs a map lookup.
+func (t *Tracer) Attach(pid int, startTime uint64) error {
+	k := procKey{uint32(pid), startTime}
+	t.attachMu.Lock()
+	defer t.attachMu.Unlock()
+	if t.files == nil {
+		return errors.New("gpu tracer: closed")
+	}
+	if fk, ok := t.procs[k]; ok && t.files[fk] != nil {
+		return nil
+	}
+	m, err := FindMapping(t.opts.ProcRoot, pid)
+	if err != nil {
+		return err
+	}
+	// The pid may have been reused between the caller's scan and ours.
+	if st, err := readStartTicks(t.opts.ProcRoot, pid); err != nil {
+		return err
+	} else if st != startTime {
+		return fmt.Errorf("pid %d started at %d, not %d: %w", pid, st, startTime, fs.ErrNotExist)
+	}
+	var errs []error
+	for _, path := range []string{m.MapFiles, m.Root} {
+		fk, err := t.attachLocked(path)
+		if err == nil {
+			if len(t.procs) >= 4*t.opts.MaxProcesses {
+				clear(t.procs) // only a shortcut for repeated calls
+			}
+			t.procs[k] = fk
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	t.attachErrors++
+	return fmt.Errorf("gpu tracer: attach pid %d: %w", pid, errors.Join(errs...))
+}
+
+// AttachFile attaches to the injection library at path (in the agent's
+// mount namespace), e.g. the installed library that CUDA_INJECTION64_PATH
+// names, so that every process loading it is traced from its first marker
+// call. Attaching a file twice (under any name) is a no-op.
+func (t *Tracer) AttachFile(path string) error {
+	t.attachMu.Lock()
+	defer t.attachMu.Unlock()
+	if t.files == nil {
+		return errors.New("gpu tracer: closed")
+	}
+	if _, err := t.attachLocked(path); err != nil {
+		t.attachErrors++
+		return fmt.Errorf("gpu tracer: %w", err)
+	}
+	return nil
+}
+
+func (t *Tracer) attachLocked(path string) (fileKey, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return fileKey{}, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	fk := fileKey{dev: uint64(st.Dev), ino: st.Ino}
+	if t.files[fk] != nil {
+		return fk, nil
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return fileKey{}, fmt.Errorf("%s: not a regular file", path)
+	}
+	if len(t.files) >= t.opts.MaxFiles {
+		return fileKey{}, fmt.Errorf("%s: already %d library files attached", path, len(t.files))
+	}
+	v, err := readABIVersion(path)
+	if err != nil {
+		return fileKey{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if v != abiVersion {
+		return fileKey{}, fmt.Errorf("%s: marker ABI version %d, this agent speaks %d", path, v, abiVersion)
+	}
+	ex, err := link.OpenExecutable(path)
+	if err != nil {
+		return fileKey{}, err
+	}
+	af := &attachedFile{path: path}
+	for _, p := range []struct {
+		sym  string
+		prog *ebpf.Program
+	}{
+		// Names first: once attached, a name announced in the meantime is
+		// seen before the launches that use it.
+		{"slurmscope_kernel_name", t.objs.KernelName},
+		{"slurmscope_kernel_records", t.objs.KernelRecords},
+		{"slurmscope_kernel_launch", t.objs.KernelLaunch},
+	} {
+		l, err := ex.Uprobe(p.sym, p.prog, nil) // pid 0: all processes, see the package doc
+		if err != nil {
+			for _, l := range af.links {
+				l.Close()
+			}
+			return fileKey{}, fmt.Errorf("%s: uprobe %s: %w", path, p.sym, err)
+		}
+		af.links = append(af.links, l)
+	}
+	t.files[fk] = af
+	return fk, nil
+}
+
+func (t *Tracer) readLoop() {
+	defer close(t.done)
+	var rec ringbuf.Record
+	var recs []kernelRecord
+	for {
+		// The probes wake the reader only when the ring is a quarter full;
+		// the deadline makes it poll the rest.
+		t.rd.SetDeadline(time.Now().Add(pollInterval))
+		err := t.rd.ReadInto(&rec)
+		switch {
+		case err == nil:
+			recs = t.handle(rec.RawSample, recs[:0])
+		case errors.Is(err, os.ErrDeadlineExceeded):
+		case errors.Is(err, ringbuf.ErrFlushed):
+			select {
+			case t.flushed <- struct{}{}:
+			default:
+			}
+		case errors.Is(err, os.ErrClosed):
+			return
+		default:
+			t.mu.Lock()
+			t.decodeErrors++
+			t.mu.Unlock()
+		}
+	}
+}
+
+// handle decodes one event into the joiner; recs is scratch space.
+func (t *Tracer) handle(b []byte, recs []kernelRecord) []kernelRecord {
+	now := t.opts.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h, err := decodeHeader(b)
+	if err == nil {
+		switch markersEventKind(h.kind) {
+		case markersEventKindEVENT_LAUNCH:
+			var e launchEvent
+			if e, err = decodeLaunch(h, b); err == nil {
+				t.join.launch(e, now)
+			}
+		case markersEventKindEVENT_RECORDS:
+			if recs, err = decodeRecords(recs, b); err == nil {
+				t.join.records(h, recs, now)
+			}
+		case markersEventKindEVENT_NAME:
+			var e nameEvent
+			if e, err = decodeName(h, b); err == nil {
+				t.join.name(e)
+			}
+		default:
+			err = fmt.Errorf("event kind %d", h.kind)
+		}
+	}
+	if err != nil {
+		t.decodeErrors++
+	}
+	return recs
+}
+
+// pollInterval is how often the reader looks at the ring buffer without
+// being woken.
+const pollInterval = 100 * time.Millisecond
+
+// flushWait bounds how long Drain waits for the reader to catch up.
+const flushWait = 5 * time.Second
+
+// Drain returns the GPU time joined since the previous Drain (or New) and
+// clears it, with the counters since New. Every event the probes emitted
+// before the call is included. Samples are sorted by process, then kernel,
+// device and stack.
+func (t *Tracer) Drain() ([]Sample, Stats, error) {
+	t.drainMu.Lock()
+	defer t.drainMu.Unlock()
+	t.mu.Lock()
+	closed := t.closed
+	t.mu.Unlock()
+	if closed {
+		return nil, Stats{}, errors.New("gpu tracer: closed")
+	}
+	// Make the reader consume everything committed so far, then wait for it
+	// to say so.
+	select {
+	case <-t.flushed:
+	default:
+	}
+	timedOut := false
+	if err := t.rd.Flush(); err == nil {
+		select {
+		case <-t.flushed:
+		case <-time.After(flushWait):
+			timedOut = true
+		}
+	}
+	bst, berr := t.bpfStats()
+
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if timedOut {
+		t.flushTimeout++
+	}
+	samples := t.join.drain(t.opts.Now(), t.alive)
+	st := t.statsLocked(bst)
+	if berr != nil {
+		berr = fmt.Errorf("gpu tracer: %w", berr)
+	}
+	return samples, st, berr
+}
+
+// alive reports whether a process still runs; an unreadable /proc keeps it.
+func (t *Tracer) alive(k procKey) bool {
+	st, err := readStartTicks(t.opts.ProcRoot, int(k.pid))
+	if err != nil {
+		return !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ESRCH)
+	}
+	return st == startTimeTicks(k.start)
+}
+
+func (t *Tracer) bpfStats() (Stats, error) {
+	var st Stats
+	fields := map[markersStatIndex]*uint64{
+		markersStatIndexSTAT_LAUNCHES:       &st.LaunchEvents,
+		markersStatIndexSTAT_RECORD_BATCHES: &st.RecordBatches,
+		markersStatIndexSTAT_NAMES:          &st.NameEvents,
+		markersStatIndexSTAT_STACK_ERRORS:   &st.StackErrors,
+		markersStatIndexSTAT_LOST_RINGBUF:   &st.LostRingBuffer,
+		markersStatIndexSTAT_BAD_ARGS:       &st.BadArgs,
+		markersStatIndexSTAT_READ_ERRORS:    &st.ReadErrors,
+		markersStatIndexSTAT_SKIPPED_SELF:   &st.SkippedSelf,
+	}
+	var perCPU []uint64
+	for idx, dst := range fields {
+		if err := t.objs.Stats.Lookup(uint32(idx), &perCPU); err != nil {
+			return st, fmt.Errorf("read stats: %w", err)
+		}
+		for _, v := range perCPU {
+			*dst += v
+		}
+	}
+	return st, nil
+}
+
+func (t *Tracer) statsLocked(st Stats) Stats {
+	j := t.join.st
+	st.DecodeErrors = t.decodeErrors
+	st.Records = j.Records
+	st.MatchedRecords, st.UnsampledRecords = j.MatchedRecords, j.UnsampledRecords
+	st.ExpiredLaunches, st.EvictedLaunches = j.ExpiredLaunches, j.EvictedLaunches
+	st.HeldRecords, st.ExpiredHeld, st.EvictedHeld = j.HeldRecords, j.ExpiredHeld, j.EvictedHeld
+	st.RejectedNames, st.DroppedNames = j.RejectedNames, j.DroppedNames
+	st.TruncatedStacks = j.TruncatedStacks
+	st.EvictedProcesses, st.ExitedProcesses = j.EvictedProcesses, j.ExitedProcesses
+	st.FlushTimeouts = t.flushTimeout
+	st.PendingLaunches = t.join.launches.Len()
+	st.Processes = len(t.join.procs)
+	st.Stacks = t.join.stacks.live()
+	t.attachMu.Lock()
+	st.AttachedFiles = len(t.files)
+	st.AttachErrors = t.attachErrors
+	t.attachMu.Unlock()
+	return st
+}
+
+// Close detaches every probe and unloads the programs. Traced processes are
+// unaffected: the markers are ordinary functions again. Undrained data is
+// discarded.
+func (t *Tracer) Close() error {
+	t.drainMu.Lock()
+	defer t.drainMu.Unlock()
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	t.mu.Unlock()
+
+	var errs []error
+	t.attachMu.Lock()
+	for _, f := range t.files {
+		for _, l := range f.links {
+			errs = append(errs, l.Close())
+		}
+	}
+	t.files = nil
+	t.attachMu.Unlock()
+	errs = append(errs, t.rd.Close())
+	<-t.done
+	errs = append(errs, t.objs.Close())
+	return errors.Join(errs...)
+}
