@@ -1,13 +1,38 @@
 //go:build mage
 
-// Mage targets. The Grafana plugin SDK's build targets join these when the
-// datasource backend lands; the agent needs none of them to build.
+// Mage targets. The agent needs none of them to build; the datasource
+// backend is built with the Grafana plugin SDK's targets, imported as
+// create-plugin does, pointed at grafana-plugin/ so that they run from the
+// repository root:
+//
+//	mage -v buildAll         # grafana-plugin/dist/gpx_slurmscope_<os>_<arch> for every platform
+//	mage -v sdk:build:linux  # one platform; `mage -l` lists the rest
 package main
 
 import (
 	"github.com/magefile/mage/mg"
 	"github.com/magefile/mage/sh"
+
+	// mage:import sdk
+	"github.com/grafana/grafana-plugin-sdk-go/build"
 )
+
+// The SDK reads src/plugin.json and builds ./pkg into dist/, relative to
+// the working directory; the plugin lives in grafana-plugin/.
+func init() {
+	err := build.SetBeforeBuildCallback(func(cfg build.Config) (build.Config, error) {
+		cfg.PluginJSONPath = "grafana-plugin/src"
+		cfg.RootPackagePath = "./grafana-plugin/cmd/slurmscope-datasource"
+		cfg.OutputBinaryPath = "grafana-plugin/dist"
+		return cfg, nil
+	})
+	if err != nil {
+		panic(err)
+	}
+}
+
+// BuildAll builds the datasource backend for every platform Grafana runs on.
+func BuildAll() { mg.Deps(build.BuildAll) }
 
 // Bench groups the benchmarks that need root and print ratios.
 type Bench mg.Namespace

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
+)
+
+func init() {
+	register("job", "summarise one job: nodes, GPUs, idle GPUs, top CPU functions and GPU kernels", jobCmd)
+}
+
+func jobCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("slurmscope job", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	pyroURL := fs.String("pyroscope-url", "", "Pyroscope base URL")
+	promURL := fs.String("prometheus-url", "", "Prometheus (or Mimir/Thanos) base URL")
+	tenant := fs.String("tenant", "", "X-Scope-OrgID sent to both")
+	since := fs.Duration("since", 24*time.Hour, "look back this far from --to")
+	toFlag := fs.String("to", "", "end of the range, RFC 3339 (default: now)")
+	timeout := fs.Duration("timeout", 30*time.Second, "per backend call")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `usage: slurmscope job <job id> [--pyroscope-url URL] [--prometheus-url URL] [--since 24h] [--json]
+
+Prints the job's nodes, per-GPU utilisation and memory (mean and max over
+the range), GPUs allocated to it that stayed idle, its top CPU functions
+and, where GPU kernel profiles exist, its top GPU kernels. It asks the
+same engine the Grafana datasource uses.
+
+`)
+		fs.PrintDefaults()
+	}
+	// Flags may come before or after the job id.
+	var pos []string
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return 0
+			}
+			return 2
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos, rest = append(pos, fs.Arg(0)), fs.Args()[1:]
+	}
+	if len(pos) != 1 || !isJobID(pos[0]) {
+		fmt.Fprintln(stderr, "slurmscope job: want exactly one job id (digits)")
+		fs.Usage()
+		return 2
+	}
+	if *pyroURL == "" && *promURL == "" {
+		fmt.Fprintln(stderr, "slurmscope job: give --pyroscope-url, --prometheus-url or both")
+		return 2
+	}
+	to := time.Now()
+	if *toFlag != "" {
+		t, err := time.Parse(time.RFC3339, *toFlag)
+		if err != nil {
+			fmt.Fprintf(stderr, "slurmscope job: --to: %v\n", err)
+			return 2
+		}
+		to = t
+	}
+	if *since <= 0 {
+		fmt.Fprintln(stderr, "slurmscope job: --since must be positive")
+		return 2
+	}
+	eng := &query.Engine{}
+	if *pyroURL != "" {
+		p, err := backends.NewPyroscope(backends.Config{URL: *pyroURL, TenantID: *tenant, Timeout: *timeout})
+		if err != nil {
+			fmt.Fprintf(stderr, "slurmscope job: %v\n", err)
+			return 2
+		}
+		eng.Profiles = p
+	}
+	if *promURL != "" {
+		p, err := backends.NewPrometheus(backends.Config{URL: *promURL, TenantID: *tenant, Timeout: *timeout})
+		if err != nil {
+			fmt.Fprintf(stderr, "slurmscope job: %v\n", err)
+			return 2
+		}
+		eng.Metrics = p
+	}
+	rep, err := eng.Job(context.Background(), pos[0], query.Range{From: to.Add(-*since), To: to, Step: time.Minute})
+	if err != nil {
+		fmt.Fprintf(stderr, "slurmscope job: %v\n", err)
+		return 1
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return 1
+		}
+		return 0
+	}
+	printJob(stdout, rep)
+	return 0
+}
+
+func isJobID(s string) bool {
+	if s == "" || len(s) > 20 {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func printJob(w io.Writer, r *query.JobReport) {
+	fmt.Fprintf(w, "job %s, %s to %s\n", r.JobID, r.From, r.To)
+	for _, warn := range r.Warnings {
+		fmt.Fprintf(w, "note: %s\n", warn)
+	}
+	if len(r.Nodes) == 0 {
+		fmt.Fprintln(w, "nodes: none seen in the range")
+	} else {
+		fmt.Fprintf(w, "nodes (%d): %s\n", len(r.Nodes), strings.Join(r.Nodes, ", "))
+	}
+	if len(r.GPUs) > 0 {
+		fmt.Fprintln(w, "\nGPUs:")
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  HOST\tGPU\tUUID\tUTIL MEAN\tUTIL MAX\tMEM MEAN\tMEM MAX\t")
+		for _, g := range r.GPUs {
+			idx := g.Index
+			if g.MIGInstance != "" {
+				idx += "/mig" + g.MIGInstance
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%.1f%%\t%.1f%%\t%s\t%s\t\n", g.Host, idx, g.UUID,
+				100*g.UtilMean, 100*g.UtilMax, bytesIEC(g.MemMeanBytes), bytesIEC(g.MemMaxBytes))
+		}
+		tw.Flush()
+	}
+	if len(r.IdleGPUs) > 0 {
+		fmt.Fprintf(w, "\nidle allocated GPUs (%d):\n", len(r.IdleGPUs))
+		for _, g := range r.IdleGPUs {
+			fmt.Fprintf(w, "  %s GPU %s (%s)\n", g.Host, g.Index, g.UUID)
+		}
+	}
+	printFuncs(w, fmt.Sprintf("top CPU functions (of %s CPU time)", seconds(r.CPUTotal)), r.TopCPU)
+	if r.GPUProfile != "" {
+		printFuncs(w, "top GPU kernels", r.TopKernels)
+	}
+}
+
+func printFuncs(w io.Writer, title string, fs []query.FuncStats) {
+	if len(fs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n%s:\n", title)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  SELF\tTOTAL\tFUNCTION\t")
+	for _, f := range fs {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t\n", seconds(f.Self), seconds(f.Total), f.Name)
+	}
+	tw.Flush()
+}
+
+func seconds(ns int64) string { return fmt.Sprintf("%.2fs", float64(ns)/1e9) }
+
+func bytesIEC(b float64) string {
+	const unit = 1024
+	if b < unit {
+		return fmt.Sprintf("%.0f B", b)
+	}
+	div, exp := float64(unit), 0
+	for n := b / unit; n >= unit; n /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", b/div, "KMGTPE"[exp])
+}

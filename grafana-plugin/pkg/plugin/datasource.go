@@ -1,0 +1,383 @@
+// Package plugin is the slurmscope Grafana datasource backend: settings,
+// query types, resources, health and job ownership on top of the query
+// engine.
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/grafana/grafana-plugin-sdk-go/backend"
+	"github.com/grafana/grafana-plugin-sdk-go/backend/instancemgmt"
+	"github.com/grafana/grafana-plugin-sdk-go/data"
+
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/filter"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/promql"
+	"github.com/slurmscope/slurmscope/schema"
+)
+
+// ID is the plugin id (src/plugin.json).
+const ID = "slurmscope-slurm-datasource"
+
+var (
+	_ backend.QueryDataHandler      = (*Datasource)(nil)
+	_ backend.CheckHealthHandler    = (*Datasource)(nil)
+	_ backend.CallResourceHandler   = (*Datasource)(nil)
+	_ instancemgmt.InstanceDisposer = (*Datasource)(nil)
+)
+
+// pinger is a backend that can say whether it answers.
+type pinger interface{ Ping(context.Context) error }
+
+// Datasource is one configured slurmscope datasource.
+type Datasource struct {
+	settings Settings
+	engine   *query.Engine
+	// Health checks; nil where the backend is not configured.
+	pyroscope, prometheus pinger
+	// Configuration errors, reported by CheckHealth and every query.
+	pyroscopeErr, prometheusErr error
+	closers                     []func()
+}
+
+// NewDatasource is the instance factory datasource.Manage calls.
+func NewDatasource(_ context.Context, s backend.DataSourceInstanceSettings) (instancemgmt.Instance, error) {
+	set, err := ParseSettings(s)
+	if err != nil {
+		return nil, err
+	}
+	return New(set, s.DecryptedSecureJSONData), nil
+}
+
+// New builds a datasource from parsed settings and decrypted secrets. A
+// misconfigured backend does not fail the instance: CheckHealth and each
+// query then say what is wrong.
+func New(set Settings, secrets map[string]string) *Datasource {
+	d := &Datasource{settings: set, engine: &query.Engine{}}
+	if set.Pyroscope.URL != "" {
+		cfg, err := set.backendConfig("pyroscope", set.Pyroscope, secrets)
+		if err == nil {
+			var p *backends.Pyroscope
+			if p, err = backends.NewPyroscope(cfg); err == nil {
+				d.engine.Profiles, d.pyroscope = p, p
+			}
+		}
+		d.pyroscopeErr = err
+	}
+	if set.Prometheus.URL != "" {
+		cfg, err := set.backendConfig("prometheus", set.Prometheus, secrets)
+		if err == nil {
+			var p *backends.Prometheus
+			if p, err = backends.NewPrometheus(cfg); err == nil {
+				d.engine.Metrics, d.prometheus = p, p
+			}
+		}
+		d.prometheusErr = err
+	}
+	return d
+}
+
+// NewWith builds a datasource on given backends; tests fake them by hand.
+func NewWith(set Settings, profiles query.Profiles, metrics query.Metrics) *Datasource {
+	if set.DefaultProfileType == "" {
+		set.DefaultProfileType = query.CPUProfileType
+	}
+	return &Datasource{settings: set, engine: &query.Engine{Profiles: profiles, Metrics: metrics}}
+}
+
+// Dispose is called when the settings change; nothing holds resources
+// beyond idle connections, which the clients' transports drop.
+func (d *Datasource) Dispose() {}
+
+// scope decides what the request's user may see.
+func (d *Datasource) scope(pc backend.PluginContext, f *filter.Filter) query.Scope {
+	s := query.Scope{Filter: f}
+	o := d.settings.Ownership
+	if !o.Enabled {
+		return s
+	}
+	u := pc.User
+	if u != nil && (u.Role == "Admin" || u.Login != "" && slices.Contains(o.AllowUsers, u.Login)) {
+		return s
+	}
+	s.Restricted = true
+	if u != nil {
+		s.Owner = u.Login
+	}
+	return s
+}
+
+// QueryData answers each query on its own: a failing query puts its error
+// in its own response and the others still answer.
+func (d *Datasource) QueryData(ctx context.Context, req *backend.QueryDataRequest) (*backend.QueryDataResponse, error) {
+	resp := backend.NewQueryDataResponse()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, q := range req.Queries {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := d.query(ctx, req.PluginContext, q)
+			mu.Lock()
+			resp.Responses[q.RefID] = r
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return resp, nil
+}
+
+func (d *Datasource) query(ctx context.Context, pc backend.PluginContext, q backend.DataQuery) (resp backend.DataResponse) {
+	// Nothing a query carries may take the plugin down.
+	defer func() {
+		if p := recover(); p != nil {
+			resp = backend.ErrDataResponse(backend.StatusInternal, fmt.Sprintf("internal error: %v", p))
+		}
+	}()
+	m, err := parseModel(q)
+	if err != nil {
+		return backend.ErrDataResponse(backend.StatusBadRequest, err.Error())
+	}
+	f, err := filter.Compile(m.Filter)
+	if err != nil {
+		return backend.ErrDataResponse(backend.StatusBadRequest, "filter: "+err.Error())
+	}
+	frames, err := d.run(ctx, d.scope(pc, f), m, queryRange(q))
+	if err != nil {
+		return errorResponse(err)
+	}
+	for _, fr := range frames {
+		fr.RefID = q.RefID
+	}
+	return backend.DataResponse{Frames: frames}
+}
+
+// badRequest marks an error in the query itself (not in a backend).
+type badRequest struct{ error }
+
+func errorResponse(err error) backend.DataResponse {
+	var br badRequest
+	var be *backends.Error
+	switch {
+	case errors.As(err, &br), errors.Is(err, query.ErrNoLogin):
+		return backend.ErrDataResponseWithSource(backend.StatusBadRequest, backend.ErrorSourceDownstream, err.Error())
+	case errors.As(err, &be) && be.Status >= 400 && be.Status < 500:
+		return backend.ErrDataResponseWithSource(backend.StatusBadRequest, backend.ErrorSourceDownstream, err.Error())
+	case errors.As(err, &be) && strings.Contains(be.Msg, "timed out"):
+		return backend.ErrDataResponseWithSource(backend.StatusTimeout, backend.ErrorSourceDownstream, err.Error())
+	case errors.As(err, &be):
+		return backend.ErrDataResponseWithSource(backend.StatusBadGateway, backend.ErrorSourceDownstream, err.Error())
+	case errors.Is(err, query.ErrNoPyroscope), errors.Is(err, query.ErrNoPrometheus):
+		return backend.ErrDataResponseWithSource(backend.StatusBadRequest, backend.ErrorSourcePlugin, err.Error())
+	}
+	return backend.ErrDataResponse(backend.StatusInternal, err.Error())
+}
+
+func (d *Datasource) configErr(needPyroscope, needPrometheus bool) error {
+	if needPyroscope && d.pyroscopeErr != nil {
+		return badRequest{d.pyroscopeErr}
+	}
+	if needPrometheus && d.prometheusErr != nil {
+		return badRequest{d.prometheusErr}
+	}
+	return nil
+}
+
+func (d *Datasource) run(ctx context.Context, scope query.Scope, m Model, r query.Range) (data.Frames, error) {
+	pt := m.ProfileType
+	if pt == "" {
+		pt = d.settings.DefaultProfileType
+	}
+	switch m.QueryType {
+	case TypeFlamegraph:
+		if err := d.configErr(true, false); err != nil {
+			return nil, err
+		}
+		t, err := d.engine.FlameGraph(ctx, scope, pt, r, m.MaxNodes)
+		if err != nil {
+			return nil, err
+		}
+		return data.Frames{t.Frame("flamegraph", profileUnit(pt))}, nil
+	case TypeProfileSeries:
+		if err := d.configErr(true, false); err != nil {
+			return nil, err
+		}
+		gb, err := attributes(m.GroupBy)
+		if err != nil {
+			return nil, badRequest{err}
+		}
+		ss, err := d.engine.ProfileSeries(ctx, scope, pt, gb, r)
+		if err != nil {
+			return nil, err
+		}
+		return query.SeriesFrames("profile", profileUnit(pt), ss), nil
+	case TypeGPUMetric:
+		if err := d.configErr(false, true); err != nil {
+			return nil, err
+		}
+		gq, err := gpuQuery(m)
+		if err != nil {
+			return nil, badRequest{err}
+		}
+		ss, err := d.engine.GPUMetric(ctx, scope, gq, r)
+		if err != nil {
+			return nil, err
+		}
+		return query.SeriesFrames(gq.Metric.Name, gq.Metric.Unit, ss), nil
+	case TypeTopEntities:
+		ent := m.Entity
+		if ent == "" {
+			ent = schema.JobID.Name
+		}
+		ea, err := attributes([]string{ent})
+		if err != nil {
+			return nil, badRequest{err}
+		}
+		rank, err := query.ParseRank(m.RankBy)
+		if err != nil {
+			return nil, badRequest{err}
+		}
+		if err := d.configErr(rank != query.ByGPUUtilization, rank == query.ByGPUUtilization); err != nil {
+			return nil, err
+		}
+		limit := m.Limit
+		if limit == 0 {
+			limit = 10
+		}
+		rs, err := d.engine.TopEntities(ctx, scope, ea[0], rank, r, limit)
+		if err != nil {
+			return nil, err
+		}
+		return data.Frames{query.RankedFrame("top", ea[0].Name, rank.Unit(), rs)}, nil
+	case TypeAttributeValues:
+		as, err := attributes([]string{m.Attribute})
+		if err != nil {
+			return nil, badRequest{err}
+		}
+		if err := d.configErr(true, true); err != nil {
+			return nil, err
+		}
+		vs, err := d.engine.AttributeValues(ctx, scope, as[0], r)
+		if err != nil {
+			return nil, err
+		}
+		return data.Frames{query.ValuesFrame(as[0].Name, vs)}, nil
+	}
+	return nil, badRequest{fmt.Errorf("unknown queryType %q: want %s, %s, %s, %s or %s", m.QueryType,
+		TypeFlamegraph, TypeProfileSeries, TypeGPUMetric, TypeTopEntities, TypeAttributeValues)}
+}
+
+func gpuQuery(m Model) (query.GPUQuery, error) {
+	name := m.Metric
+	if name == "" {
+		name = "slurmscope_job_gpu_utilization_ratio"
+	}
+	metric, ok := promql.Lookup(name)
+	if !ok {
+		return query.GPUQuery{}, fmt.Errorf("unknown metric %q", name)
+	}
+	agg, err := promql.ParseAgg(m.Aggregation, metric.Agg)
+	if err != nil {
+		return query.GPUQuery{}, err
+	}
+	gb, err := attributes(m.GroupBy)
+	if err != nil {
+		return query.GPUQuery{}, err
+	}
+	var window time.Duration
+	if m.Window != "" {
+		if window, err = time.ParseDuration(m.Window); err != nil || window < time.Second || window > 366*24*time.Hour {
+			return query.GPUQuery{}, fmt.Errorf("window %q: want a duration from 1s to 366 days, like 30m", m.Window)
+		}
+	}
+	return query.GPUQuery{Metric: metric, Agg: agg, GroupBy: gb, Window: window}, nil
+}
+
+// profileUnit maps a profile type's sample unit to a Grafana unit.
+func profileUnit(profileType string) string {
+	parts := strings.Split(profileType, ":")
+	if len(parts) < 3 {
+		return ""
+	}
+	switch parts[2] {
+	case "nanoseconds":
+		return "ns"
+	case "bytes":
+		return "bytes"
+	}
+	return "short"
+}
+
+// CheckHealth checks each configured backend and says which one failed.
+func (d *Datasource) CheckHealth(ctx context.Context, _ *backend.CheckHealthRequest) (*backend.CheckHealthResult, error) {
+	type result struct {
+		name, url string
+		cfgErr    error
+		p         pinger
+		err       error
+	}
+	rs := []*result{
+		{name: "Pyroscope", url: d.settings.Pyroscope.URL, cfgErr: d.pyroscopeErr, p: d.pyroscope},
+		{name: "Prometheus", url: d.settings.Prometheus.URL, cfgErr: d.prometheusErr, p: d.prometheus},
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, r := range rs {
+		if r.cfgErr != nil || r.p == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); r.err = r.p.Ping(ctx) }()
+	}
+	wg.Wait()
+	var msgs []string
+	status, configured := backend.HealthStatusOk, 0
+	for _, r := range rs {
+		switch {
+		case r.url == "":
+			msgs = append(msgs, r.name+": not configured")
+			continue
+		case r.cfgErr != nil:
+			msgs = append(msgs, fmt.Sprintf("%s settings are invalid: %v", r.name, r.cfgErr))
+			status = backend.HealthStatusError
+		case r.err != nil:
+			msgs = append(msgs, fmt.Sprintf("%s at %s failed: %v", r.name, r.url, r.err))
+			status = backend.HealthStatusError
+		default:
+			msgs = append(msgs, fmt.Sprintf("%s at %s: OK", r.name, r.url))
+		}
+		configured++
+	}
+	if configured == 0 {
+		return &backend.CheckHealthResult{Status: backend.HealthStatusError,
+			Message: "Neither a Pyroscope URL nor a Prometheus URL is configured"}, nil
+	}
+	if o := d.settings.Ownership; o.Enabled && len(o.AllowTeams) > 0 {
+		msgs = append(msgs, "Note: team allow-lists are not enforced (Grafana does not tell plugins a user's teams); list users instead")
+	}
+	return &backend.CheckHealthResult{Status: status, Message: strings.Join(msgs, "; ")}, nil
+}
+
+// statusFor maps an engine error to an HTTP status for resource calls.
+func statusFor(err error) int {
+	var br badRequest
+	var be *backends.Error
+	switch {
+	case errors.As(err, &br), errors.Is(err, query.ErrNoLogin):
+		return http.StatusBadRequest
+	case errors.As(err, &be) && strings.Contains(be.Msg, "timed out"):
+		return http.StatusGatewayTimeout
+	case errors.As(err, &be):
+		return http.StatusBadGateway
+	}
+	return http.StatusInternalServerError
+}

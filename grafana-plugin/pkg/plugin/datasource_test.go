@@ -1,0 +1,303 @@
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/grafana/grafana-plugin-sdk-go/backend"
+	"github.com/grafana/grafana-plugin-sdk-go/data"
+	querierv1 "github.com/grafana/pyroscope/api/gen/proto/go/querier/v1"
+	typesv1 "github.com/grafana/pyroscope/api/gen/proto/go/types/v1"
+
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/flame"
+	"github.com/slurmscope/slurmscope/schema"
+)
+
+// fakeProfiles records the selectors it is asked for and answers a fixed
+// one-frame graph per call.
+type fakeProfiles struct {
+	mu   sync.Mutex
+	sels []string
+	err  error
+}
+
+func (f *fakeProfiles) record(s ...string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sels = append(f.sels, s...)
+	return f.err
+}
+
+func (f *fakeProfiles) MergeStacktraces(_ context.Context, _, sel string, _, _ time.Time, _ int64) (*querierv1.FlameGraph, error) {
+	if err := f.record(sel); err != nil {
+		return nil, err
+	}
+	t := flame.New()
+	t.Add([]string{"main", "work"}, 10)
+	return t.Flamegraph(), nil
+}
+
+func (f *fakeProfiles) SelectSeries(_ context.Context, _, sel string, groupBy []string, start, _ time.Time, _ time.Duration) ([]*typesv1.Series, error) {
+	if err := f.record(sel); err != nil {
+		return nil, err
+	}
+	s := &typesv1.Series{Points: []*typesv1.Point{{Timestamp: start.UnixMilli(), Value: 5}}}
+	for _, g := range groupBy {
+		s.Labels = append(s.Labels, &typesv1.LabelPair{Name: g, Value: "v"})
+	}
+	return []*typesv1.Series{s}, nil
+}
+
+func (f *fakeProfiles) LabelValues(_ context.Context, _ string, sels []string, _, _ time.Time) ([]string, error) {
+	return []string{"1"}, f.record(sels...)
+}
+
+func (f *fakeProfiles) ProfileTypes(context.Context, time.Time, time.Time) ([]*typesv1.ProfileType, error) {
+	return []*typesv1.ProfileType{{ID: "process_cpu:cpu:nanoseconds:cpu:nanoseconds", Name: "process_cpu", SampleType: "cpu"}}, f.record()
+}
+
+type fakeMetrics struct {
+	mu    sync.Mutex
+	exprs []string
+}
+
+func (f *fakeMetrics) record(s ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.exprs = append(f.exprs, s...)
+}
+
+func (f *fakeMetrics) QueryRange(_ context.Context, expr string, start, _ time.Time, _ time.Duration) ([]backends.PromSeries, error) {
+	f.record(expr)
+	return []backends.PromSeries{{Labels: map[string]string{schema.JobUser.Label: "alice"}, Samples: []backends.Sample{{T: start, V: 0.5}}}}, nil
+}
+
+func (f *fakeMetrics) Query(_ context.Context, expr string, at time.Time) ([]backends.PromSeries, error) {
+	f.record(expr)
+	return nil, nil
+}
+
+func (f *fakeMetrics) LabelValues(_ context.Context, _ string, sels []string, _, _ time.Time) ([]string, error) {
+	f.record(sels...)
+	return []string{"2"}, nil
+}
+
+func dataQuery(refID string, model any) backend.DataQuery {
+	b, _ := json.Marshal(model)
+	now := time.Now()
+	return backend.DataQuery{RefID: refID, JSON: b, Interval: 15 * time.Second, MaxDataPoints: 100,
+		TimeRange: backend.TimeRange{From: now.Add(-time.Hour), To: now}}
+}
+
+var owned = Settings{Ownership: Ownership{Enabled: true, AllowUsers: []string{"carol"}}}
+
+// Every call a restricted user causes carries their login, whatever the
+// filter says; admins and allow-listed users are not narrowed.
+func TestOwnershipIsEnforcedOnEveryCall(t *testing.T) {
+	userMatcher := func(login string) string { return schema.JobUser.Label + `="` + login + `"` }
+	for _, tc := range []struct {
+		user       *backend.User
+		restricted bool
+	}{
+		{&backend.User{Login: "alice", Role: "Viewer"}, true},
+		{&backend.User{Login: "bob", Role: "Editor"}, true},
+		{&backend.User{Login: "root", Role: "Admin"}, false},
+		{&backend.User{Login: "carol", Role: "Viewer"}, false},
+	} {
+		p, m := &fakeProfiles{}, &fakeMetrics{}
+		d := NewWith(owned, p, m)
+		pc := backend.PluginContext{User: tc.user}
+		escape := `slurm.job.user == "mallory" || true || !(slurm.job.id == "1")`
+		resp, err := d.QueryData(context.Background(), &backend.QueryDataRequest{PluginContext: pc, Queries: []backend.DataQuery{
+			dataQuery("A", Model{QueryType: TypeFlamegraph, Filter: escape}),
+			dataQuery("B", Model{QueryType: TypeProfileSeries, Filter: escape, GroupBy: []string{"slurm.job.user"}}),
+			dataQuery("C", Model{QueryType: TypeGPUMetric, Filter: escape, GroupBy: []string{"slurm.job.user"}}),
+			dataQuery("D", Model{QueryType: TypeAttributeValues, Filter: escape, Attribute: "slurm.job.id"}),
+			dataQuery("E", Model{QueryType: TypeTopEntities, Filter: escape, Entity: "slurm.job.user"}),
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for ref, r := range resp.Responses {
+			if r.Error != nil {
+				t.Errorf("%s %s: %v", tc.user.Login, ref, r.Error)
+			}
+		}
+		req := &backend.CallResourceRequest{PluginContext: pc, Path: "values", Method: http.MethodGet,
+			URL: "values?attribute=slurm.job.user&filter=true"}
+		if status, _ := d.resource(context.Background(), req); status != http.StatusOK {
+			t.Errorf("%s /values: %d", tc.user.Login, status)
+		}
+		calls := append(append([]string(nil), p.sels...), m.exprs...)
+		if len(calls) < 6 {
+			t.Fatalf("%s: only %d backend calls", tc.user.Login, len(calls))
+		}
+		for _, c := range calls {
+			if has := strings.Contains(c, userMatcher(tc.user.Login)); has != tc.restricted {
+				t.Errorf("%s (restricted %v) sent %s", tc.user.Login, tc.restricted, c)
+			}
+		}
+	}
+}
+
+func TestOwnershipWithoutLoginSeesNothing(t *testing.T) {
+	p := &fakeProfiles{}
+	d := NewWith(owned, p, &fakeMetrics{})
+	for _, u := range []*backend.User{nil, {Role: "Viewer"}} {
+		resp, err := d.QueryData(context.Background(), &backend.QueryDataRequest{PluginContext: backend.PluginContext{User: u},
+			Queries: []backend.DataQuery{dataQuery("A", Model{QueryType: TypeFlamegraph})}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := resp.Responses["A"]; r.Error == nil || r.Status != backend.StatusBadRequest {
+			t.Errorf("user %+v: %v %v", u, r.Status, r.Error)
+		}
+	}
+	if len(p.sels) != 0 {
+		t.Errorf("backend asked %v", p.sels)
+	}
+}
+
+// Garbage in one query fails that query only, never the request, and
+// never panics.
+func TestGarbageQueries(t *testing.T) {
+	d := NewWith(Settings{}, &fakeProfiles{}, &fakeMetrics{})
+	garbage := []string{`{`, `[]`, `"x"`, `{"queryType":7}`, `{"maxNodes":-1}`, `{"maxNodes":1e12}`,
+		`{"queryType":"gpuMetric","window":"-5m"}`, `{"queryType":"gpuMetric","aggregation":"median"}`,
+		`{"queryType":"topEntities","rankBy":"x"}`, `{"queryType":"topEntities","entity":"uid"}`,
+		`{"queryType":"attributeValues"}`, `{"queryType":"profileSeries","groupBy":["nope"]}`,
+		`{"filter":"slurm.job.id ==="}`, `{"filter":"\xff"}`, `{"limit":-3,"queryType":"topEntities"}`}
+	var qs []backend.DataQuery
+	for i, g := range garbage {
+		q := dataQuery(string(rune('a'+i)), nil)
+		q.JSON = []byte(g)
+		qs = append(qs, q)
+	}
+	qs = append(qs, dataQuery("ok", Model{QueryType: TypeFlamegraph}))
+	resp, err := d.QueryData(context.Background(), &backend.QueryDataRequest{Queries: qs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range garbage {
+		if r := resp.Responses[string(rune('a'+i))]; r.Error == nil {
+			t.Errorf("%s: no error", g)
+		}
+	}
+	if r := resp.Responses["ok"]; r.Error != nil || len(r.Frames) != 1 {
+		t.Errorf("the good query: %v", r.Error)
+	}
+}
+
+func TestBackendErrorsStayInTheResponse(t *testing.T) {
+	p := &fakeProfiles{err: &backends.Error{Backend: "pyroscope", Status: 503, Msg: "HTTP 503 Service Unavailable"}}
+	d := NewWith(Settings{}, p, nil)
+	resp, err := d.QueryData(context.Background(), &backend.QueryDataRequest{Queries: []backend.DataQuery{
+		dataQuery("A", Model{QueryType: TypeFlamegraph}), dataQuery("B", Model{QueryType: TypeGPUMetric})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := resp.Responses["A"]; r.Status != backend.StatusBadGateway || !strings.Contains(r.Error.Error(), "503") {
+		t.Errorf("A: %v %v", r.Status, r.Error)
+	}
+	if r := resp.Responses["B"]; r.Error == nil || !strings.Contains(r.Error.Error(), "Prometheus") {
+		t.Errorf("B without Prometheus: %v", r.Error)
+	}
+}
+
+func TestFlamegraphFrame(t *testing.T) {
+	d := NewWith(Settings{}, &fakeProfiles{}, nil)
+	resp, _ := d.QueryData(context.Background(), &backend.QueryDataRequest{Queries: []backend.DataQuery{
+		dataQuery("A", Model{QueryType: TypeFlamegraph, Filter: `host.name in ["a", "b"] || slurm.job.id == "3"`})}})
+	r := resp.Responses["A"]
+	if r.Error != nil {
+		t.Fatal(r.Error)
+	}
+	f := r.Frames[0]
+	if f.RefID != "A" || f.Meta.PreferredVisualization != data.VisTypeFlameGraph {
+		t.Errorf("frame %s meta %+v", f.RefID, f.Meta)
+	}
+	tr, ok := flame.FromFrame(f)
+	if !ok {
+		t.Fatal("not a nested set")
+	}
+	// Each disjoint selector answered 10; the graph is their sum.
+	if sels := len(d.engine.Profiles.(*fakeProfiles).sels); tr.Total() != int64(10*sels) || sels < 2 {
+		t.Errorf("total %d over %d selectors", tr.Total(), sels)
+	}
+}
+
+func TestResources(t *testing.T) {
+	d := NewWith(Settings{}, &fakeProfiles{}, &fakeMetrics{})
+	for _, tc := range []struct {
+		url    string
+		status int
+		want   string
+	}{
+		{"attributes", 200, `"slurm.job.id"`},
+		{"validate?filter=slurm.job.id+%3D%3D+%221%22", 200, `"ok":true`},
+		{"validate?filter=slurm.job.uid+%3D%3D+1", 200, `"column":1`},
+		{"values?attribute=slurm.job.id", 200, `"values":["1","2"]`},
+		{"values?attribute=nope", 400, `unknown attribute`},
+		{"values?attribute=host.name&from=x", 400, `milliseconds`},
+		{"profile-types", 200, `process_cpu`},
+		{"nope", 404, `no resource`},
+	} {
+		path, _, _ := strings.Cut(tc.url, "?")
+		var got backend.CallResourceResponse
+		err := d.CallResource(context.Background(), &backend.CallResourceRequest{Path: path, Method: http.MethodGet, URL: tc.url},
+			backend.CallResourceResponseSenderFunc(func(r *backend.CallResourceResponse) error { got = *r; return nil }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status != tc.status || !strings.Contains(string(got.Body), tc.want) {
+			t.Errorf("%s: %d %s", tc.url, got.Status, got.Body)
+		}
+	}
+}
+
+func TestCheckHealthNamesTheFailingBackend(t *testing.T) {
+	d := New(Settings{Pyroscope: BackendSettings{URL: "http://127.0.0.1:1"}, Prometheus: BackendSettings{URL: "ftp://x"}}, nil)
+	res, err := d.CheckHealth(context.Background(), &backend.CheckHealthRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != backend.HealthStatusError || !strings.Contains(res.Message, "Pyroscope at http://127.0.0.1:1 failed") ||
+		!strings.Contains(res.Message, "Prometheus settings are invalid") {
+		t.Errorf("%v: %s", res.Status, res.Message)
+	}
+	res, _ = New(Settings{}, nil).CheckHealth(context.Background(), &backend.CheckHealthRequest{})
+	if res.Status != backend.HealthStatusError {
+		t.Errorf("nothing configured: %v %s", res.Status, res.Message)
+	}
+}
+
+func TestSettings(t *testing.T) {
+	s, err := ParseSettings(backend.DataSourceInstanceSettings{JSONData: []byte(`{
+		"pyroscope": {"url": "https://p", "auth": "bearer", "tlsWithCACert": true},
+		"prometheus": {"url": "http://m", "auth": "basic", "basicAuthUser": "u", "tenantId": "t2"},
+		"tenantId": "t1", "jobOwnership": {"enabled": true, "allowUsers": ["x"]}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := map[string]string{"pyroscopeBearerToken": "tok", "prometheusBasicAuthPassword": "pw", "pyroscopeTlsCACert": "pem"}
+	pc, err := s.backendConfig("pyroscope", s.Pyroscope, secrets)
+	if err != nil || pc.BearerToken != "tok" || pc.TenantID != "t1" || pc.TLS.CACert != "pem" {
+		t.Errorf("pyroscope: %+v %v", pc, err)
+	}
+	mc, err := s.backendConfig("prometheus", s.Prometheus, secrets)
+	if err != nil || mc.BasicUser != "u" || mc.BasicPassword != "pw" || mc.TenantID != "t2" {
+		t.Errorf("prometheus: %+v %v", mc, err)
+	}
+	if _, err := s.backendConfig("pyroscope", s.Pyroscope, nil); err == nil {
+		t.Error("bearer auth without a token accepted")
+	}
+	if s.DefaultProfileType == "" || !s.Ownership.Enabled {
+		t.Errorf("%+v", s)
+	}
+}

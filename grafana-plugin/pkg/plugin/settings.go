@@ -1,0 +1,108 @@
+package plugin
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/grafana/grafana-plugin-sdk-go/backend"
+
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
+)
+
+// Settings is the datasource's jsonData; secrets come from secureJsonData
+// under the keys named in secretKeys.
+type Settings struct {
+	Pyroscope  BackendSettings `json:"pyroscope"`
+	Prometheus BackendSettings `json:"prometheus"`
+	// TenantID is sent as X-Scope-OrgID to both, unless a backend sets its own.
+	TenantID string `json:"tenantId"`
+	// DefaultProfileType is used by queries that name none.
+	DefaultProfileType string `json:"defaultProfileType"`
+	// TimeoutSeconds bounds each backend call (default 30).
+	TimeoutSeconds int       `json:"timeoutSeconds"`
+	Ownership      Ownership `json:"jobOwnership"`
+}
+
+// BackendSettings is one backend's connection.
+type BackendSettings struct {
+	URL      string `json:"url"`
+	TenantID string `json:"tenantId"`
+	// Auth is "", "basic" or "bearer".
+	Auth          string `json:"auth"`
+	BasicUser     string `json:"basicAuthUser"`
+	TLSSkipVerify bool   `json:"tlsSkipVerify"`
+	TLSServerName string `json:"tlsServerName"`
+	TLSClientAuth bool   `json:"tlsClientAuth"`
+	TLSWithCACert bool   `json:"tlsWithCACert"`
+}
+
+// Ownership is the opt-in "users see only their own jobs".
+type Ownership struct {
+	Enabled bool `json:"enabled"`
+	// Users and Teams (logins, team names) see every job, like admins.
+	AllowUsers []string `json:"allowUsers"`
+	AllowTeams []string `json:"allowTeams"`
+}
+
+// Secret keys in secureJsonData, per backend: "<backend><Key>", e.g.
+// pyroscopeBasicAuthPassword, prometheusBearerToken, pyroscopeTlsCACert.
+const (
+	keyBasicPassword = "BasicAuthPassword"
+	keyBearer        = "BearerToken"
+	keyCACert        = "TlsCACert"
+	keyClientCert    = "TlsClientCert"
+	keyClientKey     = "TlsClientKey"
+)
+
+// ParseSettings reads a datasource instance's settings.
+func ParseSettings(s backend.DataSourceInstanceSettings) (Settings, error) {
+	var out Settings
+	if len(s.JSONData) > 0 {
+		if err := json.Unmarshal(s.JSONData, &out); err != nil {
+			return Settings{}, fmt.Errorf("datasource settings: %w", err)
+		}
+	}
+	// A datasource created with only its main URL field set treats that
+	// URL as Pyroscope's.
+	if out.Pyroscope.URL == "" {
+		out.Pyroscope.URL = s.URL
+	}
+	if out.DefaultProfileType == "" {
+		out.DefaultProfileType = query.CPUProfileType
+	}
+	return out, nil
+}
+
+// backendConfig builds one backend's client configuration; name is
+// "pyroscope" or "prometheus", the prefix of its secrets.
+func (s Settings) backendConfig(name string, b BackendSettings, secrets map[string]string) (backends.Config, error) {
+	c := backends.Config{URL: b.URL, TenantID: b.TenantID, Timeout: time.Duration(s.TimeoutSeconds) * time.Second}
+	if c.TenantID == "" {
+		c.TenantID = s.TenantID
+	}
+	switch b.Auth {
+	case "":
+	case "basic":
+		if b.BasicUser == "" {
+			return c, fmt.Errorf("%s: basic auth needs a user", name)
+		}
+		c.BasicUser, c.BasicPassword = b.BasicUser, secrets[name+keyBasicPassword]
+	case "bearer":
+		c.BearerToken = secrets[name+keyBearer]
+		if c.BearerToken == "" {
+			return c, fmt.Errorf("%s: bearer auth needs a token (%s%s)", name, name, keyBearer)
+		}
+	default:
+		return c, fmt.Errorf("%s: auth %q: want basic or bearer", name, b.Auth)
+	}
+	c.TLS = backends.TLS{ServerName: b.TLSServerName, InsecureSkipVerify: b.TLSSkipVerify}
+	if b.TLSWithCACert {
+		c.TLS.CACert = secrets[name+keyCACert]
+	}
+	if b.TLSClientAuth {
+		c.TLS.ClientCert, c.TLS.ClientKey = secrets[name+keyClientCert], secrets[name+keyClientKey]
+	}
+	return c, nil
+}

@@ -1,0 +1,156 @@
+// Package backends holds the HTTP clients of the query engine: Pyroscope's
+// Connect querier API and Prometheus' HTTP API, with the tenant header,
+// basic or bearer auth and TLS that a datasource's settings ask for.
+//
+// Every error says which backend failed and why in words a Grafana user can
+// act on: refused, timed out, HTTP status with the server's message.
+package backends
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// TenantHeader carries the tenant to multi-tenant Pyroscope and Mimir.
+const TenantHeader = "X-Scope-OrgID"
+
+// Config is how to reach one backend.
+type Config struct {
+	URL      string
+	TenantID string
+	// Basic auth when BasicUser is set, else bearer when BearerToken is.
+	BasicUser, BasicPassword string
+	BearerToken              string
+	TLS                      TLS
+	Timeout                  time.Duration // per call; 0 means 30 s
+}
+
+// TLS holds PEM contents, as Grafana's secureJsonData carries them.
+type TLS struct {
+	CACert                string
+	ClientCert, ClientKey string
+	ServerName            string
+	InsecureSkipVerify    bool
+}
+
+// DefaultTimeout bounds a backend call when the settings do not.
+const DefaultTimeout = 30 * time.Second
+
+func (c Config) timeout() time.Duration {
+	if c.Timeout > 0 {
+		return c.Timeout
+	}
+	return DefaultTimeout
+}
+
+// httpClient builds the client for c; name prefixes its errors.
+func (c Config) httpClient(name string) (*http.Client, *url.URL, error) {
+	u, err := url.Parse(strings.TrimRight(c.URL, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, nil, fmt.Errorf("%s: URL %q is not an http(s) URL", name, c.URL)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if u.Scheme == "https" || c.TLS != (TLS{}) {
+		tc, err := c.TLS.build()
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", name, err)
+		}
+		tr.TLSClientConfig = tc
+	}
+	return &http.Client{Transport: &authTransport{cfg: c, next: tr}}, u, nil
+}
+
+func (t TLS) build() (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // opt-in setting
+	if t.CACert != "" {
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM([]byte(t.CACert)) {
+			return nil, errors.New("TLS CA certificate: no PEM certificate")
+		}
+		tc.RootCAs = pool
+	}
+	if (t.ClientCert == "") != (t.ClientKey == "") {
+		return nil, errors.New("TLS client authentication needs both a certificate and a key")
+	}
+	if t.ClientCert != "" {
+		cert, err := tls.X509KeyPair([]byte(t.ClientCert), []byte(t.ClientKey))
+		if err != nil {
+			return nil, fmt.Errorf("TLS client certificate: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+// authTransport adds the tenant and credentials to every request.
+type authTransport struct {
+	cfg  Config
+	next http.RoundTripper
+}
+
+func (t *authTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	if t.cfg.TenantID != "" {
+		r.Header.Set(TenantHeader, t.cfg.TenantID)
+	}
+	switch {
+	case t.cfg.BasicUser != "":
+		r.SetBasicAuth(t.cfg.BasicUser, t.cfg.BasicPassword)
+	case t.cfg.BearerToken != "":
+		r.Header.Set("Authorization", "Bearer "+t.cfg.BearerToken)
+	}
+	return t.next.RoundTrip(r)
+}
+
+// Error is a failed backend call.
+type Error struct {
+	Backend string // "pyroscope" or "prometheus"
+	Status  int    // HTTP status, 0 if none came back
+	Msg     string
+	Err     error
+}
+
+func (e *Error) Error() string { return e.Backend + ": " + e.Msg }
+func (e *Error) Unwrap() error { return e.Err }
+
+// transportError words a failure that left no HTTP answer.
+func transportError(backend string, timeout time.Duration, err error) *Error {
+	var ne net.Error
+	var oe *net.OpError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+		return &Error{Backend: backend, Msg: fmt.Sprintf("no answer within %s (timed out)", timeout), Err: err}
+	case errors.Is(err, context.Canceled):
+		return &Error{Backend: backend, Msg: "request cancelled", Err: err}
+	case errors.As(err, &oe) && oe.Op == "dial":
+		return &Error{Backend: backend, Msg: fmt.Sprintf("cannot connect: %v", oe.Err), Err: err}
+	}
+	return &Error{Backend: backend, Msg: err.Error(), Err: err}
+}
+
+// statusError words an HTTP error answer.
+func statusError(backend string, status int, msg string) *Error {
+	msg = strings.TrimSpace(msg)
+	if len(msg) > 512 {
+		msg = msg[:512] + "…"
+	}
+	text := fmt.Sprintf("HTTP %d %s", status, http.StatusText(status))
+	switch {
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		text += " (check the credentials and tenant in the datasource settings)"
+	case status >= 500:
+		text += " (the server or a gateway in front of it is failing)"
+	}
+	if msg != "" {
+		text += ": " + msg
+	}
+	return &Error{Backend: backend, Status: status, Msg: text}
+}

@@ -1,0 +1,134 @@
+package backends
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"time"
+
+	querierv1 "github.com/grafana/pyroscope/api/gen/proto/go/querier/v1"
+	typesv1 "github.com/grafana/pyroscope/api/gen/proto/go/types/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// Pyroscope calls the querier.v1 API as Connect unary calls with protobuf
+// bodies. The calls are made by hand, not through a generated client, so
+// that an HTTP status and a gateway's plain-text body reach the error.
+type Pyroscope struct {
+	cfg  Config
+	hc   *http.Client
+	base *url.URL
+}
+
+// NewPyroscope returns a client for the server at cfg.URL.
+func NewPyroscope(cfg Config) (*Pyroscope, error) {
+	hc, u, err := cfg.httpClient("pyroscope")
+	if err != nil {
+		return nil, err
+	}
+	return &Pyroscope{cfg: cfg, hc: hc, base: u}, nil
+}
+
+const querierService = "/querier.v1.QuerierService/"
+
+// maxBody bounds a response: a flame graph of 8,192 nodes is a few
+// hundred kB; anything past this is a misconfigured URL.
+const maxBody = 256 << 20
+
+func (p *Pyroscope) call(ctx context.Context, method string, req, resp proto.Message) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.timeout())
+	defer cancel()
+	body, err := proto.Marshal(req)
+	if err != nil {
+		return &Error{Backend: "pyroscope", Msg: err.Error(), Err: err}
+	}
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, p.base.String()+querierService+method, bytes.NewReader(body))
+	if err != nil {
+		return &Error{Backend: "pyroscope", Msg: err.Error(), Err: err}
+	}
+	hr.Header.Set("Content-Type", "application/proto")
+	hr.Header.Set("Connect-Protocol-Version", "1")
+	res, err := p.hc.Do(hr)
+	if err != nil {
+		return transportError("pyroscope", p.cfg.timeout(), err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(res.Body, maxBody))
+	if err != nil {
+		return transportError("pyroscope", p.cfg.timeout(), err)
+	}
+	if res.StatusCode != http.StatusOK {
+		// Connect errors are JSON {code, message}; a gateway's are text.
+		var ce struct{ Code, Message string }
+		msg := string(b)
+		if json.Unmarshal(b, &ce) == nil && ce.Message != "" {
+			msg = ce.Message
+		}
+		return statusError("pyroscope", res.StatusCode, method+": "+msg)
+	}
+	if err := proto.Unmarshal(b, resp); err != nil {
+		return &Error{Backend: "pyroscope", Status: res.StatusCode, Msg: fmt.Sprintf("%s: undecodable answer (is the URL a Pyroscope server?): %v", method, err), Err: err}
+	}
+	return nil
+}
+
+// MergeStacktraces returns the flame graph of the profiles of profileType
+// matching selector in [start, end]; maxNodes <= 0 leaves the server's
+// default.
+func (p *Pyroscope) MergeStacktraces(ctx context.Context, profileType, selector string, start, end time.Time, maxNodes int64) (*querierv1.FlameGraph, error) {
+	req := &querierv1.SelectMergeStacktracesRequest{ProfileTypeID: profileType, LabelSelector: selector,
+		Start: start.UnixMilli(), End: end.UnixMilli()}
+	if maxNodes > 0 {
+		req.MaxNodes = &maxNodes
+	}
+	var resp querierv1.SelectMergeStacktracesResponse
+	if err := p.call(ctx, "SelectMergeStacktraces", req, &resp); err != nil {
+		return nil, err
+	}
+	return resp.Flamegraph, nil
+}
+
+// SelectSeries returns the series of profile totals per step, grouped by
+// the wire labels groupBy.
+func (p *Pyroscope) SelectSeries(ctx context.Context, profileType, selector string, groupBy []string, start, end time.Time, step time.Duration) ([]*typesv1.Series, error) {
+	req := &querierv1.SelectSeriesRequest{ProfileTypeID: profileType, LabelSelector: selector, GroupBy: groupBy,
+		Start: start.UnixMilli(), End: end.UnixMilli(), Step: step.Seconds()}
+	var resp querierv1.SelectSeriesResponse
+	if err := p.call(ctx, "SelectSeries", req, &resp); err != nil {
+		return nil, err
+	}
+	return resp.Series, nil
+}
+
+// LabelValues returns the values of label on series matching any of the
+// selectors.
+func (p *Pyroscope) LabelValues(ctx context.Context, label string, selectors []string, start, end time.Time) ([]string, error) {
+	req := &typesv1.LabelValuesRequest{Name: label, Matchers: selectors, Start: start.UnixMilli(), End: end.UnixMilli()}
+	var resp typesv1.LabelValuesResponse
+	if err := p.call(ctx, "LabelValues", req, &resp); err != nil {
+		return nil, err
+	}
+	return resp.Names, nil
+}
+
+// ProfileTypes lists the profile types with data in [start, end].
+func (p *Pyroscope) ProfileTypes(ctx context.Context, start, end time.Time) ([]*typesv1.ProfileType, error) {
+	req := &querierv1.ProfileTypesRequest{Start: start.UnixMilli(), End: end.UnixMilli()}
+	var resp querierv1.ProfileTypesResponse
+	if err := p.call(ctx, "ProfileTypes", req, &resp); err != nil {
+		return nil, err
+	}
+	return resp.ProfileTypes, nil
+}
+
+// Ping checks that the server answers the querier API with these
+// credentials: a ProfileTypes call over the last minute.
+func (p *Pyroscope) Ping(ctx context.Context) error {
+	now := time.Now()
+	_, err := p.ProfileTypes(ctx, now.Add(-time.Minute), now)
+	return err
+}

@@ -1,0 +1,202 @@
+package query
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/filter"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/flame"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/promql"
+	"github.com/slurmscope/slurmscope/schema"
+)
+
+// JobReport is what `slurmscope job` prints.
+type JobReport struct {
+	JobID      string      `json:"job_id"`
+	From       string      `json:"from"`
+	To         string      `json:"to"`
+	Nodes      []string    `json:"nodes"`
+	GPUs       []GPUStats  `json:"gpus"`
+	IdleGPUs   []GPUStats  `json:"idle_allocated_gpus"`
+	CPUTotal   int64       `json:"cpu_total_ns"`
+	TopCPU     []FuncStats `json:"top_cpu_functions"`
+	GPUProfile string      `json:"gpu_profile_type,omitempty"`
+	TopKernels []FuncStats `json:"top_gpu_kernels,omitempty"`
+	Warnings   []string    `json:"warnings,omitempty"`
+}
+
+// GPUStats is one GPU (or MIG instance) of the job over the range.
+type GPUStats struct {
+	Host         string  `json:"host"`
+	UUID         string  `json:"uuid"`
+	Index        string  `json:"index"`
+	MIGInstance  string  `json:"mig_instance,omitempty"`
+	Allocated    bool    `json:"allocated"`
+	UtilMean     float64 `json:"utilization_mean"`
+	UtilMax      float64 `json:"utilization_max"`
+	MemMeanBytes float64 `json:"memory_used_mean_bytes"`
+	MemMaxBytes  float64 `json:"memory_used_max_bytes"`
+}
+
+// FuncStats is a function's (or kernel's) share of a profile.
+type FuncStats struct {
+	Name  string `json:"name"`
+	Self  int64  `json:"self_ns"`
+	Total int64  `json:"total_ns"`
+}
+
+// TopCPUFunctions is how many CPU functions a job report lists.
+const TopCPUFunctions = 15
+
+// Job gathers a job's report. A backend that is not configured is left
+// out with a warning; one that fails fails the report.
+func (e *Engine) Job(ctx context.Context, jobID string, r Range) (*JobReport, error) {
+	rep := &JobReport{JobID: jobID, From: r.From.UTC().Format("2006-01-02T15:04:05Z"), To: r.To.UTC().Format("2006-01-02T15:04:05Z")}
+	scope := Scope{Filter: filter.Equal(schema.JobID, jobID)}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
+	run := func(fn func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(); err != nil {
+				fail(err)
+			}
+		}()
+	}
+	run(func() error {
+		nodes, err := e.AttributeValues(ctx, scope, schema.HostName, r)
+		rep.Nodes = nodes
+		return err
+	})
+	if e.Profiles == nil {
+		rep.Warnings = append(rep.Warnings, "no Pyroscope URL: no profiles")
+	} else {
+		run(func() error {
+			t, err := e.FlameGraph(ctx, scope, CPUProfileType, r, 0)
+			if err != nil {
+				return err
+			}
+			rep.CPUTotal = t.Total()
+			rep.TopCPU = funcStats(t.TopFunctions(TopCPUFunctions))
+			return nil
+		})
+		run(func() error {
+			pt, err := e.GPUProfileType(ctx, r)
+			if err != nil || pt == "" {
+				return err
+			}
+			t, err := e.FlameGraph(ctx, scope, pt, r, 0)
+			if err != nil {
+				return err
+			}
+			// Kernels are the leaves: rank by self time.
+			rep.GPUProfile = pt
+			rep.TopKernels = funcStats(t.TopFunctions(TopCPUFunctions))
+			return nil
+		})
+	}
+	if e.Metrics == nil {
+		rep.Warnings = append(rep.Warnings, "no Prometheus URL: no GPU metrics")
+	} else {
+		run(func() error {
+			gpus, err := e.jobGPUs(ctx, scope, r)
+			rep.GPUs = gpus
+			return err
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	for _, g := range rep.GPUs {
+		if g.Allocated && g.UtilMax == 0 {
+			rep.IdleGPUs = append(rep.IdleGPUs, g)
+		}
+	}
+	return rep, nil
+}
+
+func funcStats(fs []flame.Function) []FuncStats {
+	out := make([]FuncStats, len(fs))
+	for i, f := range fs {
+		out[i] = FuncStats{f.Name, f.Self, f.Total}
+	}
+	return out
+}
+
+// jobGPUs reads the per-GPU statistics of the job over the whole range.
+func (e *Engine) jobGPUs(ctx context.Context, scope Scope, r Range) ([]GPUStats, error) {
+	sels, err := scope.Selectors(filter.Prometheus)
+	if err != nil {
+		return nil, err
+	}
+	per := []string{schema.HostName.Label, schema.GPUUUID.Label, schema.GPUIndex.Label, schema.GPUMIGInstance.Label}
+	window := r.To.Sub(r.From)
+	build := func(metric string, agg promql.Agg) string {
+		return promql.Build(promql.Query{Metric: mustMetric(metric), Selectors: sels, Agg: agg, GroupBy: per, Window: window})
+	}
+	type stat struct {
+		expr string
+		set  func(*GPUStats, float64)
+	}
+	stats := []stat{
+		{build("slurmscope_job_gpu_allocated", promql.Max), func(g *GPUStats, v float64) { g.Allocated = v > 0 }},
+		{build("slurmscope_job_gpu_utilization_ratio", promql.Avg), func(g *GPUStats, v float64) { g.UtilMean = v }},
+		{build("slurmscope_job_gpu_utilization_ratio", promql.Max), func(g *GPUStats, v float64) { g.UtilMax = v }},
+		{build("slurmscope_job_gpu_memory_used_bytes", promql.Avg), func(g *GPUStats, v float64) { g.MemMeanBytes = v }},
+		{build("slurmscope_job_gpu_memory_used_bytes", promql.Max), func(g *GPUStats, v float64) { g.MemMaxBytes = v }},
+	}
+	results := make([][]backends.PromSeries, len(stats))
+	var wg sync.WaitGroup
+	errs := make([]error, len(stats))
+	for i, s := range stats {
+		if s.expr == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = e.Metrics.Query(ctx, s.expr, r.To)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	gpus := map[string]*GPUStats{}
+	for i, res := range results {
+		for _, p := range res {
+			l := p.Labels
+			k := fmt.Sprint(l[schema.HostName.Label], "/", l[schema.GPUUUID.Label], "/", l[schema.GPUMIGInstance.Label])
+			g := gpus[k]
+			if g == nil {
+				g = &GPUStats{Host: l[schema.HostName.Label], UUID: l[schema.GPUUUID.Label],
+					Index: l[schema.GPUIndex.Label], MIGInstance: l[schema.GPUMIGInstance.Label]}
+				gpus[k] = g
+			}
+			if len(p.Samples) > 0 {
+				stats[i].set(g, p.Samples[0].V)
+			}
+		}
+	}
+	out := make([]GPUStats, 0, len(gpus))
+	for _, g := range gpus {
+		out = append(out, *g)
+	}
+	slices.SortFunc(out, func(a, b GPUStats) int {
+		return strings.Compare(a.Host+"\x00"+a.Index+"\x00"+a.MIGInstance, b.Host+"\x00"+b.Index+"\x00"+b.MIGInstance)
+	})
+	return out, nil
+}

@@ -1,0 +1,208 @@
+// Package promql builds the PromQL of slurmscope's GPU queries from the
+// selectors of a filter. It is pure string building, tested with literals.
+//
+// A filter becomes several disjoint selectors; their series are disjoint
+// too, so "a or b" is their exact union and one aggregation over it merges
+// across nodes without counting anything twice.
+package promql
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/filter"
+	"github.com/slurmscope/slurmscope/schema"
+)
+
+// Level says which labels a metric carries.
+type Level int
+
+const (
+	// GPU metrics carry host and GPU labels only; a filter on job
+	// attributes reaches them through the job's GPU allocation.
+	GPU Level = iota
+	// Job metrics carry the job labels and the GPU's.
+	Job
+)
+
+// Metric is one metric the agent exports.
+type Metric struct {
+	Name  string
+	Level Level
+	Unit  string // Grafana unit id
+	// Agg is the aggregation that merges it across GPUs sensibly.
+	Agg Agg
+}
+
+// Metrics the query editor offers (see agent/gpu/metrics.go).
+var Metrics = []Metric{
+	{"slurmscope_job_gpu_utilization_ratio", Job, "percentunit", Avg},
+	{"slurmscope_job_gpu_memory_used_bytes", Job, "bytes", Sum},
+	{"slurmscope_job_gpu_allocated", Job, "short", Sum},
+	{"slurmscope_gpu_utilization_ratio", GPU, "percentunit", Avg},
+	{"slurmscope_gpu_memory_used_bytes", GPU, "bytes", Sum},
+	{"slurmscope_gpu_memory_total_bytes", GPU, "bytes", Sum},
+	{"slurmscope_gpu_sm_active_ratio", GPU, "percentunit", Avg},
+	{"slurmscope_gpu_tensor_active_ratio", GPU, "percentunit", Avg},
+	{"slurmscope_job_info", Job, "short", Sum},
+}
+
+// Lookup finds a metric by name. Only these names are ever put in a query.
+func Lookup(name string) (Metric, bool) {
+	for _, m := range Metrics {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return Metric{}, false
+}
+
+// Allocation is the series that ties a GPU to the job it is allocated to.
+const Allocation = "slurmscope_job_gpu_allocated"
+
+// Agg is a PromQL aggregation operator.
+type Agg string
+
+const (
+	Avg Agg = "avg"
+	Sum Agg = "sum"
+	Max Agg = "max"
+	Min Agg = "min"
+)
+
+// ParseAgg accepts the operators above; "" gives def.
+func ParseAgg(s string, def Agg) (Agg, error) {
+	switch Agg(s) {
+	case "":
+		return def, nil
+	case Avg, Sum, Max, Min:
+		return Agg(s), nil
+	}
+	return "", fmt.Errorf("aggregation %q: want avg, sum, max or min", s)
+}
+
+// overTime is the function that reduces one series over a window in the
+// spirit of a: the average for sums and averages, else the same extreme.
+func (a Agg) overTime() string {
+	switch a {
+	case Max:
+		return "max_over_time"
+	case Min:
+		return "min_over_time"
+	}
+	return "avg_over_time"
+}
+
+// Query is what to build.
+type Query struct {
+	Metric    Metric
+	Selectors []filter.Selector // disjoint; empty means nothing matches
+	Agg       Agg
+	GroupBy   []string // wire labels; host_name not among them merges nodes
+	// Window, when set, reduces each series over the trailing window at
+	// every step (the average GPU utilisation over 30 minutes).
+	Window time.Duration
+}
+
+// gpuJoin are the labels a GPU metric and the allocation share.
+var gpuJoin = []string{schema.HostName.Label, schema.GPUUUID.Label, schema.GPUMIGInstance.Label}
+
+// jobLabels are the labels the allocation lends a GPU metric in a join.
+var jobLabels = []string{schema.JobID.Label, schema.JobUser.Label, schema.JobName.Label}
+
+// Build returns the PromQL, or "" when the selectors match nothing.
+func Build(q Query) string {
+	if len(q.Selectors) == 0 {
+		return ""
+	}
+	parts := make([]string, len(q.Selectors))
+	for i, s := range q.Selectors {
+		parts[i] = q.one(s)
+	}
+	inner := strings.Join(parts, " or ")
+	return fmt.Sprintf("%s by (%s) (%s)", q.Agg, strings.Join(q.GroupBy, ", "), inner)
+}
+
+// one is the expression of one selector: the metric's series it selects.
+func (q Query) one(s filter.Selector) string {
+	if q.Metric.Level == Job {
+		return q.window(Series(q.Metric.Name, s))
+	}
+	// A GPU metric has no job labels: split the selector into its GPU
+	// part and its job part, and let the job part pick GPUs through the
+	// allocation, whose job labels the result then carries.
+	var own, viaJob filter.Selector
+	for _, m := range s {
+		if isJobLabel(m.Label) {
+			viaJob = append(viaJob, m)
+		} else {
+			own = append(own, m)
+		}
+	}
+	expr := q.window(Series(q.Metric.Name, own))
+	if len(viaJob) == 0 && !groupsByJob(q.GroupBy) {
+		return expr
+	}
+	// max by(...) makes the right side unique per GPU and job; a GPU that
+	// two jobs share appears once per job.
+	join := fmt.Sprintf("max by (%s) (%s == 1)",
+		strings.Join(append(append([]string{schema.GPUIndex.Label}, gpuJoin...), jobLabels...), ", "),
+		Series(Allocation, append(viaJob, own...)))
+	return fmt.Sprintf("(%s * on (%s) group_right () %s)", expr, strings.Join(gpuJoin, ", "), join)
+}
+
+func (q Query) window(expr string) string {
+	if q.Window <= 0 {
+		return expr
+	}
+	return fmt.Sprintf("%s(%s[%s])", q.Agg.overTime(), expr, Duration(q.Window))
+}
+
+func isJobLabel(l string) bool {
+	for _, a := range []schema.Attribute{schema.JobID, schema.JobUser, schema.JobName, schema.JobStep, schema.JobAccount, schema.JobPartition} {
+		if a.Label == l {
+			return true
+		}
+	}
+	return false
+}
+
+func groupsByJob(labels []string) bool {
+	for _, l := range labels {
+		if isJobLabel(l) {
+			return true
+		}
+	}
+	return false
+}
+
+// Series renders metric{matchers}. Values are quoted by the filter package
+// with Go escaping, which PromQL reads back verbatim.
+func Series(metric string, s filter.Selector) string {
+	if len(s) == 0 {
+		return metric
+	}
+	return metric + s.String()
+}
+
+// Matchers renders a series selector for the label-values API, restricted
+// to slurmscope's metrics (the API refuses a selector without a matcher
+// that needs a value).
+func Matchers(s filter.Selector) string {
+	parts := []string{`__name__=~"slurmscope_.+"`}
+	for _, m := range s {
+		parts = append(parts, m.String())
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+// Duration renders d in PromQL's duration syntax, in whole seconds or
+// milliseconds.
+func Duration(d time.Duration) string {
+	if d%time.Second == 0 {
+		return strconv.FormatInt(int64(d/time.Second), 10) + "s"
+	}
+	return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+}

@@ -1,0 +1,124 @@
+package query
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/filter"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/promql"
+	"github.com/slurmscope/slurmscope/schema"
+)
+
+// Rank is what top entities are ranked by.
+type Rank string
+
+const (
+	ByCPUTime        Rank = "cpuTime"        // CPU profile totals, ns
+	ByGPUTime        Rank = "gpuTime"        // GPU kernel profile totals, ns
+	ByGPUUtilization Rank = "gpuUtilization" // mean job GPU utilisation, ratio
+)
+
+// ParseRank accepts the ranks above; "" is CPU time.
+func ParseRank(s string) (Rank, error) {
+	switch Rank(s) {
+	case "":
+		return ByCPUTime, nil
+	case ByCPUTime, ByGPUTime, ByGPUUtilization:
+		return Rank(s), nil
+	}
+	return "", fmt.Errorf("rank %q: want cpuTime, gpuTime or gpuUtilization", s)
+}
+
+// Unit is the Grafana unit of the rank's values.
+func (r Rank) Unit() string {
+	if r == ByGPUUtilization {
+		return "percentunit"
+	}
+	return "ns"
+}
+
+// Ranked is one entity and its value.
+type Ranked struct {
+	Value string // the entity: a job id, a user, a host
+	Total float64
+}
+
+// TopEntities ranks the values of entity (slurm.job.id, slurm.job.user,
+// host.name, ...) by rank over the whole range, largest first, at most
+// limit (<= 0: all).
+func (e *Engine) TopEntities(ctx context.Context, scope Scope, entity schema.Attribute, rank Rank, r Range, limit int) ([]Ranked, error) {
+	totals := map[string]float64{}
+	switch rank {
+	case ByCPUTime, ByGPUTime:
+		pt := CPUProfileType
+		if rank == ByGPUTime {
+			var err error
+			if pt, err = e.GPUProfileType(ctx, r); err != nil || pt == "" {
+				return nil, err
+			}
+		}
+		// One step over the whole range: one point per group, its total.
+		whole := r
+		whole.Step = r.To.Sub(r.From)
+		ss, err := e.ProfileSeries(ctx, scope, pt, []schema.Attribute{entity}, whole)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range ss {
+			for _, v := range s.Values {
+				totals[s.Labels[entity.Name]] += v
+			}
+		}
+	case ByGPUUtilization:
+		if e.Metrics == nil {
+			return nil, ErrNoPrometheus
+		}
+		sels, err := scope.Selectors(filter.Prometheus)
+		if err != nil {
+			return nil, err
+		}
+		expr := promql.Build(promql.Query{Metric: mustMetric("slurmscope_job_gpu_utilization_ratio"), Selectors: sels,
+			Agg: promql.Avg, GroupBy: []string{entity.Label}, Window: r.To.Sub(r.From)})
+		if expr == "" {
+			return nil, nil
+		}
+		ps, err := e.Metrics.Query(ctx, expr, r.To)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range ps {
+			for _, s := range p.Samples {
+				totals[p.Labels[entity.Label]] += s.V
+			}
+		}
+	default:
+		return nil, fmt.Errorf("rank %q: want cpuTime, gpuTime or gpuUtilization", rank)
+	}
+	out := make([]Ranked, 0, len(totals))
+	for v, t := range totals {
+		out = append(out, Ranked{v, t})
+	}
+	slices.SortFunc(out, func(a, b Ranked) int {
+		if a.Total != b.Total {
+			if a.Total > b.Total {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Value, b.Value)
+	})
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, nil
+}
+
+func mustMetric(name string) promql.Metric {
+	m, ok := promql.Lookup(name)
+	if !ok {
+		panic("unknown metric " + name)
+	}
+	return m
+}
