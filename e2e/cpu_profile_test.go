@@ -7,16 +7,12 @@ import (
 	"debug/elf"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -392,108 +388,6 @@ func ownFunctions(bin, cu string) (map[string]bool, error) {
 		return nil, fmt.Errorf("%s: no functions in a compile unit named %s", bin, cu)
 	}
 	return own, nil
-}
-
-// agentProc is a running `slurmscope-agent run`.
-type agentProc struct {
-	cmd    *exec.Cmd
-	log    *lockedBuffer
-	done   chan struct{}
-	err    error
-	exited bool
-}
-
-func startAgent(t *testing.T, bin string, args ...string) *agentProc {
-	t.Helper()
-	p := &agentProc{log: &lockedBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		if !p.exited {
-			p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("agent log:\n%s", p.log.String())
-		}
-	})
-	// Jobs submitted before the sampler is attached would lose their
-	// first seconds; wait for the line run logs once it samples.
-	deadline := time.After(60 * time.Second)
-	for !strings.Contains(p.log.String(), "msg=profiling") {
-		select {
-		case <-p.done:
-			p.exited = true
-			t.Fatalf("agent exited at start: %v\n%s", p.err, p.log.String())
-		case <-deadline:
-			t.Fatalf("agent did not start sampling:\n%s", p.log.String())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return p
-}
-
-var metricsAddr = regexp.MustCompile(`msg="serving metrics" addr=(\S+)`)
-
-// logMetrics logs the agent's own metrics whose names start with prefix.
-func (p *agentProc) logMetrics(t *testing.T, prefix string) {
-	t.Helper()
-	m := metricsAddr.FindStringSubmatch(p.log.String())
-	if m == nil {
-		t.Log("the agent logged no metrics address")
-		return
-	}
-	client := &http.Client{Timeout: 10 * time.Second}
-	resp, err := client.Get("http://" + m[1] + "/metrics")
-	if err != nil {
-		t.Logf("agent metrics: %v", err)
-		return
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	var lines []string
-	for _, l := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(l, prefix) {
-			lines = append(lines, l)
-		}
-	}
-	t.Logf("agent metrics:\n%s", strings.Join(lines, "\n"))
-}
-
-// stop sends SIGTERM, which must flush the last interval and exit 0.
-func (p *agentProc) stop(t *testing.T) {
-	t.Helper()
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("agent did not exit within a minute of SIGTERM:\n%s", p.log.String())
-	}
-	p.exited = true
-	if p.err != nil {
-		t.Errorf("agent after SIGTERM: %v (want exit 0)", p.err)
-	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // waitJobDone waits until squeue no longer shows id as pending, running

@@ -8,7 +8,6 @@ import (
 	"hash/fnv"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -60,7 +59,8 @@ func TestDatasource(t *testing.T) {
 	}
 	writeURL := os.Getenv("PROMETHEUS_REMOTE_WRITE_URL")
 	if promURL == "" {
-		promURL = dsStartPrometheus(t)
+		// A fresh tsdb with the remote-write receiver on.
+		promURL = runPrometheus(t, t.TempDir(), "global:\n  scrape_interval: 15s\n", "--web.enable-remote-write-receiver")
 	}
 	if writeURL == "" {
 		writeURL = strings.TrimRight(promURL, "/") + "/api/v1/write"
@@ -401,63 +401,8 @@ func pushGPUMetrics(t *testing.T, writeURL, jobA, jobB string, now time.Time) ma
 	return map[string]float64{"alice": 0.7, "bob": 0.2}
 }
 
-// dsStartPrometheus runs Debian's prometheus on a fresh tsdb with the
-// remote-write receiver on, and returns its URL.
-func dsStartPrometheus(t *testing.T) string {
-	t.Helper()
-	bin, err := exec.LookPath("prometheus")
-	if err != nil {
-		t.Fatalf("prometheus is required (Debian: apt-get install prometheus): %v", err)
-	}
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(cfg, []byte("global:\n  scrape_interval: 15s\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	addr := dsFreeAddr(t)
-	cmd := exec.Command(bin, "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "tsdb"),
-		"--web.listen-address="+addr, "--web.enable-remote-write-receiver")
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("prometheus log:\n%s", logs.String())
-		}
-	})
-	base := "http://" + addr
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		res, err := http.Get(base + "/-/ready")
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return base
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("prometheus not ready after 60 s: %v\n%s", err, logs.String())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-func dsFreeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // dsClosedAddr is an address where nothing listens.
-func dsClosedAddr(t *testing.T) string { return dsFreeAddr(t) }
+func dsClosedAddr(t *testing.T) string { return freeAddr(t) }
 
 func buildDatasource(t *testing.T) string {
 	t.Helper()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -376,38 +375,10 @@ func startMetricsAgent(t *testing.T, agent, stub, scenario, outDir string, extra
 	t.Helper()
 	args := append([]string{"run", "--cpu-profiling=false", "--gpu-interval", "1s", "--node-name", gpuNode,
 		"--metrics-addr", "127.0.0.1:0", "--nvml-library", stub, "--output-dir", outDir}, extra...)
-	p := &agentProc{log: &lockedBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(agent, args...)
-	p.cmd.Env = append(os.Environ(), gputest.EnvScenario+"="+scenario)
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		if !p.exited {
-			p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("agent %v log:\n%s", extra, p.log.String())
-		}
-	})
-	deadline := time.After(60 * time.Second)
-	for {
-		if m := metricsAddr.FindStringSubmatch(p.log.String()); m != nil {
-			return m[1]
-		}
-		select {
-		case <-p.done:
-			p.exited = true
-			t.Fatalf("agent %s exited at start: %v\n%s", strings.Join(args, " "), p.err, p.log.String())
-		case <-deadline:
-			t.Fatalf("agent %s did not log `serving metrics` within 60s (with --cpu-profiling=false it must still serve /metrics):\n%s",
-				strings.Join(args, " "), p.log.String())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	p := launchAgent(t, []string{gputest.EnvScenario + "=" + scenario}, agent, args...)
+	p.waitLog(t, "did not log `serving metrics` (with --cpu-profiling=false it must still serve /metrics)",
+		func(log string) bool { return metricsAddr.MatchString(log) })
+	return p.servingAddr()
 }
 
 // startMetricsAgentAuth starts a second agent whose /metrics needs basic
@@ -480,7 +451,6 @@ type promSample struct {
 // until it is ready.
 func startPrometheus(t *testing.T, dir, plain, auth string) *promServer {
 	t.Helper()
-	cfg := filepath.Join(dir, "prometheus.yml")
 	yml := fmt.Sprintf(`global:
   scrape_interval: 1s
   scrape_timeout: 1s
@@ -496,45 +466,7 @@ scrape_configs:
     static_configs:
       - targets: [%q]
 `, plain, authUser, filepath.Join(dir, "scrape-password"), auth)
-	if err := os.WriteFile(cfg, []byte(yml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	addr := freeAddr(t)
-	log := &lockedBuffer{}
-	cmd := exec.Command("prometheus", "--config.file="+cfg, "--storage.tsdb.path="+filepath.Join(dir, "tsdb"),
-		"--web.listen-address="+addr, "--log.level=warn")
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-done
-		if t.Failed() {
-			t.Logf("prometheus log:\n%s", log.String())
-		}
-	})
-	p := &promServer{base: "http://" + addr}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		select {
-		case <-done:
-			t.Fatalf("prometheus exited at start:\n%s", log.String())
-		default:
-		}
-		if resp, err := http.Get(p.base + "/-/ready"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("prometheus not ready after 60s:\n%s", log.String())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	return &promServer{base: runPrometheus(t, dir, yml, "--log.level=warn")}
 }
 
 // query runs an instant PromQL query and returns the vector.
@@ -610,16 +542,6 @@ func (p *promServer) waitQuery(t *testing.T, q, want string, ok func([]promSampl
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func sameValues(got, want map[string]float64) bool {

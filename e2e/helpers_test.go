@@ -1,0 +1,216 @@
+package e2e
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Helpers shared by the e2e tests: free ports, the agent process, and a
+// Debian prometheus.
+
+// freeAddr returns a 127.0.0.1 address that nothing listened on a moment
+// ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// agentProc is a running `slurmscope-agent`.
+type agentProc struct {
+	cmd    *exec.Cmd
+	args   []string
+	log    *lockedBuffer
+	done   chan struct{}
+	err    error
+	exited bool
+}
+
+// startAgent starts bin with args and waits until the agent logs that it
+// samples: jobs submitted before the sampler is attached would lose their
+// first seconds.
+func startAgent(t *testing.T, bin string, args ...string) *agentProc {
+	t.Helper()
+	p := launchAgent(t, nil, bin, args...)
+	p.waitLog(t, "did not start sampling", func(log string) bool { return strings.Contains(log, "msg=profiling") })
+	return p
+}
+
+// launchAgent starts bin with args, and env added to the test's
+// environment, without waiting for anything. The process is killed at
+// cleanup unless stopped, and its log is logged if t failed.
+func launchAgent(t *testing.T, env []string, bin string, args ...string) *agentProc {
+	t.Helper()
+	p := &agentProc{args: args, log: &lockedBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(bin, args...)
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		if !p.exited {
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("agent %s log:\n%s", strings.Join(p.args, " "), p.log.String())
+		}
+	})
+	return p
+}
+
+// waitLog waits up to 60 s for ok to hold of the agent's log so far; it
+// fails t with what if it does not, or if the agent exits first.
+func (p *agentProc) waitLog(t *testing.T, what string, ok func(log string) bool) {
+	t.Helper()
+	deadline := time.After(60 * time.Second)
+	for !ok(p.log.String()) {
+		select {
+		case <-p.done:
+			p.exited = true
+			t.Fatalf("agent %s exited at start: %v\n%s", strings.Join(p.args, " "), p.err, p.log.String())
+		case <-deadline:
+			t.Fatalf("agent %s %s within 60s:\n%s", strings.Join(p.args, " "), what, p.log.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+var metricsAddr = regexp.MustCompile(`msg="serving metrics" addr=(\S+)`)
+
+// servingAddr returns the address the agent logged it serves /metrics
+// on, or "".
+func (p *agentProc) servingAddr() string {
+	if m := metricsAddr.FindStringSubmatch(p.log.String()); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// logMetrics logs the agent's own metrics whose names start with prefix.
+func (p *agentProc) logMetrics(t *testing.T, prefix string) {
+	t.Helper()
+	addr := p.servingAddr()
+	if addr == "" {
+		t.Log("the agent logged no metrics address")
+		return
+	}
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Logf("agent metrics: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var lines []string
+	for _, l := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(l, prefix) {
+			lines = append(lines, l)
+		}
+	}
+	t.Logf("agent metrics:\n%s", strings.Join(lines, "\n"))
+}
+
+// stop sends SIGTERM, which must flush the last interval and exit 0.
+func (p *agentProc) stop(t *testing.T) {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("agent did not exit within a minute of SIGTERM:\n%s", p.log.String())
+	}
+	p.exited = true
+	if p.err != nil {
+		t.Errorf("agent after SIGTERM: %v (want exit 0)", p.err)
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// runPrometheus runs Debian's prometheus with config (the YAML) and a
+// fresh tsdb in dir, plus flags, waits until it is ready and returns its
+// URL.
+func runPrometheus(t *testing.T, dir, config string, flags ...string) string {
+	t.Helper()
+	bin, err := exec.LookPath("prometheus")
+	if err != nil {
+		t.Fatalf("prometheus is required (Debian: apt-get install prometheus): %v", err)
+	}
+	cfg := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	log := &lockedBuffer{}
+	cmd := exec.Command(bin, append([]string{"--config.file=" + cfg, "--storage.tsdb.path=" + filepath.Join(dir, "tsdb"),
+		"--web.listen-address=" + addr}, flags...)...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-done
+		if t.Failed() {
+			t.Logf("prometheus log:\n%s", log.String())
+		}
+	})
+	base := "http://" + addr
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case <-done:
+			t.Fatalf("prometheus exited at start:\n%s", log.String())
+		default:
+		}
+		res, err := http.Get(base + "/-/ready")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return base
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("prometheus not ready after 60s: %v\n%s", err, log.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
