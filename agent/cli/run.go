@@ -23,6 +23,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/cpu"
 	"github.com/slurmscope/slurmscope/agent/daemon"
 	"github.com/slurmscope/slurmscope/agent/gpu"
+	"github.com/slurmscope/slurmscope/agent/gputrace"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/pyroscope"
 	"github.com/slurmscope/slurmscope/agent/remotewrite"
@@ -52,6 +53,7 @@ type runFlags struct {
 	gpuMetrics     bool
 	gpuInterval    time.Duration
 	nvmlLibrary    string
+	gpuInjectLib   string
 	rw             remotewrite.Config
 	rwSpoolDir     string
 	rwSpoolMax     int64
@@ -85,6 +87,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.gpuMetrics, "gpu-metrics", true, "read GPU metrics through NVML (skipped with one log line where there is no driver)")
 	fs.DurationVar(&f.gpuInterval, "gpu-interval", 10*time.Second, "how often GPUs are polled")
 	fs.StringVar(&f.nvmlLibrary, "nvml-library", "", "path of libnvidia-ml.so.1 (default: the dynamic linker's search)")
+	fs.StringVar(&f.gpuInjectLib, "gpu-inject-lib", "", "the installed libslurmscope_inject.so (the path jobs get in CUDA_INJECTION64_PATH): trace the GPU kernels of jobs that load it and write gpu profiles")
 	fs.StringVar(&f.rw.URL, "prometheus-remote-write-url", "", "also push the agent's metrics with Prometheus remote-write 1.0 to this URL (e.g. http://prometheus:9090/api/v1/write)")
 	fs.DurationVar(&f.rw.Interval, "prometheus-remote-write-interval", 15*time.Second, "how often metrics are remote-written")
 	fs.StringVar(&f.rw.Tenant, "prometheus-remote-write-tenant", "", "tenant id for remote write, sent as X-Scope-OrgID (Mimir, Cortex)")
@@ -115,6 +118,10 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if f.interval < time.Second {
 		fmt.Fprintf(stderr, "run: --upload-interval %v is shorter than 1s\n", f.interval)
+		return 2
+	}
+	if f.gpuInjectLib != "" && !f.cpuProfiling {
+		fmt.Fprintln(stderr, "run: --gpu-inject-lib needs --cpu-profiling (the profiling loop builds the GPU profiles too)")
 		return 2
 	}
 	var level slog.Level
@@ -148,8 +155,11 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 
 	// Cleanups run in reverse: the profiler's last interval is written
 	// before metrics stop being served and pushed.
+	var coll *gpu.Collector
 	if f.gpuMetrics {
-		defer startGPU(ctx, f, res, reg, log)()
+		var stop func()
+		stop, coll = startGPU(ctx, f, res, reg, log)
+		defer stop()
 	}
 	if f.rw.URL != "" {
 		stop, err := startRemoteWrite(f, res, reg, log)
@@ -160,7 +170,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 	}
 	var prof *profiler
 	if f.cpuProfiling {
-		if prof, err = newProfiler(f, res, reg, log); err != nil {
+		if prof, err = newProfiler(f, res, coll, reg, log); err != nil {
 			return err
 		}
 		defer prof.close()
@@ -182,22 +192,22 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 
 // startGPU starts the NVML collector, or logs why there is none: a node
 // without the driver runs without GPU metrics.
-func startGPU(ctx context.Context, f runFlags, res *attribution.Resolver, reg *prometheus.Registry, log *slog.Logger) (stop func()) {
+func startGPU(ctx context.Context, f runFlags, res *attribution.Resolver, reg *prometheus.Registry, log *slog.Logger) (stop func(), _ *gpu.Collector) {
 	coll, err := gpu.New(gpu.Options{LibraryPath: f.nvmlLibrary, HostName: res.HostName(), Interval: f.gpuInterval,
 		Jobs: res, Proc: procfs.New(f.attr.procRoot), Log: log})
 	switch {
 	case errors.Is(err, gpu.ErrNoDriver):
 		log.Info("no NVIDIA driver on this node; running without GPU metrics", "err", err)
-		return func() {}
+		return func() {}, nil
 	case err != nil:
 		log.Error("GPU metrics disabled", "err", err)
-		return func() {}
+		return func() {}, nil
 	}
 	reg.MustRegister(coll)
 	gctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); coll.Run(gctx) }()
-	return func() { cancel(); <-done; coll.Close() }
+	return func() { cancel(); <-done; coll.Close() }, coll
 }
 
 func startRemoteWrite(f runFlags, res *attribution.Resolver, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
@@ -257,7 +267,7 @@ type profiler struct {
 	info    []any
 }
 
-func newProfiler(f runFlags, res *attribution.Resolver, reg *prometheus.Registry, log *slog.Logger) (*profiler, error) {
+func newProfiler(f runFlags, res *attribution.Resolver, coll *gpu.Collector, reg *prometheus.Registry, log *slog.Logger) (*profiler, error) {
 	p := &profiler{}
 	var sinks multiSink
 	if f.pyro.URL != "" {
@@ -302,12 +312,46 @@ func newProfiler(f runFlags, res *attribution.Resolver, reg *prometheus.Registry
 			func() float64 { _, n, _ := sampler.ProgramStats(); return float64(n) }),
 	)
 	sym := symbolize.New(symbolize.Options{ProcRoot: f.attr.procRoot})
-	p.d = daemon.New(daemon.Config{SampleRate: f.sampleRate, Interval: f.interval, RescanInterval: f.rescanInterval,
-		AllProcesses: f.allProcesses, Log: log}, sampler, sym, res, sinks)
+	cfg := daemon.Config{SampleRate: f.sampleRate, Interval: f.interval, RescanInterval: f.rescanInterval,
+		AllProcesses: f.allProcesses, Log: log}
+	if f.gpuInjectLib != "" {
+		if err := p.startGPUTrace(f, coll, &cfg, log); err != nil {
+			p.close()
+			return nil, err
+		}
+	}
+	p.d = daemon.New(cfg, sampler, sym, res, sinks)
 	reg.MustRegister(p.d.Collectors()...)
 	p.info = []any{"node", res.HostName(), "sample_rate_hz", f.sampleRate, "interval", f.interval,
-		"output_dir", f.outputDir, "pyroscope", f.pyro.URL}
+		"output_dir", f.outputDir, "pyroscope", f.pyro.URL, "gpu_inject_lib", f.gpuInjectLib}
 	return p, nil
+}
+
+// startGPUTrace loads the GPU kernel tracer and attaches it to the
+// installed injection library, so that every job loading it is traced from
+// its first kernel. GPUs are named through NVML when the collector runs,
+// else by the index CUDA_VISIBLE_DEVICES gives, else not at all.
+func (p *profiler) startGPUTrace(f runFlags, coll *gpu.Collector, cfg *daemon.Config, log *slog.Logger) error {
+	if _, err := os.Stat(f.gpuInjectLib); err != nil {
+		return fmt.Errorf("--gpu-inject-lib: %w", err)
+	}
+	tr, err := gputrace.New(gputrace.Options{ProcRoot: f.attr.procRoot, ExcludePID: os.Getpid()})
+	if err != nil {
+		return fmt.Errorf("starting the GPU kernel tracer (needs root, uprobes and BTF): %w", err)
+	}
+	p.closers = append(p.closers, tr.Close)
+	if err := tr.AttachFile(f.gpuInjectLib); err != nil {
+		return fmt.Errorf("--gpu-inject-lib: %w", err)
+	}
+	cfg.GPU = tr
+	cfg.Environ = procfs.New(f.attr.procRoot).Environ
+	cfg.GPUEnvKeys = gpu.EnvKeys
+	cfg.GPUDevice = gpu.VisibleIndex
+	if coll != nil {
+		cfg.GPUDevice = coll.CUDADevice
+	}
+	log.Info("tracing GPU kernels", "library", f.gpuInjectLib, "nvml", coll != nil)
+	return nil
 }
 
 func (p *profiler) run(ctx context.Context, log *slog.Logger) error {

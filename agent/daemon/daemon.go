@@ -16,6 +16,7 @@ import (
 
 	"github.com/slurmscope/slurmscope/agent/attribution"
 	"github.com/slurmscope/slurmscope/agent/cpu"
+	"github.com/slurmscope/slurmscope/agent/gputrace"
 	"github.com/slurmscope/slurmscope/agent/profiles"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
 	"github.com/slurmscope/slurmscope/schema"
@@ -68,8 +69,18 @@ type Config struct {
 	// which runs for a second and exits is still labelled.
 	RescanInterval time.Duration
 	AllProcesses   bool // also profile processes in no job
-	Log            *slog.Logger
-	Now            func() time.Time
+	// GPU, when set, is the GPU kernel tracer: new processes are attached
+	// to it in rescans and its samples become one gpu profile per job.
+	GPU GPUTracer
+	// GPUDevice names the GPU a CUDA device ordinal stands for in a
+	// process with environment env (the GPUEnvKeys read through Environ),
+	// as pprof sample labels; nil when it cannot say for sure.
+	GPUDevice func(env map[string]string, ordinal uint32) []profiles.Label
+	// Environ reads variables of a live process (procfs.FS.Environ).
+	Environ    func(pid int, keys ...string) (map[string]string, error)
+	GPUEnvKeys []string
+	Log        *slog.Logger
+	Now        func() time.Time
 }
 
 // Daemon is the main loop.
@@ -87,6 +98,8 @@ type Daemon struct {
 	knownMu    sync.Mutex // rescans run beside Collect
 	known      map[procKey]bool
 	lastLogged map[string]bool
+	gpu        gpuState // guarded by knownMu
+	lastGPU    gputrace.Stats
 
 	m metrics
 }
@@ -115,7 +128,8 @@ func New(cfg Config, s Sampler, sym Symbolizer, res Resolver, sink Sink) *Daemon
 	}
 	return &Daemon{cfg: cfg, sampler: s, sym: sym, res: res, sink: sink,
 		period: int64(time.Second) / int64(cfg.SampleRate), start: cfg.Now(),
-		known: map[procKey]bool{}, lastLogged: map[string]bool{}, m: newMetrics()}
+		known: map[procKey]bool{}, lastLogged: map[string]bool{}, m: newMetrics(),
+		gpu: gpuState{pending: map[procKey]bool{}, env: map[procKey]map[string]string{}}}
 }
 
 // Run collects every interval until ctx is done, then collects and writes
@@ -182,13 +196,18 @@ func (d *Daemon) rescan(full bool) {
 		d.knownMu.Lock()
 		seen := d.known[k]
 		d.known[k] = true
+		retry := full && d.gpu.pending[k]
 		d.knownMu.Unlock()
 		if seen {
+			if retry {
+				d.attachGPU(k)
+			}
 			continue
 		}
 		// Symbols are read while the process lives: by the time its
 		// interval is drained, a short task may be gone.
 		d.sym.Prepare(p.PID, p.StartTime)
+		d.attachGPU(k)
 	}
 }
 
@@ -208,7 +227,7 @@ func (d *Daemon) Collect(ctx context.Context) error {
 	builders := map[string]*jobProfile{}
 	for _, s := range samples {
 		d.m.samples.Add(float64(s.Count))
-		jp := d.profileFor(builders, s)
+		jp := d.profileFor(builders, profiles.CPU, d.period, s.PID, s.StartTime, float64(s.Count), d.m.unattributed)
 		if jp == nil {
 			continue
 		}
@@ -223,7 +242,28 @@ func (d *Daemon) Collect(ctx context.Context) error {
 		jp.b.Add(stack, sl, int64(s.Count), int64(s.Count)*d.period)
 	}
 
-	outs := make([]Output, 0, len(builders))
+	// GPU samples after the CPU ones: their processes are attributed by
+	// the same rules, before forgetExited drops the state of the exited.
+	gpuBuilders := map[string]*jobProfile{}
+	gpuSeen := d.collectGPU(gpuBuilders)
+
+	outs := d.finish(nil, builders, end)
+	outs = d.finish(outs, gpuBuilders, end)
+	d.start = end
+	d.forgetExited(samples, gpuSeen)
+	if len(outs) == 0 {
+		return nil
+	}
+	if err := d.sink.Write(ctx, outs); err != nil {
+		d.m.profiles.WithLabelValues("error").Add(float64(len(outs)))
+		return fmt.Errorf("writing profiles: %w", err)
+	}
+	d.m.profiles.WithLabelValues("ok").Add(float64(len(outs)))
+	return nil
+}
+
+// finish encodes the builders' profiles, in job order, onto outs.
+func (d *Daemon) finish(outs []Output, builders map[string]*jobProfile, end time.Time) []Output {
 	keys := make([]string, 0, len(builders))
 	for k := range builders {
 		keys = append(keys, k)
@@ -244,24 +284,15 @@ func (d *Daemon) Collect(ctx context.Context) error {
 			d.logOnce("encode", "encoding a profile failed", err)
 			continue
 		}
-		outs = append(outs, Output{Type: profiles.CPU, JobID: jp.jobID, ServiceName: jp.service,
+		outs = append(outs, Output{Type: jp.typ, JobID: jp.jobID, ServiceName: jp.service,
 			Labels: jp.labels, Start: d.start, End: end, Data: data})
 		d.m.payloadBytes.Add(float64(len(data)))
 	}
-	d.start = end
-	d.forgetExited(samples)
-	if len(outs) == 0 {
-		return nil
-	}
-	if err := d.sink.Write(ctx, outs); err != nil {
-		d.m.profiles.WithLabelValues("error").Add(float64(len(outs)))
-		return fmt.Errorf("writing profiles: %w", err)
-	}
-	d.m.profiles.WithLabelValues("ok").Add(float64(len(outs)))
-	return nil
+	return outs
 }
 
 type jobProfile struct {
+	typ     profiles.Type
 	b       *profiles.Builder
 	jobID   string
 	service string
@@ -272,15 +303,17 @@ type jobProfile struct {
 
 // profileFor attributes a sample. A sample whose process cannot be
 // attributed with certainty (it exited and its pid is gone or reused) is
-// counted and dropped, never guessed.
-func (d *Daemon) profileFor(builders map[string]*jobProfile, s cpu.Sample) *jobProfile {
-	key := procKey{s.PID, s.StartTime}
-	p, ok := d.res.Cached(int(s.PID), s.StartTime)
+// counted (count, in unattr) and dropped, never guessed. builders holds
+// profiles of typ only.
+func (d *Daemon) profileFor(builders map[string]*jobProfile, typ profiles.Type, period int64, pid uint32, start uint64,
+	count float64, unattr *prometheus.CounterVec) *jobProfile {
+	key := procKey{pid, start}
+	p, ok := d.res.Cached(int(pid), start)
 	if !ok {
 		var err error
-		p, err = d.res.Resolve(int(s.PID))
-		if err != nil || p.StartTime != s.StartTime {
-			d.m.unattributed.WithLabelValues("exited").Add(float64(s.Count))
+		p, err = d.res.Resolve(int(pid))
+		if err != nil || p.StartTime != start {
+			unattr.WithLabelValues("exited").Add(count)
 			return nil
 		}
 	}
@@ -288,7 +321,7 @@ func (d *Daemon) profileFor(builders map[string]*jobProfile, s cpu.Sample) *jobP
 	d.known[key] = true
 	d.knownMu.Unlock()
 	if p.Foreign {
-		d.m.unattributed.WithLabelValues("other_node").Add(float64(s.Count))
+		unattr.WithLabelValues("other_node").Add(count)
 		return nil
 	}
 	var bk string
@@ -297,12 +330,12 @@ func (d *Daemon) profileFor(builders map[string]*jobProfile, s cpu.Sample) *jobP
 	} else if d.cfg.AllProcesses {
 		bk = "nojob/" + p.Comm
 	} else {
-		d.m.unattributed.WithLabelValues("not_in_job").Add(float64(s.Count))
+		unattr.WithLabelValues("not_in_job").Add(count)
 		return nil
 	}
 	jp := builders[bk]
 	if jp == nil {
-		jp = &jobProfile{b: profiles.NewBuilder(profiles.CPU, d.period, d.start), steps: map[string]bool{}, stepOf: map[procKey]string{}}
+		jp = &jobProfile{typ: typ, b: profiles.NewBuilder(typ, period, d.start), steps: map[string]bool{}, stepOf: map[procKey]string{}}
 		if p.InJob() {
 			j := p.Job
 			jp.jobID = j.ID
@@ -325,8 +358,10 @@ func (d *Daemon) profileFor(builders map[string]*jobProfile, s cpu.Sample) *jobP
 }
 
 // forgetExited drops symbolizer state of processes that no longer run.
-func (d *Daemon) forgetExited(samples []cpu.Sample) {
-	seen := make(map[procKey]bool, len(samples))
+func (d *Daemon) forgetExited(samples []cpu.Sample, seen map[procKey]bool) {
+	if seen == nil {
+		seen = make(map[procKey]bool, len(samples))
+	}
 	for _, s := range samples {
 		seen[procKey{s.PID, s.StartTime}] = true
 	}
@@ -339,6 +374,8 @@ func (d *Daemon) forgetExited(samples []cpu.Sample) {
 		if p, ok := d.res.Cached(int(k.pid), k.start); !ok || p.StartTime != k.start {
 			d.sym.Forget(int(k.pid))
 			delete(d.known, k)
+			delete(d.gpu.pending, k)
+			delete(d.gpu.env, k)
 		}
 	}
 }

@@ -55,7 +55,10 @@ func (f *fakeSym) Kernel(addrs []uint64) []symbolize.Frame {
 func (f *fakeSym) Forget(pid int)                    { f.forgotten = append(f.forgotten, pid) }
 func (f *fakeSym) Prepare(pid int, startTime uint64) { f.prepared = append(f.prepared, pid) }
 
-type fakeRes struct{ procs map[int]attribution.Process }
+type fakeRes struct {
+	procs map[int]attribution.Process
+	scan  bool // Scan lists the processes too (else nothing)
+}
 
 func (f *fakeRes) Cached(pid int, start uint64) (attribution.Process, bool) {
 	p, ok := f.procs[pid]
@@ -68,7 +71,12 @@ func (f *fakeRes) Resolve(pid int) (attribution.Process, error) {
 	}
 	return p, nil
 }
-func (f *fakeRes) Scan() ([]attribution.Process, error) { return nil, nil }
+func (f *fakeRes) Scan() ([]attribution.Process, error) {
+	if !f.scan {
+		return nil, nil
+	}
+	return f.Refresh()
+}
 func (f *fakeRes) Refresh() ([]attribution.Process, error) {
 	var out []attribution.Process
 	for _, p := range f.procs {

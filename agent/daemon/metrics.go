@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/slurmscope/slurmscope/agent/cpu"
+	"github.com/slurmscope/slurmscope/agent/gputrace"
 )
 
 type metrics struct {
@@ -14,6 +15,11 @@ type metrics struct {
 	payloadBytes prometheus.Counter
 	errors       *prometheus.CounterVec
 	cpus         prometheus.Gauge
+
+	gpuTime         prometheus.Counter
+	gpuUnattributed *prometheus.CounterVec
+	gpuLost         *prometheus.CounterVec
+	gpuFiles        prometheus.Gauge
 }
 
 func newMetrics() metrics {
@@ -32,11 +38,20 @@ func newMetrics() metrics {
 			Name: "slurmscope_agent_errors_total", Help: "Errors in the agent's main loop, by stage."}, []string{"stage"}),
 		cpus: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "slurmscope_agent_sampled_cpus", Help: "CPUs the sampler is attached to."}),
+		gpuTime: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "slurmscope_agent_gpu_kernel_nanoseconds_total", Help: "GPU kernel time drained from the GPU tracer."}),
+		gpuUnattributed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slurmscope_agent_gpu_kernel_nanoseconds_unattributed_total", Help: "GPU kernel time not put in any profile, by reason (exited, other_node, not_in_job)."}, []string{"reason"}),
+		gpuLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "slurmscope_agent_gpu_trace_lost_total", Help: "GPU tracer events lost (ring_buffer, bad_args, read_error, decode_error), launches without a stack (stack_error, expired_launch, evicted_launch) and names dropped (name)."}, []string{"reason"}),
+		gpuFiles: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "slurmscope_agent_gpu_trace_attached_files", Help: "Injection library files the GPU tracer is attached to."}),
 	}
 }
 
 func (m metrics) all() []prometheus.Collector {
-	return []prometheus.Collector{m.samples, m.lost, m.unattributed, m.profiles, m.payloadBytes, m.errors, m.cpus}
+	return []prometheus.Collector{m.samples, m.lost, m.unattributed, m.profiles, m.payloadBytes, m.errors, m.cpus,
+		m.gpuTime, m.gpuUnattributed, m.gpuLost, m.gpuFiles}
 }
 
 // observeSampler turns the sampler's running totals into counter increments.
@@ -50,4 +65,22 @@ func (m metrics) observeSampler(prev, cur cpu.Stats) {
 	add("stack_error", prev.KernelStackErrors+prev.UserStackErrors, cur.KernelStackErrors+cur.UserStackErrors)
 	add("stack_collision", prev.KernelStackCollisions+prev.UserStackCollisions, cur.KernelStackCollisions+cur.UserStackCollisions)
 	m.cpus.Set(float64(cur.AttachedCPUs))
+}
+
+// observeGPU turns the GPU tracer's running totals into counter increments.
+func (m metrics) observeGPU(prev, cur gputrace.Stats) {
+	add := func(reason string, p, c uint64) {
+		if c > p {
+			m.gpuLost.WithLabelValues(reason).Add(float64(c - p))
+		}
+	}
+	add("ring_buffer", prev.LostRingBuffer, cur.LostRingBuffer)
+	add("bad_args", prev.BadArgs, cur.BadArgs)
+	add("read_error", prev.ReadErrors, cur.ReadErrors)
+	add("decode_error", prev.DecodeErrors, cur.DecodeErrors)
+	add("stack_error", prev.StackErrors, cur.StackErrors)
+	add("expired_launch", prev.ExpiredLaunches, cur.ExpiredLaunches)
+	add("evicted_launch", prev.EvictedLaunches, cur.EvictedLaunches)
+	add("name", prev.RejectedNames+prev.DroppedNames, cur.RejectedNames+cur.DroppedNames)
+	m.gpuFiles.Set(float64(cur.AttachedFiles))
 }

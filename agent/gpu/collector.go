@@ -87,6 +87,7 @@ type Collector struct {
 	st     state
 
 	snap atomic.Pointer[[]prometheus.Metric]
+	devs atomic.Pointer[deviceSnapshot] // the last poll's GPUs, for CUDADevice
 
 	cmu       sync.Mutex // guards the counters below
 	polls     uint64
@@ -233,6 +234,7 @@ func (c *Collector) Poll(ctx context.Context) error {
 		prometheus.MustNewConstMetric(c.desc.pollDuration, prometheus.GaugeValue, dur.Seconds()),
 		prometheus.MustNewConstMetric(c.desc.lastPoll, prometheus.GaugeValue, float64(start.UnixNano())/1e9))
 	c.snap.Store(&out)
+	c.devs.Store(&deviceSnapshot{units: p.units, topo: p.topo})
 	c.cmu.Lock()
 	c.polls++
 	if err != nil {

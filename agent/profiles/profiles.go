@@ -33,6 +33,18 @@ var CPU = Type{
 	PeriodType: &profile.ValueType{Type: "cpu", Unit: "nanoseconds"},
 }
 
+// GPU is GPU kernel time per launching stack (agent/gputrace): how many
+// kernels ran and their execution time on the GPU. Every kernel is counted,
+// so the period is 1: values are totals, not sample counts.
+var GPU = Type{
+	Name: "gpu",
+	SampleTypes: []*profile.ValueType{
+		{Type: "kernel_launches", Unit: "count"},
+		{Type: "gpu_time", Unit: "nanoseconds"},
+	},
+	PeriodType: &profile.ValueType{Type: "gpu_time", Unit: "nanoseconds"},
+}
+
 // ID is the type's Pyroscope profile-type id, e.g.
 // process_cpu:cpu:nanoseconds:cpu:nanoseconds.
 func (t Type) ID() string {

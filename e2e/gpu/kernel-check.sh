@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# kernel-check.sh: slurmscope's GPU kernel profiles on a machine with a real
+# NVIDIA GPU, CUDA (CUDA_HOME, with CUPTI) and PyTorch. NOT RUNNABLE WITHOUT
+# A GPU: it has never run on the development box, which has none (the
+# stand-in version is e2e/gpu/standin-demo.sh).
+#
+#  1. compiles the injection library and the static ABI check
+#     (agent/gputrace/inject/abi_check.c against $CUDA_HOME's real cupti.h)
+#     and runs the check;
+#  2. times a small PyTorch training loop without the library;
+#  3. runs it for about KCHECK_SECONDS (60 s) in a simulated SLURM job cgroup
+#     under the library (CUDA_INJECTION64_PATH, PYTHONPERFSUPPORT=1) with the
+#     agent (--gpu-inject-lib) writing to a profile directory;
+#  4. prints the top kernels by GPU time with their launching Python stacks
+#     (`slurmscope-agent top --dir`, over the gpu profiles only) and the
+#     loop's slowdown with the library loaded.
+#
+# Run as root from anywhere in the repository; needs no network.
+# Environment: CUDA_HOME (default /usr/local/cuda), KCHECK_SECONDS (60),
+# SLURMSCOPE_AGENT (prebuilt agent; default go build, GOPROXY=off), PYTHON
+# (default python3), KCHECK_KEEP=1 keeps the work directory.
+# Exit status: 0 done; 1 no gpu profile for the job; 2 the check could not run.
+set -euo pipefail
+
+SECS=${KCHECK_SECONDS:-60}
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+PY=${PYTHON:-python3}
+JOB_ID=$((910000 + $$ % 9999))
+SLICE=slurmscope-kcheck.slice
+NODE=kcheck
+
+log() { printf 'kernel-check: %s\n' "$*"; }
+die() {
+	printf 'kernel-check: %s\n' "$*" >&2
+	exit 2
+}
+if ! [[ $SECS =~ ^[0-9]+$ ]] || ((SECS < 20)); then
+	die "KCHECK_SECONDS must be an integer >= 20"
+fi
+[[ $(id -u) == 0 ]] || die "run as root: eBPF and a job cgroup"
+[[ -f $CUDA_HOME/include/cupti.h || -f $CUDA_HOME/extras/CUPTI/include/cupti.h ]] || die "no cupti.h under CUDA_HOME=$CUDA_HOME"
+command -v "$PY" >/dev/null || die "no $PY"
+"$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)' || die "$PY has no torch with CUDA"
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$repo"
+
+work=$(mktemp -d /tmp/slurmscope-kcheck.XXXXXX)
+agent_pid=""
+job_pid=""
+cg_base=""
+cg_leaf=""
+
+stop_pid() {
+	local pid=$1
+	[[ -n $pid ]] || return 0
+	kill "$pid" 2>/dev/null || return 0
+	for _ in $(seq 300); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -KILL "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+}
+
+cleanup() {
+	local rc=$? d
+	set +e
+	trap - EXIT INT TERM
+	stop_pid "$job_pid"
+	stop_pid "$agent_pid"
+	if [[ -n $cg_leaf ]]; then
+		d=$cg_leaf
+		while [[ $d == "$cg_base"* ]]; do
+			for _ in $(seq 50); do
+				[[ -d $d ]] || break
+				rmdir "$d" 2>/dev/null && break
+				sleep 0.1
+			done
+			[[ $d == "$cg_base" ]] && break
+			d=$(dirname "$d")
+		done
+	fi
+	if [[ ${KCHECK_KEEP:-} == 1 ]]; then log "kept $work"; else rm -rf "$work"; fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- builds -------------------------------------------------------------------
+if [[ -n ${SLURMSCOPE_AGENT:-} ]]; then
+	agent=$SLURMSCOPE_AGENT
+	[[ -x $agent ]] || die "SLURMSCOPE_AGENT=$agent is not an executable"
+else
+	agent=$work/slurmscope-agent
+	log "building the agent"
+	export CGO_CFLAGS=${CGO_CFLAGS:-"-O2 -g -Wno-deprecated-declarations"}
+	GOPROXY=off GOFLAGS=-mod=readonly go build -o "$agent" ./agent/cmd/slurmscope-agent || die "go build failed"
+fi
+sh agent/gputrace/inject/build.sh "$work/lib" || die "building the injection library failed"
+lib=$work/lib/libslurmscope_inject.so
+log "ABI check against $CUDA_HOME"
+cupti_inc=$CUDA_HOME/include
+[[ -f $cupti_inc/cupti.h ]] || cupti_inc=$CUDA_HOME/extras/CUPTI/include
+"${CC:-cc}" -std=c11 -Wall -I agent/gputrace/inject -I "$CUDA_HOME/include" -I "$cupti_inc" \
+	-o "$work/abi_check" agent/gputrace/inject/abi_check.c || die "abi_check.c does not compile against $cupti_inc/cupti.h"
+"$work/abi_check" || die "abi_check failed: cupti_abi.h does not match this CUDA's cupti.h"
+
+# --- the training loop ----------------------------------------------------------
+cat >"$work/train.py" <<'PY'
+import sys, time, torch
+secs = float(sys.argv[1])
+dev = torch.device("cuda:0")
+model = torch.nn.Sequential(torch.nn.Linear(2048, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 2048)).to(dev)
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+x = torch.randn(256, 2048, device=dev)
+
+def forward():
+    return model(x).square().mean()
+
+def backward(loss):
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+
+def train_step():
+    backward(forward())
+
+for _ in range(20):
+    train_step()
+torch.cuda.synchronize()
+end, n, t0 = time.time() + secs, 0, time.time()
+while time.time() < end:
+    train_step()
+    n += 1
+torch.cuda.synchronize()
+print("steps_per_second=%.2f steps=%d" % (n / (time.time() - t0), n), flush=True)
+PY
+rate() { sed -n 's/^steps_per_second=\([0-9.]*\).*/\1/p' "$1"; }
+
+base_secs=$((SECS / 3))
+log "baseline: ${base_secs}s without the injection library"
+CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} "$PY" "$work/train.py" "$base_secs" >"$work/base.log" 2>&1 ||
+	{ cat "$work/base.log" >&2; die "the training loop failed"; }
+base=$(rate "$work/base.log")
+
+out=$work/profiles
+"$agent" run --output-dir "$out" --upload-interval 10s --node-name "$NODE" --gpu-inject-lib "$lib" \
+	--metrics-addr 127.0.0.1:0 >"$work/agent.log" 2>&1 &
+agent_pid=$!
+for _ in $(seq 120); do
+	kill -0 "$agent_pid" 2>/dev/null || { cat "$work/agent.log" >&2; die "the agent exited at start"; }
+	grep -q 'msg=profiling' "$work/agent.log" && break
+	sleep 0.5
+done
+grep -q 'msg=profiling' "$work/agent.log" || { cat "$work/agent.log" >&2; die "the agent did not start"; }
+
+cg2=$(awk '{for (i = 1; i <= NF; i++) if ($i == "-" && $(i + 1) == "cgroup2") { print $5; exit }}' /proc/self/mountinfo)
+[[ -n $cg2 ]] || die "no cgroup2 mount"
+cg_base=$cg2/$SLICE
+cg_leaf=$cg_base/slurmstepd.scope/job_$JOB_ID/step_0/user/task_0
+mkdir -p "$cg_leaf" || die "cannot create $cg_leaf"
+# shellcheck disable=SC2016 # $1 is expanded by the inner bash
+enter='echo $$ >"$1/cgroup.procs" && shift && exec "$@"'
+log "traced run: ${SECS}s in job $JOB_ID under $lib"
+env SLURM_JOB_ID="$JOB_ID" SLURM_JOB_NAME=kcheck-train CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" \
+	CUDA_INJECTION64_PATH="$lib" PYTHONPERFSUPPORT=1 \
+	bash -c "$enter" kcheck-job "$cg_leaf" "$PY" "$work/train.py" "$SECS" >"$work/traced.log" 2>&1 &
+job_pid=$!
+wait "$job_pid" || { cat "$work/traced.log" >&2; die "the traced training loop failed"; }
+job_pid=""
+traced=$(rate "$work/traced.log")
+grep 'slurmscope-inject:' "$work/traced.log" || true
+sleep 12 # one more interval
+stop_pid "$agent_pid"
+agent_pid=""
+
+# top reads every profile type in a directory: give it the gpu ones only.
+mkdir -p "$work/gpu/$JOB_ID"
+n=0
+for f in "$out/$JOB_ID"/gpu-*.pb.gz; do
+	[[ -e $f ]] || continue
+	cp "$f" "$work/gpu/$JOB_ID/" && n=$((n + 1))
+done
+echo
+if ((n == 0)); then
+	log "FAIL: no gpu profiles for job $JOB_ID under $out"
+	sed 's/^/    agent: /' "$work/agent.log"
+	exit 1
+fi
+log "top kernels by GPU time, with their launching stacks ($n profiles):"
+"$agent" top --dir "$work/gpu" | sed 's/^/    /'
+# top lists leaves (the kernels); the launching stacks, heaviest first:
+if command -v go >/dev/null; then
+	go tool pprof -traces -sample_index=gpu_time "$work/gpu/$JOB_ID"/gpu-*.pb.gz 2>/dev/null | head -n 120 | sed 's/^/    /'
+fi
+echo
+log "steps/s without the library: $base; with it (and the agent): $traced"
+awk -v a="$base" -v b="$traced" 'BEGIN { if (a > 0 && b > 0) printf "kernel-check: slowdown %.2f%%\n", (a / b - 1) * 100 }'
+log "done"

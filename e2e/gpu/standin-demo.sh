@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# standin-demo.sh OUTDIR: the agent's GPU kernel profiles, end to end, on a
+# machine WITHOUT a GPU. Builds the agent, the injection library and the
+# TEST STAND-INS (mock libcupti, pretend CUDA runtime, pretend trainer; see
+# agent/gputrace/standin), runs the trainer for about DEMO_SECONDS (20 s)
+# in a simulated SLURM job cgroup under the injection library, with the
+# agent in --output-dir OUTDIR mode, stops the agent, and leaves the job's
+# gpu profiles in OUTDIR/<job id>/gpu-<unix>.pb.gz. Then prints the mock's
+# true GPU time per kernel, one `kernel=<name> ns=<n>` line each, to compare
+# with e.g. `go tool pprof -top -sample_index=gpu_time OUTDIR/<job id>/gpu-*`.
+#
+# Run as root (eBPF, cgroups) from anywhere in the repository.
+# Environment: DEMO_JOB_ID (default 88001), DEMO_SECONDS (default 20),
+# SLURMSCOPE_AGENT (a prebuilt agent; default go build, GOPROXY=off).
+set -euo pipefail
+
+out=${1:?usage: standin-demo.sh OUTDIR}
+JOB_ID=${DEMO_JOB_ID:-88001}
+SECS=${DEMO_SECONDS:-20}
+SLICE=slurmscope-gpudemo.slice
+NODE=gpudemo
+
+log() { printf 'standin-demo: %s\n' "$*" >&2; }
+die() {
+	log "$*"
+	exit 2
+}
+[[ $JOB_ID =~ ^[0-9]+$ ]] || die "DEMO_JOB_ID must be a number"
+[[ $SECS =~ ^[0-9]+$ ]] || die "DEMO_SECONDS must be a number"
+[[ $(id -u) == 0 ]] || die "run as root: it loads eBPF programs and creates a cgroup"
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$repo"
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+work=$(mktemp -d /tmp/slurmscope-gpudemo.XXXXXX)
+agent_pid=""
+job_pid=""
+cg_base=""
+cg_leaf=""
+
+# stop_pid PID: SIGTERM (after SIGCONT), then SIGKILL after 30 s; only
+# processes this script started.
+stop_pid() {
+	local pid=$1
+	[[ -n $pid ]] || return 0
+	kill -CONT "$pid" 2>/dev/null || true
+	kill "$pid" 2>/dev/null || return 0
+	for _ in $(seq 300); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -KILL "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+}
+
+cleanup() {
+	local rc=$? d
+	set +e
+	trap - EXIT INT TERM
+	stop_pid "$job_pid"
+	stop_pid "$agent_pid"
+	if [[ -n $cg_leaf ]]; then
+		d=$cg_leaf
+		while [[ $d == "$cg_base"* ]]; do
+			for _ in $(seq 50); do
+				[[ -d $d ]] || break
+				rmdir "$d" 2>/dev/null && break
+				sleep 0.1
+			done
+			[[ $d == "$cg_base" ]] && break
+			d=$(dirname "$d")
+		done
+	fi
+	rm -rf "$work"
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- builds ----------------------------------------------------------------
+if [[ -n ${SLURMSCOPE_AGENT:-} ]]; then
+	agent=$SLURMSCOPE_AGENT
+	[[ -x $agent ]] || die "SLURMSCOPE_AGENT=$agent is not an executable"
+else
+	agent=$work/slurmscope-agent
+	log "building the agent"
+	export CGO_CFLAGS=${CGO_CFLAGS:-"-O2 -g -Wno-deprecated-declarations"}
+	GOPROXY=off GOFLAGS=-mod=readonly go build -o "$agent" ./agent/cmd/slurmscope-agent || die "go build failed"
+fi
+bin=$work/bin
+sh agent/gputrace/inject/build.sh "$bin" || die "building the injection library failed"
+sh agent/gputrace/standin/build.sh "$bin" || die "building the stand-ins failed"
+lib=$bin/libslurmscope_inject.so
+
+# --- the agent ----------------------------------------------------------------
+"$agent" run --output-dir "$out" --upload-interval 5s --node-name "$NODE" --gpu-inject-lib "$lib" \
+	--gpu-metrics=false --metrics-addr 127.0.0.1:0 >"$work/agent.log" 2>&1 &
+agent_pid=$!
+for _ in $(seq 120); do
+	kill -0 "$agent_pid" 2>/dev/null || {
+		cat "$work/agent.log" >&2
+		die "the agent exited at start"
+	}
+	grep -q 'msg=profiling' "$work/agent.log" && break
+	sleep 0.5
+done
+grep -q 'msg=profiling' "$work/agent.log" || {
+	cat "$work/agent.log" >&2
+	die "the agent did not start profiling within 60 s"
+}
+log "agent pid $agent_pid writes to $out"
+
+# --- the simulated job ----------------------------------------------------------
+cg2=$(awk '{for (i = 1; i <= NF; i++) if ($i == "-" && $(i + 1) == "cgroup2") { print $5; exit }}' /proc/self/mountinfo)
+[[ -n $cg2 ]] || die "no cgroup2 mount"
+cg_base=$cg2/$SLICE
+cg_leaf=$cg_base/slurmstepd.scope/job_$JOB_ID/step_0/user/task_0
+mkdir -p "$cg_leaf" || die "cannot create $cg_leaf"
+# shellcheck disable=SC2016 # $1 is expanded by the inner bash
+enter='echo $$ >"$1/cgroup.procs" && shift && exec "$@"'
+truth=$work/truth
+env SLURM_JOB_ID="$JOB_ID" SLURM_JOB_NAME=standin-trainer CUDA_VISIBLE_DEVICES=0 \
+	CUDA_INJECTION64_PATH="$lib" SLURMSCOPE_CUPTI_PATH="$bin/mock/libcupti.so" SLURMSCOPE_MOCK_TRUTH_FILE="$truth" \
+	bash -c "$enter" standin-job "$cg_leaf" "$bin/trainer" --seconds "$SECS" --steps 100000000 >"$work/job.log" 2>&1 &
+job_pid=$!
+log "job $JOB_ID: trainer pid $job_pid in $cg_leaf for ${SECS}s"
+# The trainer launches flat out; run it in 20 ms bursts so the launches
+# spread over the run (its --seconds counts the pauses too).
+while kill -0 "$job_pid" 2>/dev/null; do
+	sleep 0.02
+	kill -STOP "$job_pid" 2>/dev/null || true
+	sleep 0.4
+	kill -CONT "$job_pid" 2>/dev/null || true
+done
+wait "$job_pid" || {
+	cat "$work/job.log" >&2
+	die "the trainer failed"
+}
+job_pid=""
+sleep 6 # one more interval: the records flushed at exit
+stop_pid "$agent_pid"
+agent_pid=""
+[[ -s $truth ]] || die "the mock wrote no truth file"
+log "profiles: $(find "$out/$JOB_ID" -name 'gpu-*.pb.gz' 2>/dev/null | wc -l) gpu files in $out/$JOB_ID/"
+sed -n 's/^\(kernel=.*\) ns=\([0-9]*\) launches=[0-9]*$/\1 ns=\2/p' "$truth"
