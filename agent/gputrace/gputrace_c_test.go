@@ -10,11 +10,14 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -76,6 +79,7 @@ type run struct {
 	stdout, stderr string
 	totals, truth  map[string]total // by kernel name
 	summary        map[string]uint64
+	mockSummary    map[string]uint64 // the mock's "# flush_period_ms= ..." line
 	trace          []traceLine
 	trainerTID     string
 	elapsed        time.Duration
@@ -134,7 +138,7 @@ func runTrainer(t *testing.T, inject bool, env map[string]string, args ...string
 		}
 	}
 	r.totals, r.summary = readTotals(t, paths["SLURMSCOPE_INJECT_TOTALS_FILE"])
-	r.truth, _ = readTotals(t, paths["SLURMSCOPE_MOCK_TRUTH_FILE"])
+	r.truth, r.mockSummary = readTotals(t, paths["SLURMSCOPE_MOCK_TRUTH_FILE"])
 	r.trace = readTrace(t, paths["SLURMSCOPE_INJECT_TRACE_FILE"])
 	return r
 }
@@ -605,5 +609,237 @@ func TestCUPTIABIMatchesRealHeaders(t *testing.T) {
 	t.Logf("%s", out)
 	if err != nil {
 		t.Fatalf("abi_check: %v", err)
+	}
+}
+
+// markerSymbols are the functions the agent's uprobes attach to.
+var markerSymbols = []string{"slurmscope_kernel_name", "slurmscope_kernel_launch", "slurmscope_kernel_records"}
+
+// markerPrologue returns the first 8 bytes of each marker of the library at
+// path, read through the ELF program headers (what the loader maps).
+func markerPrologue(t *testing.T, path string) map[string][]byte {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]byte{}
+	for _, s := range syms {
+		if !slices.Contains(markerSymbols, s.Name) || s.Section == elf.SHN_UNDEF {
+			continue
+		}
+		for _, p := range f.Progs {
+			if p.Type != elf.PT_LOAD || p.Flags&elf.PF_X == 0 || s.Value < p.Vaddr || s.Value+8 > p.Vaddr+p.Filesz {
+				continue
+			}
+			b := make([]byte, 8)
+			if _, err := p.ReadAt(b, int64(s.Value-p.Vaddr)); err != nil {
+				t.Fatal(err)
+			}
+			out[s.Name] = b
+		}
+		if out[s.Name] == nil {
+			t.Fatalf("%s at %#x is in no executable segment", s.Name, s.Value)
+		}
+	}
+	if len(out) != len(markerSymbols) {
+		t.Fatalf("markers found: %v", out)
+	}
+	return out
+}
+
+// checkMarkerPrologues: every marker starts with its frame setup, the
+// instruction the agent's uprobe sits on. x86-64: push %rbp (0x55) then
+// mov %rsp,%rbp (48 89 e5); the kernel emulates the push, where a bare ret
+// (0xc3), or an endbr64, has to be single-stepped (about 3.5x the cost per
+// probed call). arm64: stp x29, x30, [sp, #-16]! then mov x29, sp, after at
+// most a paciasp/bti c landing pad.
+func checkMarkerPrologues(t *testing.T, path string) {
+	t.Helper()
+	for name, b := range markerPrologue(t, path) {
+		switch runtime.GOARCH {
+		case "amd64":
+			if !bytes.Equal(b[:4], []byte{0x55, 0x48, 0x89, 0xe5}) {
+				t.Errorf("%s starts with % x, want push %%rbp; mov %%rsp,%%rbp (55 48 89 e5)", name, b[:4])
+			}
+		case "arm64":
+			insn := []uint32{binary.LittleEndian.Uint32(b), binary.LittleEndian.Uint32(b[4:])}
+			if insn[0] == 0xd503233f || insn[0] == 0xd503245f { // paciasp, bti c
+				insn[0] = insn[1]
+			}
+			if insn[0] != 0xa9bf7bfd { // stp x29, x30, [sp, #-16]!
+				t.Errorf("%s starts with %08x, want stp x29, x30, [sp, #-16]! (a9bf7bfd)", name, insn[0])
+			}
+		default:
+			t.Skipf("no prologue check for %s", runtime.GOARCH)
+		}
+	}
+	// The same through the disassembler, where there is one (binutils).
+	if runtime.GOARCH != "amd64" {
+		return
+	}
+	objdump, err := exec.LookPath("objdump")
+	if err != nil {
+		t.Logf("no objdump; checked the bytes only")
+		return
+	}
+	out, err := exec.Command(objdump, "-d", "--no-show-raw-insn", path).Output()
+	if err != nil {
+		t.Fatalf("objdump: %v", err)
+	}
+	lines := strings.Split(string(out), "\n")
+	for _, name := range markerSymbols {
+		i := slices.IndexFunc(lines, func(l string) bool { return strings.HasSuffix(l, " <"+name+">:") })
+		if i < 0 || i+2 >= len(lines) {
+			t.Fatalf("objdump shows no %s", name)
+		}
+		first, second := strings.Fields(lines[i+1]), strings.Fields(lines[i+2])
+		if len(first) < 3 || first[1] != "push" || first[2] != "%rbp" || len(second) < 3 || second[1] != "mov" || second[2] != "%rsp,%rbp" {
+			t.Errorf("objdump of %s:\n%s\n%s", name, lines[i+1], lines[i+2])
+		}
+	}
+}
+
+// The markers must not compile to a bare ret (see inject.c): a compiler
+// change would otherwise silently make every probed call 3.5x dearer.
+func TestInjectMarkersStartWithFrameSetup(t *testing.T) {
+	dir := built(t)
+	checkMarkerPrologues(t, filepath.Join(dir, "libslurmscope_inject.so"))
+
+	// Distributions that default to -fcf-protection would put endbr64
+	// first; the markers opt out (nocf_check in slurmscope_inject.h).
+	if runtime.GOARCH != "amd64" {
+		return
+	}
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "cc"
+	}
+	probe := exec.Command("sh", "-c", "echo 'int x;' | "+cc+" -fcf-protection -x c -c -o /dev/null -")
+	if probe.Run() != nil {
+		t.Logf("%s has no -fcf-protection; not checked with it", cc)
+		return
+	}
+	cet := t.TempDir()
+	c := exec.Command("sh", "inject/build.sh", cet)
+	c.Env = append(os.Environ(), "CC="+cc+" -fcf-protection")
+	if out, err := c.CombinedOutput(); err != nil {
+		t.Fatalf("build with -fcf-protection: %v\n%s", err, out)
+	}
+	checkMarkerPrologues(t, filepath.Join(cet, "libslurmscope_inject.so"))
+}
+
+// firstIndex is the index of the first trace line of kind, or -1; lastIndex
+// the last.
+func (r run) firstIndex(kind string) int {
+	return slices.IndexFunc(r.trace, func(l traceLine) bool { return l.kind == kind })
+}
+
+func (r run) lastIndex(kind string) int {
+	for i := len(r.trace) - 1; i >= 0; i-- {
+		if r.trace[i].kind == kind {
+			return i
+		}
+	}
+	return -1
+}
+
+// Records reach the agent while the process runs, not only at exit: the
+// housekeeping thread's cuptiActivityFlushAll(0) hands over a partly filled
+// buffer (the mock, like CUPTI, delivers only full buffers on its own, and
+// 3 steps fill no 1 MiB buffer). The trainer waits until it has seen a
+// record delivered, then launches again, so the proof is the order of the
+// library's own marker calls: a record before the last launch. With a CUPTI
+// lacking cuptiActivityFlushPeriod the same holds, and with flushing turned
+// off no record comes before exit.
+func TestInjectDeliversRecordsWhileRunning(t *testing.T) {
+	for _, tc := range []struct {
+		name, mock, flushMS string
+		wantPeriod          uint64
+		wantEarly           bool
+		wait                string
+	}{
+		{"flush-period", "mock", "", 1000, true, "60"},
+		{"no-flush-period-api", "mock-noperiod", "", 0, true, "60"},
+		{"flushing-off", "mock", "0", 0, false, "1.5"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{
+				"SLURMSCOPE_CUPTI_PATH":             filepath.Join(built(t), tc.mock, "libcupti.so"),
+				"SLURMSCOPE_LAUNCH_SAMPLES_PER_SEC": "1000000000",
+			}
+			if tc.flushMS != "" {
+				env["SLURMSCOPE_INJECT_FLUSH_MS"] = tc.flushMS
+			}
+			r := runTrainer(t, true, env, "--steps", "3", "--wait-records", tc.wait)
+			if l := logLines(r.stderr); len(l) != 0 {
+				t.Fatalf("library logged on a healthy run: %q", l)
+			}
+			assertExactTotals(t, r)
+			assertTraceConsistent(t, r)
+			if got := r.mockSummary["flush_period_ms"]; got != tc.wantPeriod {
+				t.Errorf("mock flush period %d ms, want %d", got, tc.wantPeriod)
+			}
+			firstRec, lastLaunch := r.firstIndex("record"), r.lastIndex("launch")
+			early := strings.Contains(r.stdout, "records_before_exit=1")
+			if tc.wantEarly {
+				if !early || firstRec < 0 || firstRec > lastLaunch {
+					t.Fatalf("no record before the last launch (first record line %d, last launch line %d; stdout %q)",
+						firstRec, lastLaunch, r.stdout)
+				}
+				if r.mockSummary["flushes"] == 0 {
+					t.Errorf("no cuptiActivityFlushAll(0) seen by the mock: %v", r.mockSummary)
+				}
+			} else {
+				if early || firstRec < lastLaunch {
+					t.Fatalf("records before exit with flushing off (first record line %d, last launch line %d)", firstRec, lastLaunch)
+				}
+				if r.mockSummary["flushes"] != 0 {
+					t.Errorf("periodic flushes with flushing off: %v", r.mockSummary)
+				}
+			}
+		})
+	}
+}
+
+// Names are re-announced periodically, so an agent that attached after a
+// name's first announcement learns it: after the first records are handed
+// over, every name is announced again (same id, same bytes).
+func TestInjectReannouncesNames(t *testing.T) {
+	r := runTrainer(t, true, map[string]string{
+		"SLURMSCOPE_LAUNCH_SAMPLES_PER_SEC": "1000000000",
+	}, "--steps", "3", "--wait-records", "60")
+	assertExactTotals(t, r)
+	assertTraceConsistent(t, r)
+	firstRec := r.firstIndex("record")
+	if firstRec < 0 || !strings.Contains(r.stdout, "records_before_exit=1") {
+		t.Fatalf("no records while running: %q", r.stdout)
+	}
+	before, after := map[string]int{}, map[string]int{}
+	for i, l := range r.trace {
+		if l.kind != "name" {
+			continue
+		}
+		if i < firstRec {
+			before[l.fields["id"]]++
+		} else {
+			after[l.fields["id"]]++
+		}
+	}
+	if len(before) != len(r.truth) {
+		t.Fatalf("%d names announced before the first record, %d kernels ran", len(before), len(r.truth))
+	}
+	for id := range before {
+		if after[id] == 0 {
+			t.Errorf("name %s not re-announced after the first records", id)
+		}
+	}
+	if r.summary["reannounced"] < uint64(len(before)) {
+		t.Errorf("library counted %d re-announcements, want at least %d", r.summary["reannounced"], len(before))
 	}
 }

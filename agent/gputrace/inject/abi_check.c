@@ -62,6 +62,14 @@ SAME_VALUE(CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz, SS_CBID_DRV_cuGraphLaunch
 SAME_VALUE(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, SS_CBID_DRV_cuLaunchKernelEx);
 SAME_VALUE(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz, SS_CBID_DRV_cuLaunchKernelEx_ptsz);
 
+/* cuptiActivityFlushPeriod(uint32_t time): declared, returns CUptiResult,
+ * takes a 32-bit period (resolved with dlsym by the library). */
+_Static_assert(sizeof(cuptiActivityFlushPeriod((uint32_t)1000)) == sizeof(ss_cupti_result),
+               "cuptiActivityFlushPeriod result");
+_Static_assert(__builtin_types_compatible_p(__typeof__(&cuptiActivityFlushPeriod),
+                                            CUptiResult (*)(uint32_t)),
+               "cuptiActivityFlushPeriod signature");
+
 /* CUpti_CallbackData */
 SAME_SIZE(CUpti_CallbackData, ss_cupti_callback_data);
 SAME_OFFSET(CUpti_CallbackData, callbackSite, ss_cupti_callback_data, callback_site);

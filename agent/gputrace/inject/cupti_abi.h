@@ -228,6 +228,13 @@ typedef ss_cupti_result (*ss_fn_cuptiActivityGetNextRecord)(uint8_t *buffer, siz
 typedef ss_cupti_result (*ss_fn_cuptiActivityGetNumDroppedRecords)(ss_cu_context ctx, uint32_t stream_id,
                                                                    size_t *dropped);
 typedef ss_cupti_result (*ss_fn_cuptiActivityFlushAll)(uint32_t flag);
+/* CUptiResult cuptiActivityFlushPeriod(uint32_t time): period in ms of
+ * CUPTI's worker-thread flush, 0 restores CUPTI's own heuristics. Since
+ * CUDA 11.x; optional here (resolved with dlsym, may be absent). NVIDIA's
+ * documentation: a periodic flush returns only buffers that are full and
+ * whose records are all complete, so it does not by itself hand over a
+ * partly filled buffer (cuptiActivityFlushAll(0) does). */
+typedef ss_cupti_result (*ss_fn_cuptiActivityFlushPeriod)(uint32_t time);
 typedef ss_cupti_result (*ss_fn_cuptiGetDeviceId)(ss_cu_context ctx, uint32_t *device_id);
 
 #if defined(__cplusplus)

@@ -27,6 +27,10 @@
  *     malloc-free (it runs inside the application's CUDA call, possibly under
  *     the application's own locks), and only the CUPTI buffer thread
  *     allocates (buffers, one copy of each kernel name);
+ *   - a low-priority housekeeping thread flushes CUPTI every
+ *     SLURMSCOPE_INJECT_FLUSH_MS (default 1000 ms) so records reach the agent
+ *     within about that period, and re-announces known kernel names so an
+ *     agent that (re)started after a name's first announcement learns it;
  *   - at exit it flushes CUPTI (atexit + cuptiActivityFlushAll) so the last
  *     kernels are reported.
  */
@@ -34,12 +38,17 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -51,25 +60,43 @@
 
 /* ---- markers: the ABI the agent's uprobes attach to -------------------- */
 
-/* The empty asm with the arguments as inputs and a memory clobber is the
+/*
+ * The empty asm with the arguments as inputs and a memory clobber is the
  * compiler barrier: the call cannot be dropped or folded, and the record
- * array is fully written before the call. */
-SLURMSCOPE_MARKER void slurmscope_kernel_name(uint64_t name_id, const char *name, uint32_t len)
+ * array is fully written before the call.
+ *
+ * The frame address as a further input makes the compiler set up a frame,
+ * so each marker starts with `push %rbp; mov %rsp,%rbp` on x86-64 and
+ * `stp x29, x30, [sp, #-16]!; mov x29, sp` on arm64 instead of a bare `ret`.
+ * That first instruction is where the agent's uprobe sits: the kernel
+ * emulates `push %rbp` but has to single-step a `ret` out of line (two
+ * traps, measured 19.4 us against 5.5 us per probed call on a VM).
+ * -fno-omit-frame-pointer alone does not do it: GCC and clang both still
+ * compile an empty leaf function to `ret`. TestInjectMarkersStartWithFrameSetup
+ * checks the instruction bytes of the built library.
+ * (Under -fcf-protection, SLURMSCOPE_MARKER also keeps `endbr64` out of
+ * the markers; see slurmscope_inject.h.)
+ */
+#define MARKER_BODY(...) \
+	__asm__ __volatile__("" : : __VA_ARGS__, "r"(__builtin_frame_address(0)) : "memory")
+
+SLURMSCOPE_MARKER void slurmscope_kernel_name(uint64_t name_id, const char *name,
+                                                                      uint32_t len)
 {
-	__asm__ __volatile__("" : : "r"(name_id), "r"(name), "r"(len) : "memory");
+	MARKER_BODY("r"(name_id), "r"(name), "r"(len));
 }
 
-SLURMSCOPE_MARKER void slurmscope_kernel_launch(uint64_t correlation_id, uint64_t name_id,
-                                                uint32_t device, uint32_t flags)
+SLURMSCOPE_MARKER void slurmscope_kernel_launch(uint64_t correlation_id,
+                                                                        uint64_t name_id, uint32_t device,
+                                                                        uint32_t flags)
 {
-	__asm__ __volatile__("" : : "r"(correlation_id), "r"(name_id), "r"(device), "r"(flags)
-	                     : "memory");
+	MARKER_BODY("r"(correlation_id), "r"(name_id), "r"(device), "r"(flags));
 }
 
-SLURMSCOPE_MARKER void slurmscope_kernel_records(const struct slurmscope_kernel_record *recs,
-                                                 uint32_t n)
+SLURMSCOPE_MARKER void slurmscope_kernel_records(
+	const struct slurmscope_kernel_record *recs, uint32_t n)
 {
-	__asm__ __volatile__("" : : "r"(recs), "r"(n) : "memory");
+	MARKER_BODY("r"(recs), "r"(n));
 }
 
 EXPORT __attribute__((used)) const uint32_t slurmscope_inject_abi_version =
@@ -98,7 +125,7 @@ static void ss_log(const char *fmt, ...)
 }
 
 /* Each condition is logged at most once per process. */
-static atomic_int g_logged_dropped, g_logged_names_full;
+static atomic_int g_logged_dropped, g_logged_names_full, g_logged_flush;
 
 /* ---- CUPTI entry points ------------------------------------------------ */
 
@@ -114,6 +141,7 @@ static struct {
 	ss_fn_cuptiActivityGetNextRecord ActivityGetNextRecord;
 	ss_fn_cuptiActivityGetNumDroppedRecords ActivityGetNumDroppedRecords;
 	ss_fn_cuptiActivityFlushAll ActivityFlushAll;
+	ss_fn_cuptiActivityFlushPeriod ActivityFlushPeriod; /* optional (CUDA 11.x+) */
 	ss_fn_cuptiGetDeviceId GetDeviceId;
 } cupti;
 
@@ -133,6 +161,7 @@ static atomic_int g_active;
 static ss_cupti_subscriber_handle g_subscriber;
 
 static int g_trace_fd = -1;        /* SLURMSCOPE_INJECT_TRACE_FILE, tests only */
+static uint32_t g_flush_ms;        /* SLURMSCOPE_INJECT_FLUSH_MS; 0: no housekeeping thread */
 static const char *g_totals_path;  /* SLURMSCOPE_INJECT_TOTALS_FILE */
 
 static atomic_ullong g_launch_markers, g_records, g_dropped;
@@ -182,9 +211,11 @@ static int take_sample_token(void)
  * Correlation ids of sampled launches, direct-mapped. A record is flagged
  * sampled when its slot still holds its id. With more than SAMPLED_SLOTS
  * launches in flight a sampled record can read as unsampled (never the
- * reverse); the agent then just lacks a stack for it.
+ * reverse); the agent then just lacks a stack for it. Records are handed
+ * over at least every flush period (1 s), so "in flight" is about one to
+ * two periods of launches: 65536 slots (256 KiB) cover 32768 launches/s.
  */
-#define SAMPLED_SLOTS 16384u
+#define SAMPLED_SLOTS 65536u
 static atomic_uint g_sampled[SAMPLED_SLOTS];
 
 /* ---- kernel names: ids, announcement, exact totals --------------------- */
@@ -241,6 +272,19 @@ static void trace_write(const char *buf, size_t n)
 	}
 }
 
+/* The name marker plus its trace line. */
+static void announce_raw(uint64_t id, const char *name, size_t len)
+{
+	slurmscope_kernel_name(id, name, (uint32_t)len);
+	if (g_trace_fd >= 0) {
+		char buf[512];
+		int n = snprintf(buf, sizeof buf, "name id=%016llx len=%zu name=%.*s\n",
+		                 (unsigned long long)id, len, (int)(len > 400 ? 400 : len), name);
+		if (n > 0)
+			trace_write(buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
+	}
+}
+
 static void announce(struct name_entry *e, uint64_t id, const char *name, size_t len)
 {
 	/* Whoever moves 0 -> 1 announces. A thread that sees 1 (another thread
@@ -255,14 +299,7 @@ static void announce(struct name_entry *e, uint64_t id, const char *name, size_t
 			atomic_compare_exchange_strong(&e->announced, &zero, 1);
 		}
 	}
-	slurmscope_kernel_name(id, name, (uint32_t)len);
-	if (g_trace_fd >= 0) {
-		char buf[512];
-		int n = snprintf(buf, sizeof buf, "name id=%016llx len=%zu name=%.*s\n",
-		                 (unsigned long long)id, len, (int)(len > 400 ? 400 : len), name);
-		if (n > 0)
-			trace_write(buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1);
-	}
+	announce_raw(id, name, len);
 	if (e != NULL)
 		atomic_store_explicit(&e->announced, 2, memory_order_release);
 }
@@ -527,6 +564,143 @@ static void on_buffer_completed(ss_cu_context ctx, uint32_t stream_id, uint8_t *
 	free(buffer);
 }
 
+/* ---- housekeeping: periodic flush, name re-announcement ---------------- */
+
+/*
+ * One thread, started only when tracing is on and SLURMSCOPE_INJECT_FLUSH_MS
+ * is not 0. Every period it
+ *   1. calls cuptiActivityFlushAll(0): CUPTI hands over every buffer whose
+ *      records are all complete, full or not, so a kernel reaches the agent
+ *      within about one period instead of when its 1 MiB buffer fills (or
+ *      at exit). cuptiActivityFlushPeriod, set as well where CUPTI has it,
+ *      only makes CUPTI's own worker return *full* buffers on that period
+ *      (NVIDIA's documentation), so it cannot replace this call;
+ *   2. re-announces up to REANNOUNCE_PER_TICK known names (round robin over
+ *      the name table), so an agent that started after a name's first
+ *      announcement learns it.
+ * The thread holds no lock of ours, ever; it runs at nice 19 (not
+ * SCHED_IDLE: inside cuptiActivityFlushAll it may hold CUPTI's internal
+ * locks, and a thread that a busy machine never schedules must not hold
+ * those); all signals are blocked in it, so the application's handlers
+ * never run there.
+ *
+ * Re-announcement bound: per period at most REANNOUNCE_PER_TICK name marker
+ * calls (about 1.4 ms of probe time per second with the agent attached, at
+ * 5.5 us per call; nothing without it) and one pass over the 16384-slot
+ * table; every name that has completed a kernel is re-announced at least
+ * once every ceil(names / 256) periods, i.e. every period for up to 256
+ * names and within 64 periods for a full table. Names only ever seen at a
+ * launch (never in a record) are not re-announced: the launch path keeps no
+ * copy of the name.
+ */
+#define REANNOUNCE_PER_TICK 256u
+
+static atomic_int g_hk_stop, g_hk_busy, g_hk_started;
+static int g_hk_wake_fd = -1;
+static uint32_t g_reannounce_cursor; /* housekeeping thread only */
+static atomic_ullong g_reannounced;
+
+static void reannounce_names(void)
+{
+	uint32_t done = 0;
+	for (uint32_t scanned = 0; scanned < NAME_SLOTS && done < REANNOUNCE_PER_TICK; scanned++) {
+		struct name_entry *e = &g_names[g_reannounce_cursor];
+		g_reannounce_cursor = (g_reannounce_cursor + 1) & (NAME_SLOTS - 1);
+		unsigned long long id = atomic_load_explicit(&e->id, memory_order_acquire);
+		char *name = atomic_load_explicit(&e->name, memory_order_acquire);
+		/* Only names already announced once: the first announcement keeps
+		 * its place before the name's first use. */
+		if (id == 0 || name == NULL || atomic_load_explicit(&e->announced, memory_order_acquire) != 2)
+			continue;
+		announce_raw(id, name, strlen(name));
+		done++;
+	}
+	atomic_fetch_add_explicit(&g_reannounced, done, memory_order_relaxed);
+}
+
+static void *housekeeping(void *arg)
+{
+	(void)arg;
+	/* Per-thread nice on Linux; failure only means normal priority. */
+	if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19) != 0) {
+		/* keep going */
+	}
+	for (;;) {
+		struct pollfd p = {.fd = g_hk_wake_fd, .events = POLLIN};
+		(void)poll(&p, 1, g_flush_ms > (uint32_t)INT32_MAX ? INT32_MAX : (int)g_flush_ms);
+		/* busy before stop is read, stop before busy is read at exit
+		 * (both seq_cst): exit either sees us busy and waits, or we see
+		 * the stop and never call CUPTI again. */
+		atomic_store(&g_hk_busy, 1);
+		if (atomic_load(&g_hk_stop)) {
+			atomic_store(&g_hk_busy, 0);
+			return NULL;
+		}
+		if (atomic_load_explicit(&g_active, memory_order_relaxed)) {
+			ss_cupti_result r = cupti.ActivityFlushAll(0);
+			if (r != SS_CUPTI_SUCCESS && !atomic_exchange(&g_logged_flush, 1))
+				ss_log("periodic cuptiActivityFlushAll: %s; records may arrive late", result_string(r));
+			reannounce_names();
+		}
+		atomic_store(&g_hk_busy, 0);
+	}
+}
+
+static void start_housekeeping(void)
+{
+	if (g_flush_ms == 0)
+		return;
+	if (cupti.ActivityFlushPeriod != NULL) {
+		ss_cupti_result r = cupti.ActivityFlushPeriod(g_flush_ms);
+		if (r != SS_CUPTI_SUCCESS)
+			ss_log("cuptiActivityFlushPeriod(%u): %s; flushing from our own thread only", g_flush_ms,
+			       result_string(r));
+	}
+	g_hk_wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (g_hk_wake_fd < 0) {
+		ss_log("eventfd: %s; no periodic flush (records arrive when buffers fill, and at exit)",
+		       strerror(errno));
+		return;
+	}
+	pthread_attr_t attr;
+	pthread_t th;
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&attr, 256 * 1024);
+	pthread_sigmask(SIG_SETMASK, &all, &old); /* inherited by the new thread */
+	int err = pthread_create(&th, &attr, housekeeping, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pthread_attr_destroy(&attr);
+	if (err != 0) {
+		ss_log("cannot start the flush thread: %s; records arrive when buffers fill, and at exit",
+		       strerror(err));
+		close(g_hk_wake_fd);
+		g_hk_wake_fd = -1;
+		return;
+	}
+	pthread_setname_np(th, "slurmscope-hk");
+	atomic_store(&g_hk_started, 1);
+}
+
+/* At exit: no new housekeeping round, and wait (bounded) for one in
+ * progress, so CUPTI is not flushed from two threads while it is being torn
+ * down. The thread is detached and simply stays asleep afterwards. */
+static void stop_housekeeping(void)
+{
+	if (!atomic_load(&g_hk_started))
+		return;
+	atomic_store(&g_hk_stop, 1);
+	uint64_t one = 1;
+	ssize_t w = write(g_hk_wake_fd, &one, sizeof one);
+	(void)w;
+	for (int i = 0; i < 2000 && atomic_load(&g_hk_busy); i++) {
+		struct timespec ts = {0, 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+}
+
 /* ---- exit -------------------------------------------------------------- */
 
 static void write_totals(void)
@@ -550,9 +724,9 @@ static void write_totals(void)
 	if (atomic_load(&g_other_count) > 0)
 		fprintf(f, "kernel=(other) ns=%llu launches=%llu\n", (unsigned long long)atomic_load(&g_other_ns),
 		        (unsigned long long)atomic_load(&g_other_count));
-	fprintf(f, "# launch_markers=%llu records=%llu dropped=%llu\n",
+	fprintf(f, "# launch_markers=%llu records=%llu dropped=%llu reannounced=%llu\n",
 	        (unsigned long long)atomic_load(&g_launch_markers), (unsigned long long)atomic_load(&g_records),
-	        (unsigned long long)atomic_load(&g_dropped));
+	        (unsigned long long)atomic_load(&g_dropped), (unsigned long long)atomic_load(&g_reannounced));
 	fclose(f);
 }
 
@@ -560,6 +734,7 @@ static void at_exit(void)
 {
 	if (!atomic_load(&g_active))
 		return;
+	stop_housekeeping();
 	/* Forced flush: also hands over buffers that are not full, on this
 	 * thread, so the last kernels reach the agent and the totals. */
 	ss_cupti_result r = cupti.ActivityFlushAll(SS_CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
@@ -618,6 +793,8 @@ static int load_cupti(void)
 	cupti.ActivityGetNumDroppedRecords = (ss_fn_cuptiActivityGetNumDroppedRecords)load_symbol(
 		h, "cuptiActivityGetNumDroppedRecords", 0, &missing);
 	cupti.ActivityFlushAll = (ss_fn_cuptiActivityFlushAll)load_symbol(h, "cuptiActivityFlushAll", 1, &missing);
+	cupti.ActivityFlushPeriod =
+		(ss_fn_cuptiActivityFlushPeriod)load_symbol(h, "cuptiActivityFlushPeriod", 0, &missing);
 	cupti.GetDeviceId = (ss_fn_cuptiGetDeviceId)load_symbol(h, "cuptiGetDeviceId", 0, &missing);
 	if (missing) {
 		ss_log("the CUPTI library found lacks required entry points; GPU kernels of this process are not traced");
@@ -643,6 +820,17 @@ static void config_from_env(void)
 	if (g_rate > 0) {
 		g_interval_ns = 1000000000ull / g_rate;
 		g_burst_ns = (g_rate - 1) * g_interval_ns;
+	}
+	g_flush_ms = 1000;
+	s = getenv("SLURMSCOPE_INJECT_FLUSH_MS");
+	if (s != NULL && s[0] != '\0') {
+		char *end = NULL;
+		errno = 0;
+		unsigned long long v = strtoull(s, &end, 10);
+		if (errno != 0 || end == s || *end != '\0')
+			ss_log("SLURMSCOPE_INJECT_FLUSH_MS=%s is not a number; using %u", s, g_flush_ms);
+		else
+			g_flush_ms = v > 3600000ull ? 3600000u : (uint32_t)v;
 	}
 	g_totals_path = getenv("SLURMSCOPE_INJECT_TOTALS_FILE");
 	if (g_totals_path != NULL && g_totals_path[0] == '\0')
@@ -741,5 +929,6 @@ EXPORT int InitializeInjection(void)
 		return 1;
 	}
 	atomic_store(&g_active, 1);
+	start_housekeeping();
 	return 1;
 }

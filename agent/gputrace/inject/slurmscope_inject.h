@@ -22,16 +22,21 @@
  * Call order guarantees the agent can rely on:
  *   - slurmscope_kernel_name(id, ...) is called before the first launch
  *     marker or record batch that carries that id, on whichever thread
- *     meets the name first. It is called once per process per id, except
- *     when the library's name table (16384 names) is full: then it is called
- *     again each time, and the agent must deduplicate.
+ *     meets the name first. It is called again later, so the agent must
+ *     deduplicate: every flush period (SLURMSCOPE_INJECT_FLUSH_MS, 1 s) the
+ *     library's housekeeping thread re-announces up to 256 names that have
+ *     completed a kernel (round robin: each such name at least every
+ *     ceil(names / 256) periods), so an agent started after the first
+ *     announcement learns them; and when the name table (16384 names) is
+ *     full, names outside it are announced on every use.
  *   - slurmscope_kernel_launch runs on the thread that launches the kernel,
  *     inside the CUDA API call, before the launch is submitted, so a uprobe
  *     there sees the launching call stack. Only sampled launches call it.
- *   - slurmscope_kernel_records runs on a CUPTI-owned thread (or the thread
- *     calling the flush at exit), after the kernels completed, in batches of
- *     at most SLURMSCOPE_RECORDS_MAX records. Every completed kernel is
- *     reported, sampled or not.
+ *   - slurmscope_kernel_records runs on a CUPTI-owned thread, the library's
+ *     housekeeping thread (periodic flush) or the thread calling the flush at
+ *     exit, after the kernels completed, in batches of at most
+ *     SLURMSCOPE_RECORDS_MAX records, normally within about one flush period
+ *     of completion. Every completed kernel is reported, sampled or not.
  *
  * Nothing in the library runs in a signal handler, and the markers are not
  * async-signal-safe contracts: they are ordinary functions whose only job is
@@ -118,8 +123,25 @@ _Static_assert(__builtin_offsetof(struct slurmscope_kernel_record, sampled) == 4
 #ifndef SLURMSCOPE_NOIPA
 #define SLURMSCOPE_NOIPA
 #endif
+/*
+ * The probed first instruction of each marker is its frame setup (see
+ * inject.c). Under -fcf-protection (the default of some distributions'
+ * compilers) every function would start with `endbr64` instead, which the
+ * kernel cannot emulate cheaply; nocf_check leaves it out of the markers.
+ * In GCC it is part of the function type, hence here, on the declarations.
+ * The markers are only called directly (through the PLT) and Linux does not
+ * enforce indirect-branch tracking in user space.
+ */
+#if defined(__x86_64__) && defined(__CET__)
+#if (__CET__ & 1)
+#define SLURMSCOPE_NOCF __attribute__((nocf_check))
+#endif
+#endif
+#ifndef SLURMSCOPE_NOCF
+#define SLURMSCOPE_NOCF
+#endif
 #define SLURMSCOPE_MARKER \
-	__attribute__((noinline, used, visibility("default"))) SLURMSCOPE_NOIPA
+	__attribute__((noinline, used, visibility("default"))) SLURMSCOPE_NOIPA SLURMSCOPE_NOCF
 
 /* A new kernel name: name points to len bytes (no NUL needed), valid only
  * for the duration of the call. */

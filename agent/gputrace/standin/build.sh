@@ -1,21 +1,34 @@
 #!/bin/sh
 # build.sh OUTDIR: build the TEST STAND-INS for the injection library:
-#   OUTDIR/mock/libcupti.so      mock CUPTI (mock_cupti.c), not NVIDIA's
-#   OUTDIR/libcudart_standin.so  pretend CUDA runtime (cudart_standin.c)
-#   OUTDIR/trainer               pretend training program (trainer.c)
-# The mock lives in its own directory so that nothing finds it by accident.
+#   OUTDIR/mock/libcupti.so           mock CUPTI (mock_cupti.c), not NVIDIA's
+#   OUTDIR/mock-noperiod/libcupti.so  the same without cuptiActivityFlushPeriod
+#   OUTDIR/libcudart_standin.so       pretend CUDA runtime (cudart_standin.c)
+#   OUTDIR/trainer                    pretend training program (trainer.c)
+# The mocks live in their own directories so that nothing finds them by
+# accident.
+#
+# Everything keeps frame pointers (-fno-omit-frame-pointer, and
+# -mno-omit-leaf-frame-pointer where the compiler has it): the agent's probe
+# unwinds with frame pointers only, and the stack of a launch runs through
+# the trainer, the stand-in runtime and the mock CUPTI. $CC may add flags.
 set -eu
 out=${1:?usage: build.sh OUTDIR}
 here=$(cd "$(dirname "$0")" && pwd)
 inc="$here/../inject"
 cc=${CC:-cc}
-mkdir -p "$out/mock"
-$cc -std=c11 -O2 -g -Wall -Wextra -shared -fPIC -fvisibility=hidden -pthread \
+fp="-fno-omit-frame-pointer"
+if echo 'int x;' | $cc -x c -c -mno-omit-leaf-frame-pointer -o /dev/null - 2>/dev/null; then
+	fp="$fp -mno-omit-leaf-frame-pointer"
+fi
+mkdir -p "$out/mock" "$out/mock-noperiod"
+$cc -std=c11 -O2 -g $fp -Wall -Wextra -shared -fPIC -fvisibility=hidden -pthread \
 	-I "$inc" -o "$out/mock/libcupti.so" "$here/mock_cupti.c"
-$cc -std=c11 -O2 -g -Wall -Wextra -shared -fPIC -fvisibility=hidden -pthread \
+$cc -std=c11 -O2 -g $fp -Wall -Wextra -shared -fPIC -fvisibility=hidden -pthread \
+	-DSLURMSCOPE_MOCK_NO_FLUSH_PERIOD -I "$inc" -o "$out/mock-noperiod/libcupti.so" "$here/mock_cupti.c"
+$cc -std=c11 -O2 -g $fp -Wall -Wextra -shared -fPIC -fvisibility=hidden -pthread \
 	-I "$inc" -o "$out/libcudart_standin.so" "$here/cudart_standin.c" -ldl
-# Frame pointers and no inlining keep train_step/forward/launch_gemm as real
-# frames for stack-attribution tests.
-$cc -std=c11 -O1 -g -fno-omit-frame-pointer -fno-inline -Wall -Wextra \
+# No inlining keeps train_step/forward/launch_gemm as real frames for
+# stack-attribution tests.
+$cc -std=c11 -O1 -g $fp -fno-inline -Wall -Wextra \
 	-I "$here" -o "$out/trainer" "$here/trainer.c" \
 	-L "$out" -lcudart_standin -Wl,-rpath,'$ORIGIN'

@@ -16,6 +16,7 @@ typedef uint32_t (*mock_launch_fn)(int domain, uint32_t cbid, const char *functi
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static mock_launch_fn g_launch;
+static uint64_t (*g_delivered)(void);
 
 static void init_once(void)
 {
@@ -34,8 +35,10 @@ static void init_once(void)
 	 * instance (dlopen of an already loaded object returns it). */
 	const char *cupti = getenv("SLURMSCOPE_CUPTI_PATH");
 	void *m = dlopen(cupti && *cupti ? cupti : "libcupti.so", RTLD_NOW | RTLD_LOCAL);
-	if (m != NULL)
+	if (m != NULL) {
 		g_launch = (mock_launch_fn)dlsym(m, "slurmscope_mock_launch");
+		g_delivered = (uint64_t(*)(void))dlsym(m, "slurmscope_mock_records_delivered");
+	}
 }
 
 EXPORT int standin_init(void)
@@ -69,6 +72,12 @@ EXPORT uint32_t standin_launch_cooperative(const char *kernel, uint32_t device)
 {
 	return launch(SS_CUPTI_CB_DOMAIN_RUNTIME_API, SS_CBID_RT_cudaLaunchCooperativeKernel_v9000,
 	              "cudaLaunchCooperativeKernel", kernel, &kernel, 1, device);
+}
+
+EXPORT uint64_t standin_records_delivered(void)
+{
+	standin_init();
+	return g_delivered != NULL ? g_delivered() : 0;
 }
 
 EXPORT uint32_t standin_graph_launch(const char *const *kernels, uint32_t n, uint32_t device)

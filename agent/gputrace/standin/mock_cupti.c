@@ -9,8 +9,17 @@
  *     correlation ids and symbol names, for enabled (domain, cbid) pairs;
  *   - kernel activity records with deterministic durations, written into
  *     buffers obtained from the client's buffer-requested callback and handed
- *     back through buffer-completed from a background "GPU" thread (and from
- *     the caller of cuptiActivityFlushAll).
+ *     back through buffer-completed, the way NVIDIA documents it:
+ *       - a background "worker" thread hands over FULL buffers only: every
+ *         0.5 ms by default ("CUPTI's heuristics"), or every P ms once the
+ *         client called cuptiActivityFlushPeriod(P) (P = 0 restores the
+ *         default);
+ *       - cuptiActivityFlushAll(0) hands over every buffer with records,
+ *         full or not, on the caller's thread (every mock record is complete
+ *         when queued); FLUSH_FORCED also hands back an empty buffer;
+ *     so a partly filled buffer reaches the client only through a flush.
+ *     Built with -DSLURMSCOPE_MOCK_NO_FLUSH_PERIOD (mock-noperiod/) it lacks
+ *     cuptiActivityFlushPeriod, like a CUPTI older than the client expects.
  * It keeps the TRUE GPU nanoseconds per kernel name and writes them at exit
  * to $SLURMSCOPE_MOCK_TRUTH_FILE, so tests can compare the library's totals.
  *
@@ -22,7 +31,11 @@
  *   SLURMSCOPE_MOCK_KERNEL_NS=a=1,b=2  durations; default 1000 + hash % 9000
  *   SLURMSCOPE_MOCK_RECORD_BYTES    record stride (default 208 for 12.x,
  *                                   216 for 13.x, i.e. Kernel9 / Kernel10)
- *   SLURMSCOPE_MOCK_TRUTH_FILE      where to write the true totals
+ *   SLURMSCOPE_MOCK_TRUTH_FILE      where to write the true totals, and a
+ *                                   "# flush_period_ms= flushes= forced_flushes=
+ *                                   delivered=" line about the client's calls
+ * slurmscope_mock_records_delivered() tells the stand-in runtime (and so the
+ * trainer) how many records the client has been handed so far.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -133,33 +146,59 @@ static uint64_t g_gpu_clock[16];
 static pthread_t g_worker;
 static int g_worker_started;
 static atomic_int g_stop;
+static atomic_uint g_flush_period_ms;  /* 0: default heuristics */
+static atomic_ullong g_delivered, g_flushes, g_forced_flushes;
 
-/* Fill client buffers with everything queued and complete them. Deliveries
- * are serialised so that a flush returns only after every record queued
- * before it has been handed over, like cuptiActivityFlushAll(FORCED). No
- * mock lock but g_deliver_mu is held while the client runs. */
-static void deliver(void)
+/* The buffer being filled (CUPTI asks for one as soon as it has records to
+ * store); with g_deliver_mu held. */
+static uint8_t *g_pend;
+static size_t g_pend_size;
+
+enum { DELIVER_FULL, DELIVER_ALL, DELIVER_FORCED };
+
+/* Hand queued records to the client in its buffers: DELIVER_FULL only whole
+ * buffers (the rest stays queued), DELIVER_ALL everything, DELIVER_FORCED
+ * everything and the empty pending buffer too. Deliveries are serialised so
+ * that a flush returns only after every record queued before it has been
+ * handed over. No mock lock but g_deliver_mu is held while the client runs. */
+static void deliver(int mode)
 {
 	pthread_mutex_lock(&g_deliver_mu);
-	pthread_mutex_lock(&g_mu);
-	struct done_kernel *q = g_queue;
-	size_t n = g_qlen;
-	g_queue = NULL;
-	g_qlen = g_qcap = 0;
-	ss_cupti_buffer_requested_func req = g_req;
-	ss_cupti_buffer_completed_func done = g_done;
-	pthread_mutex_unlock(&g_mu);
-
 	size_t stride = record_bytes();
-	size_t i = 0;
-	while (i < n && req != NULL && done != NULL) {
-		uint8_t *buf = NULL;
-		size_t size = 0, maxrec = 0;
-		req(&buf, &size, &maxrec);
-		if (buf == NULL || size < stride)
-			break; /* the client could not give a buffer: records are lost */
-		size_t used = 0;
-		while (i < n && used + stride <= size) {
+	for (;;) {
+		pthread_mutex_lock(&g_mu);
+		size_t avail = g_qlen;
+		ss_cupti_buffer_requested_func req = g_req;
+		ss_cupti_buffer_completed_func done = g_done;
+		pthread_mutex_unlock(&g_mu);
+		if (req == NULL || done == NULL)
+			break;
+		if (avail == 0) {
+			if (mode == DELIVER_FORCED && g_pend != NULL) {
+				done(NULL, 0, g_pend, g_pend_size, 0);
+				g_pend = NULL;
+			}
+			break;
+		}
+		if (g_pend == NULL) {
+			uint8_t *buf = NULL;
+			size_t size = 0, maxrec = 0;
+			req(&buf, &size, &maxrec);
+			if (buf == NULL || size < stride)
+				break; /* no buffer from the client: records wait (and are lost at exit) */
+			g_pend = buf;
+			g_pend_size = size;
+		}
+		size_t cap = g_pend_size / stride;
+		if (mode == DELIVER_FULL && avail < cap)
+			break;
+		uint8_t *buf = g_pend;
+		size_t size = g_pend_size;
+		size_t used = 0, i = 0;
+		pthread_mutex_lock(&g_mu);
+		struct done_kernel *q = g_queue;
+		size_t n = g_qlen < cap ? g_qlen : cap;
+		while (i < n) {
 			uint8_t *p = buf + used;
 			memset(p, 0, stride);
 			ss_cupti_kernel9 k;
@@ -181,19 +220,36 @@ static void deliver(void)
 			used += stride;
 			i++;
 		}
+		memmove(g_queue, g_queue + n, (g_qlen - n) * sizeof *g_queue);
+		g_qlen -= n;
+		pthread_mutex_unlock(&g_mu);
+		g_pend = NULL;
 		done(NULL, 0, buf, size, used);
+		atomic_fetch_add(&g_delivered, n);
 	}
-	free(q);
 	pthread_mutex_unlock(&g_deliver_mu);
+}
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 static void *worker(void *arg)
 {
 	(void)arg;
-	struct timespec ts = {0, 500 * 1000}; /* every 0.5 ms, like a busy GPU */
+	struct timespec ts = {0, 500 * 1000}; /* wakes every 0.5 ms, like a busy GPU */
+	uint64_t last = mono_ms();
 	while (!atomic_load(&g_stop)) {
 		nanosleep(&ts, NULL);
-		deliver();
+		uint32_t period = atomic_load(&g_flush_period_ms);
+		uint64_t now = mono_ms();
+		if (period != 0 && now - last < period)
+			continue;
+		last = now;
+		deliver(DELIVER_FULL);
 	}
 	return NULL;
 }
@@ -385,10 +441,26 @@ EXPORT ss_cupti_result cuptiActivityGetNumDroppedRecords(ss_cu_context ctx, uint
 
 EXPORT ss_cupti_result cuptiActivityFlushAll(uint32_t flag)
 {
-	(void)flag;
-	deliver();
+	if (flag & SS_CUPTI_ACTIVITY_FLAG_FLUSH_FORCED)
+		atomic_fetch_add(&g_forced_flushes, 1);
+	else
+		atomic_fetch_add(&g_flushes, 1);
+	deliver(flag & SS_CUPTI_ACTIVITY_FLAG_FLUSH_FORCED ? DELIVER_FORCED : DELIVER_ALL);
 	return SS_CUPTI_SUCCESS;
 }
+
+#ifndef SLURMSCOPE_MOCK_NO_FLUSH_PERIOD
+EXPORT ss_cupti_result cuptiActivityFlushPeriod(uint32_t time)
+{
+	if (failing("cuptiActivityFlushPeriod"))
+		return SS_CUPTI_ERROR_INVALID_PARAMETER;
+	atomic_store(&g_flush_period_ms, time);
+	return SS_CUPTI_SUCCESS;
+}
+#endif
+
+/* Not CUPTI: for the stand-in runtime. */
+EXPORT uint64_t slurmscope_mock_records_delivered(void) { return atomic_load(&g_delivered); }
 
 EXPORT ss_cupti_result cuptiGetDeviceId(ss_cu_context ctx, uint32_t *device)
 {
@@ -418,5 +490,8 @@ __attribute__((destructor)) static void mock_fini(void)
 		fprintf(f, "kernel=%s ns=%llu launches=%llu\n", g_names[i].name,
 		        (unsigned long long)g_names[i].true_ns, (unsigned long long)g_names[i].launches);
 	pthread_mutex_unlock(&g_mu);
+	fprintf(f, "# flush_period_ms=%u flushes=%llu forced_flushes=%llu delivered=%llu\n",
+	        atomic_load(&g_flush_period_ms), (unsigned long long)atomic_load(&g_flushes),
+	        (unsigned long long)atomic_load(&g_forced_flushes), (unsigned long long)atomic_load(&g_delivered));
 	fclose(f);
 }

@@ -31,6 +31,10 @@ uint32_t standin_launch_cooperative(const char *kernel, uint32_t device);
 /* cudaGraphLaunch of a graph whose kernels are kernels[0..n). */
 uint32_t standin_graph_launch(const char *const *kernels, uint32_t n, uint32_t device);
 
+/* Not CUDA: how many kernel records the mock CUPTI has handed to its client
+ * (the injection library) so far; 0 when no mock is loaded. */
+uint64_t standin_records_delivered(void);
+
 #if defined(__cplusplus)
 }
 #endif

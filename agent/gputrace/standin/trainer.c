@@ -14,7 +14,12 @@
  *
  * Built with -O1 -fno-omit-frame-pointer -fno-inline so those frames exist.
  * Usage: trainer [--steps N] [--seconds S] [--coop] [--graph] [--flood N]
- * (--seconds S: run steps until S seconds passed; --steps bounds it too).
+ *                [--wait-records S]
+ * (--seconds S: run steps until S seconds passed; --steps bounds it too.
+ * --wait-records S: after the steps, wait until the injection library has
+ * been handed at least one kernel record by the mock CUPTI, at most S
+ * seconds, print "trainer records_before_exit=<0|1>", then run one more
+ * train_step, so its launches follow those records in the library's trace.)
  * Prints "trainer tid=<tid>" first and "trainer done launches=<n>" last.
  */
 #define _GNU_SOURCE
@@ -96,12 +101,14 @@ static double now_s(void)
 int main(int argc, char **argv)
 {
 	long steps = -1, flood_n = 0;
-	double seconds = -1;
+	double seconds = -1, wait_records = -1;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
 			steps = atol(argv[++i]);
 		else if (strcmp(argv[i], "--seconds") == 0 && i + 1 < argc)
 			seconds = atof(argv[++i]);
+		else if (strcmp(argv[i], "--wait-records") == 0 && i + 1 < argc)
+			wait_records = atof(argv[++i]);
 		else if (strcmp(argv[i], "--flood") == 0 && i + 1 < argc)
 			flood_n = atol(argv[++i]);
 		else if (strcmp(argv[i], "--coop") == 0)
@@ -109,7 +116,8 @@ int main(int argc, char **argv)
 		else if (strcmp(argv[i], "--graph") == 0)
 			use_graph = 1;
 		else {
-			fprintf(stderr, "usage: trainer [--steps N] [--seconds S] [--coop] [--graph] [--flood N]\n");
+			fprintf(stderr, "usage: trainer [--steps N] [--seconds S] [--coop] [--graph] [--flood N] "
+			                "[--wait-records S]\n");
 			return 2;
 		}
 	}
@@ -124,6 +132,17 @@ int main(int argc, char **argv)
 		if (seconds >= 0 && now_s() - t0 >= seconds)
 			break;
 		train_step((int)s);
+	}
+	if (wait_records >= 0) {
+		/* The bound only keeps a broken flush from hanging the caller;
+		 * nothing is concluded from how long this takes. */
+		double w0 = now_s();
+		struct timespec ts = {0, 5 * 1000 * 1000};
+		while (standin_records_delivered() == 0 && now_s() - w0 < wait_records)
+			nanosleep(&ts, NULL);
+		printf("trainer records_before_exit=%d\n", standin_records_delivered() > 0);
+		fflush(stdout);
+		train_step(-1);
 	}
 	if (flood_n > 0)
 		flood(flood_n);
