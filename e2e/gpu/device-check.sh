@@ -21,6 +21,8 @@
 # Exit status: 0 the job's series are there; 1 they are missing; 2 the check
 # could not run (no root, no cgroup v2, no driver, build failed, ...).
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 SECONDS_WANTED=${DEVCHECK_SECONDS:-60}
 JOB_ID=$((900000 + $$ % 99999))
@@ -29,11 +31,8 @@ SLICE=slurmscope-devcheck.slice
 NODE=devcheck
 GPU_INTERVAL=2s
 
-log() { printf 'device-check: %s\n' "$*"; }
-die() {
-	printf 'device-check: %s\n' "$*" >&2
-	exit 2
-}
+LOG_NAME=device-check
+LOG_FD=1
 
 if ! [[ $SECONDS_WANTED =~ ^[0-9]+$ ]] || ((SECONDS_WANTED < 10)); then
 	die "DEVCHECK_SECONDS must be an integer >= 10"
@@ -48,40 +47,14 @@ load_pid=""
 cg_base=""
 cg_leaf=""
 
-# stop_pid PID: SIGTERM, then SIGKILL after 10 s; only processes we started.
-stop_pid() {
-	local pid=$1 i
-	[[ -n $pid ]] || return 0
-	kill "$pid" 2>/dev/null || return 0
-	for i in $(seq 100); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	kill -KILL "$pid" 2>/dev/null || true
-	wait "$pid" 2>/dev/null || true
-}
-
+# Stop what we started (SIGKILL after 10 s), then remove the job's cgroup.
 cleanup() {
-	local rc=$? d i
+	local rc=$?
 	set +e
 	trap - EXIT INT TERM
-	stop_pid "$load_pid"
-	stop_pid "$agent_pid"
-	# Remove the job's cgroup directories, leaf first, up to and including
-	# the slice. The kernel frees a dead task's cgroup lazily: retry.
-	if [[ -n $cg_leaf ]]; then
-		d=$cg_leaf
-		while [[ $d == "$cg_base"* ]]; do
-			for i in $(seq 50); do
-				[[ -d $d ]] || break
-				rmdir "$d" 2>/dev/null && break
-				sleep 0.1
-			done
-			[[ -d $d ]] && log "warning: could not remove cgroup $d"
-			[[ $d == "$cg_base" ]] && break
-			d=$(dirname "$d")
-		done
-	fi
+	stop_pid "$load_pid" 100
+	stop_pid "$agent_pid" 100
+	job_cgroup_remove
 	rm -rf "$work"
 	exit "$rc"
 }
@@ -89,17 +62,11 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # --- the agent ----------------------------------------------------------
-if [[ -n ${SLURMSCOPE_AGENT:-} ]]; then
-	agent=$SLURMSCOPE_AGENT
-	[[ -x $agent ]] || die "SLURMSCOPE_AGENT=$agent is not an executable"
-else
-	command -v go >/dev/null || die "no Go toolchain: build ./agent/cmd/slurmscope-agent elsewhere and set SLURMSCOPE_AGENT"
-	agent=$work/slurmscope-agent
-	log "building the agent"
-	export CGO_CFLAGS=${CGO_CFLAGS:-"-O2 -g -Wno-deprecated-declarations"}
-	GOPROXY=off GOFLAGS=-mod=readonly go build -o "$agent" ./agent/cmd/slurmscope-agent ||
-		die "go build failed (no network is used: the module cache must hold go.mod's modules; or set SLURMSCOPE_AGENT)"
+if [[ -z ${SLURMSCOPE_AGENT:-} ]] && ! command -v go >/dev/null; then
+	die "no Go toolchain: build ./agent/cmd/slurmscope-agent elsewhere and set SLURMSCOPE_AGENT"
 fi
+build_agent "$work/slurmscope-agent" ||
+	die "go build failed (no network is used: the module cache must hold go.mod's modules; or set SLURMSCOPE_AGENT)"
 
 # fetch: the agent's /metrics, by curl, else bash's /dev/tcp.
 fetch() {
@@ -196,11 +163,9 @@ else
 fi
 
 # --- the simulated job ----------------------------------------------------
-cg2=$(awk '{for (i = 1; i <= NF; i++) if ($i == "-" && $(i + 1) == "cgroup2") { print $5; exit }}' /proc/self/mountinfo)
+cg2=$(cgroup2_mount)
 [[ -n $cg2 ]] || die "no cgroup2 mount (the agent attributes jobs by their cgroup v2 path)"
-cg_base=$cg2/$SLICE
-cg_leaf=$cg_base/slurmstepd.scope/job_$JOB_ID/step_0/user/task_0
-mkdir -p "$cg_leaf" || die "cannot create $cg_leaf (read-only cgroupfs? run on the host or a privileged container)"
+job_cgroup_create "$cg2/$SLICE" "$JOB_ID" || die "cannot create $cg_leaf (read-only cgroupfs? run on the host or a privileged container)"
 
 load_secs=$((SECONDS_WANTED + 20)) # still running at the last sample
 # shellcheck disable=SC2016 # $1 is expanded by the inner bash

@@ -21,6 +21,8 @@
 # (default python3), KCHECK_KEEP=1 keeps the work directory.
 # Exit status: 0 done; 1 no gpu profile for the job; 2 the check could not run.
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 SECS=${KCHECK_SECONDS:-60}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
@@ -29,11 +31,8 @@ JOB_ID=$((910000 + $$ % 9999))
 SLICE=slurmscope-kcheck.slice
 NODE=kcheck
 
-log() { printf 'kernel-check: %s\n' "$*"; }
-die() {
-	printf 'kernel-check: %s\n' "$*" >&2
-	exit 2
-}
+LOG_NAME=kernel-check
+LOG_FD=1
 if ! [[ $SECS =~ ^[0-9]+$ ]] || ((SECS < 20)); then
 	die "KCHECK_SECONDS must be an integer >= 20"
 fi
@@ -50,36 +49,14 @@ job_pid=""
 cg_base=""
 cg_leaf=""
 
-stop_pid() {
-	local pid=$1
-	[[ -n $pid ]] || return 0
-	kill "$pid" 2>/dev/null || return 0
-	for _ in $(seq 300); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	kill -KILL "$pid" 2>/dev/null || true
-	wait "$pid" 2>/dev/null || true
-}
-
+# Stop what we started (SIGKILL after 30 s), then remove the job's cgroup.
 cleanup() {
-	local rc=$? d
+	local rc=$?
 	set +e
 	trap - EXIT INT TERM
 	stop_pid "$job_pid"
 	stop_pid "$agent_pid"
-	if [[ -n $cg_leaf ]]; then
-		d=$cg_leaf
-		while [[ $d == "$cg_base"* ]]; do
-			for _ in $(seq 50); do
-				[[ -d $d ]] || break
-				rmdir "$d" 2>/dev/null && break
-				sleep 0.1
-			done
-			[[ $d == "$cg_base" ]] && break
-			d=$(dirname "$d")
-		done
-	fi
+	job_cgroup_remove
 	if [[ ${KCHECK_KEEP:-} == 1 ]]; then log "kept $work"; else rm -rf "$work"; fi
 	exit "$rc"
 }
@@ -87,15 +64,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # --- builds -------------------------------------------------------------------
-if [[ -n ${SLURMSCOPE_AGENT:-} ]]; then
-	agent=$SLURMSCOPE_AGENT
-	[[ -x $agent ]] || die "SLURMSCOPE_AGENT=$agent is not an executable"
-else
-	agent=$work/slurmscope-agent
-	log "building the agent"
-	export CGO_CFLAGS=${CGO_CFLAGS:-"-O2 -g -Wno-deprecated-declarations"}
-	GOPROXY=off GOFLAGS=-mod=readonly go build -o "$agent" ./agent/cmd/slurmscope-agent || die "go build failed"
-fi
+build_agent "$work/slurmscope-agent" || die "go build failed"
 sh agent/gputrace/inject/build.sh "$work/lib" || die "building the injection library failed"
 lib=$work/lib/libslurmscope_inject.so
 log "ABI check against $CUDA_HOME"
@@ -154,11 +123,9 @@ for _ in $(seq 120); do
 done
 grep -q 'msg=profiling' "$work/agent.log" || { cat "$work/agent.log" >&2; die "the agent did not start"; }
 
-cg2=$(awk '{for (i = 1; i <= NF; i++) if ($i == "-" && $(i + 1) == "cgroup2") { print $5; exit }}' /proc/self/mountinfo)
+cg2=$(cgroup2_mount)
 [[ -n $cg2 ]] || die "no cgroup2 mount"
-cg_base=$cg2/$SLICE
-cg_leaf=$cg_base/slurmstepd.scope/job_$JOB_ID/step_0/user/task_0
-mkdir -p "$cg_leaf" || die "cannot create $cg_leaf"
+job_cgroup_create "$cg2/$SLICE" "$JOB_ID" || die "cannot create $cg_leaf"
 # shellcheck disable=SC2016 # $1 is expanded by the inner bash
 enter='echo $$ >"$1/cgroup.procs" && shift && exec "$@"'
 log "traced run: ${SECS}s in job $JOB_ID under $lib"

@@ -13,6 +13,8 @@
 # Environment: DEMO_JOB_ID (default 88001), DEMO_SECONDS (default 20),
 # SLURMSCOPE_AGENT (a prebuilt agent; default go build, GOPROXY=off).
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 out=${1:?usage: standin-demo.sh OUTDIR}
 JOB_ID=${DEMO_JOB_ID:-88001}
@@ -20,11 +22,8 @@ SECS=${DEMO_SECONDS:-20}
 SLICE=slurmscope-gpudemo.slice
 NODE=gpudemo
 
-log() { printf 'standin-demo: %s\n' "$*" >&2; }
-die() {
-	log "$*"
-	exit 2
-}
+LOG_NAME=standin-demo
+LOG_FD=2
 [[ $JOB_ID =~ ^[0-9]+$ ]] || die "DEMO_JOB_ID must be a number"
 [[ $SECS =~ ^[0-9]+$ ]] || die "DEMO_SECONDS must be a number"
 [[ $(id -u) == 0 ]] || die "run as root: it loads eBPF programs and creates a cgroup"
@@ -39,39 +38,14 @@ job_pid=""
 cg_base=""
 cg_leaf=""
 
-# stop_pid PID: SIGTERM (after SIGCONT), then SIGKILL after 30 s; only
-# processes this script started.
-stop_pid() {
-	local pid=$1
-	[[ -n $pid ]] || return 0
-	kill -CONT "$pid" 2>/dev/null || true
-	kill "$pid" 2>/dev/null || return 0
-	for _ in $(seq 300); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	kill -KILL "$pid" 2>/dev/null || true
-	wait "$pid" 2>/dev/null || true
-}
-
+# Stop what we started (SIGKILL after 30 s), then remove the job's cgroup.
 cleanup() {
-	local rc=$? d
+	local rc=$?
 	set +e
 	trap - EXIT INT TERM
 	stop_pid "$job_pid"
 	stop_pid "$agent_pid"
-	if [[ -n $cg_leaf ]]; then
-		d=$cg_leaf
-		while [[ $d == "$cg_base"* ]]; do
-			for _ in $(seq 50); do
-				[[ -d $d ]] || break
-				rmdir "$d" 2>/dev/null && break
-				sleep 0.1
-			done
-			[[ $d == "$cg_base" ]] && break
-			d=$(dirname "$d")
-		done
-	fi
+	job_cgroup_remove
 	rm -rf "$work"
 	exit "$rc"
 }
@@ -79,15 +53,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # --- builds ----------------------------------------------------------------
-if [[ -n ${SLURMSCOPE_AGENT:-} ]]; then
-	agent=$SLURMSCOPE_AGENT
-	[[ -x $agent ]] || die "SLURMSCOPE_AGENT=$agent is not an executable"
-else
-	agent=$work/slurmscope-agent
-	log "building the agent"
-	export CGO_CFLAGS=${CGO_CFLAGS:-"-O2 -g -Wno-deprecated-declarations"}
-	GOPROXY=off GOFLAGS=-mod=readonly go build -o "$agent" ./agent/cmd/slurmscope-agent || die "go build failed"
-fi
+build_agent "$work/slurmscope-agent" || die "go build failed"
 bin=$work/bin
 sh agent/gputrace/inject/build.sh "$bin" || die "building the injection library failed"
 sh agent/gputrace/standin/build.sh "$bin" || die "building the stand-ins failed"
@@ -112,11 +78,9 @@ grep -q 'msg=profiling' "$work/agent.log" || {
 log "agent pid $agent_pid writes to $out"
 
 # --- the simulated job ----------------------------------------------------------
-cg2=$(awk '{for (i = 1; i <= NF; i++) if ($i == "-" && $(i + 1) == "cgroup2") { print $5; exit }}' /proc/self/mountinfo)
+cg2=$(cgroup2_mount)
 [[ -n $cg2 ]] || die "no cgroup2 mount"
-cg_base=$cg2/$SLICE
-cg_leaf=$cg_base/slurmstepd.scope/job_$JOB_ID/step_0/user/task_0
-mkdir -p "$cg_leaf" || die "cannot create $cg_leaf"
+job_cgroup_create "$cg2/$SLICE" "$JOB_ID" || die "cannot create $cg_leaf"
 # shellcheck disable=SC2016 # $1 is expanded by the inner bash
 enter='echo $$ >"$1/cgroup.procs" && shift && exec "$@"'
 truth=$work/truth
