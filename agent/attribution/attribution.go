@@ -93,7 +93,10 @@ type Stats struct {
 	MalformedCgroup uint64
 	Unreadable      uint64 // other read errors
 	ControllerErrs  uint64
-	OwnerConflicts  uint64 // slurmctld and the node disagree about the owner
+	// ControllerUnknown counts jobs slurmctld did not know (ended, or not
+	// made by it).
+	ControllerUnknown uint64
+	OwnerConflicts    uint64 // slurmctld and the node disagree about the owner
 }
 
 // Resolver attributes processes to jobs. It is safe for concurrent use.
@@ -104,8 +107,8 @@ type Resolver struct {
 	procs map[int]*procEntry
 	jobs  map[string]*jobEntry
 
-	cold, gone, malformed, unreadable, ctldErrs, conflicts atomic.Uint64
-	lastErr                                                atomic.Pointer[error]
+	cold, gone, malformed, unreadable, ctldErrs, ctldUnknown, conflicts atomic.Uint64
+	lastErr                                                             atomic.Pointer[error]
 }
 
 type procEntry struct {
@@ -413,7 +416,8 @@ func (r *Resolver) Jobs() []*Job {
 // Stats returns the error counters.
 func (r *Resolver) Stats() Stats {
 	return Stats{ColdLookups: r.cold.Load(), Gone: r.gone.Load(), MalformedCgroup: r.malformed.Load(),
-		Unreadable: r.unreadable.Load(), ControllerErrs: r.ctldErrs.Load(), OwnerConflicts: r.conflicts.Load()}
+		Unreadable: r.unreadable.Load(), ControllerErrs: r.ctldErrs.Load(), ControllerUnknown: r.ctldUnknown.Load(),
+		OwnerConflicts: r.conflicts.Load()}
 }
 
 // LastError returns the most recent non-trivial error, for a one-line log.
@@ -503,10 +507,15 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		got, err := r.o.Controller.Job(ctx, jobID)
 		cancel()
-		if err != nil {
+		switch {
+		case errors.Is(err, slurm.ErrNoSuchJob):
+			// Ended a moment ago, or a cgroup slurmctld never made: not
+			// a failure of slurmctld. The tasks' environment stands.
+			r.ctldUnknown.Add(1)
+		case err != nil:
 			r.ctldErrs.Add(1)
 			r.remember(fmt.Errorf("job %s: %w", jobID, err))
-		} else {
+		default:
 			info = &got
 		}
 	}

@@ -3,6 +3,7 @@ package attribution
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -363,5 +364,18 @@ func TestRefreshSeesAReusedPidOfAnExitedProcess(t *testing.T) {
 	}
 	if _, ok := r.Cached(302, 1010); ok {
 		t.Error("the old process is still cached under the reused pid")
+	}
+}
+
+func TestJobUnknownToSlurmctldIsNotAFailure(t *testing.T) {
+	ctld := &fakeCtld{err: fmt.Errorf("lookup: %w", slurm.ErrNoSuchJob)}
+	r := newFixtureResolver(t, "testdata/proc", func(o *Options) { o.Controller = ctld })
+	p, err := r.Resolve(301)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := r.Stats()
+	if p.Job.Name != `train "llama" ✓` || st.ControllerErrs != 0 || st.ControllerUnknown != 1 {
+		t.Fatalf("job %+v, stats %+v", p.Job, st)
 	}
 }
