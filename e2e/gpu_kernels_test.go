@@ -66,7 +66,9 @@ func TestGPUKernelProfiles(t *testing.T) {
 		"--gpu-inject-lib", lib, "--gpu-metrics=false", "--metrics-addr", "127.0.0.1:0")
 
 	const steps = 100000
-	env := fmt.Sprintf("export CUDA_INJECTION64_PATH=%s SLURMSCOPE_CUPTI_PATH=%s TRAINER=%s\n",
+	// Slurm exports the job's GPUs; without NVML here the agent can only
+	// label by index, through this variable.
+	env := fmt.Sprintf("export CUDA_VISIBLE_DEVICES=0 CUDA_INJECTION64_PATH=%s SLURMSCOPE_CUPTI_PATH=%s TRAINER=%s\n",
 		lib, filepath.Join(bin, "mock", "libcupti.so"), filepath.Join(bin, "trainer"))
 	gpuScript := env + fmt.Sprintf("export SLURMSCOPE_MOCK_TRUTH_FILE=%s OUT=%s\n", truthFile, filepath.Join(c.JobDir(), "gpu-trainer.out")) +
 		fmt.Sprintf(pacedTrainer, steps)
@@ -111,7 +113,7 @@ func TestGPUKernelProfiles(t *testing.T) {
 		"reduce_kernel": {"launch_reduce", "backward", "train_step", "main"},
 	}
 	got := map[string]int64{}
-	var unsampled, total int64
+	var unsampled, total, onGPU0 int64
 	for path, p := range gpuProfs {
 		want := map[string]string{
 			schema.JobID.Label:    gpuJob,
@@ -138,6 +140,12 @@ func TestGPUKernelProfiles(t *testing.T) {
 			kernel := fns[0]
 			got[kernel] += s.Value[1]
 			total += s.Value[1]
+			switch idx := s.Label[schema.GPUIndex.Label]; {
+			case len(idx) == 1 && idx[0] == "0":
+				onGPU0 += s.Value[1]
+			case len(idx) > 0:
+				t.Errorf("%s: %s on %s %v; the job only sees GPU 0", path, kernel, schema.GPUIndex.Label, idx)
+			}
 			if fns[1] == "[unsampled launch]" {
 				unsampled += s.Value[1]
 				continue
@@ -168,6 +176,11 @@ func TestGPUKernelProfiles(t *testing.T) {
 	}
 	if total == unsampled {
 		t.Errorf("no GPU time under a launching stack")
+	}
+	// Records that arrive after their process was forgotten keep their
+	// time but may lose the device; nearly all must carry it.
+	if float64(onGPU0) < 0.99*float64(total) {
+		t.Errorf("only %d of %d ns carry %s=0", onGPU0, total, schema.GPUIndex.Label)
 	}
 }
 

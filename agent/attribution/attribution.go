@@ -310,8 +310,13 @@ func (r *Resolver) jobStale(j *jobEntry, now time.Time) bool {
 	defer r.mu.RUnlock()
 	snap := j.snap.Load()
 	complete := snap.Name != "" && snap.UID >= 0 && j.idKnown()
-	return j.refreshed.IsZero() || now.Sub(j.refreshed) >= r.o.JobTTL || (!complete && j.dirty)
+	return j.refreshed.IsZero() || now.Sub(j.refreshed) >= r.o.JobTTL ||
+		!complete && (j.dirty || now.Sub(j.refreshed) >= incompleteRetry)
 }
+
+// incompleteRetry is how soon a job still missing its name or owner is
+// looked at again: its tasks may have been caught before their exec.
+const incompleteRetry = 2 * time.Second
 
 func (j *jobEntry) idKnown() bool { return j.loc.JobID != "" || j.resolvedID() != "" }
 
@@ -447,7 +452,36 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 		start uint64
 		rank  int
 	}
+	// A task is forked by slurmstepd (root, slurmd's environment) and only
+	// then takes the user's uid and execs the job's program, keeping its
+	// pid and start time. Members first seen in that moment are read again.
+	r.mu.RLock()
+	var recheck []int
+	for pid, m := range j.members {
+		if !m.loc.Stepd && m.uid <= 0 {
+			recheck = append(recheck, pid)
+		}
+	}
+	r.mu.RUnlock()
+	type fresh struct {
+		pid  int
+		st   procfs.Stat
+		uid  int
+		fail bool
+	}
+	var reread []fresh
+	for _, pid := range recheck {
+		st, err := r.o.Proc.Stat(pid)
+		uid, err2 := r.o.Proc.UID(pid)
+		reread = append(reread, fresh{pid, st, uid, err != nil || err2 != nil})
+	}
+
 	r.mu.Lock()
+	for _, f := range reread {
+		if m := j.members[f.pid]; m != nil && !f.fail && m.start == f.st.StartTime {
+			m.uid, m.comm = f.uid, clean(f.st.Comm, 64)
+		}
+	}
 	var cands []cand
 	// Owner votes. slurmstepd and the extern step's placeholder run as
 	// root in every job, so they never vote; an adopted ssh session in the
@@ -523,7 +557,11 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, rd := range reads {
-		j.tried[rd.pid] = rd.start
+		// An environment without SLURM_JOB_ID is slurmstepd's, before
+		// the task's exec: read it again next time.
+		if rd.env[slurm.EnvJobID] != "" {
+			j.tried[rd.pid] = rd.start
+		}
 		j.env.absorb(rd.env, j.loc.JobID)
 	}
 	if info != nil {
@@ -690,5 +728,19 @@ func (r *Resolver) Refresh() ([]Process, error) {
 		}
 	}
 	r.forgetExcept(live)
+	// Jobs still missing metadata are retried here too, so profiles get
+	// their names within seconds of the tasks' exec.
+	now := r.o.Now()
+	r.mu.RLock()
+	var stale []*jobEntry
+	for _, j := range r.jobs {
+		stale = append(stale, j)
+	}
+	r.mu.RUnlock()
+	for _, j := range stale {
+		if r.jobStale(j, now) {
+			r.refreshJob(j)
+		}
+	}
 	return out, nil
 }

@@ -379,3 +379,34 @@ func TestJobUnknownToSlurmctldIsNotAFailure(t *testing.T) {
 		t.Fatalf("job %+v, stats %+v", p.Job, st)
 	}
 }
+
+// slurmstepd forks a task into its cgroup as root, then it takes the user's
+// uid and execs, keeping pid and start time. A task caught before the exec
+// must not leave its job nameless and ownerless until the TTL.
+func TestTaskCaughtBeforeItsExec(t *testing.T) {
+	root := t.TempDir()
+	now := time.Unix(1000, 0)
+	r := newFixtureResolver(t, root, func(o *Options) { o.Now = func() time.Time { return now } })
+	cg := "0::/system.slice/slurmstepd.scope/job_77/step_batch/user/task_0\n"
+	writeProc(t, root, 500, cg, 4242, 0)
+	must(t, os.WriteFile(filepath.Join(root, "500", "environ"), []byte("PATH=/usr/sbin\x00"), 0o644))
+	if _, err := r.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := r.Cached(500, 4242)
+	// Before the exec the task is root's, as far as anyone can tell.
+	if p.Job == nil || p.Job.Name != "" {
+		t.Fatalf("before the exec: %+v", p.Job)
+	}
+	// The exec: same pid and start time, the user's uid and environment.
+	writeProc(t, root, 500, cg, 4242, 1001)
+	must(t, os.WriteFile(filepath.Join(root, "500", "environ"), []byte("SLURM_JOB_ID=77\x00SLURM_JOB_NAME=train\x00"), 0o644))
+	now = now.Add(3 * time.Second)
+	if _, err := r.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	p, _ = r.Cached(500, 4242)
+	if p.Job.Name != "train" || p.Job.User != "bob" {
+		t.Fatalf("after the exec: %+v", p.Job)
+	}
+}
