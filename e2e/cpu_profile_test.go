@@ -118,18 +118,7 @@ func testCPUProfiles(t *testing.T, mode slurmtest.Mode, agent string) {
 		}
 	}
 
-	// Not t.TempDir: the profiles are the evidence when a check fails.
-	out, err := os.MkdirTemp("", "slurmscope-profiles-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("profiles kept in %s", out)
-			return
-		}
-		os.RemoveAll(out)
-	})
+	out := evidenceDir(t, "slurmscope-profiles-")
 	ag := startAgent(t, agent, "run", "--output-dir", out, "--upload-interval", "5s",
 		"--node-name", profiledNode, "--sample-rate", "97", "--metrics-addr", "127.0.0.1:0")
 

@@ -51,17 +51,7 @@ func TestGPUKernelProfiles(t *testing.T) {
 	truthFile := filepath.Join(c.JobDir(), "gpu-truth")
 	os.Remove(truthFile)
 
-	out, err := os.MkdirTemp("", "slurmscope-gpu-profiles-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("profiles kept in %s", out)
-			return
-		}
-		os.RemoveAll(out)
-	})
+	out := evidenceDir(t, "slurmscope-gpu-profiles-")
 	ag := startAgent(t, agent, "run", "--output-dir", out, "--upload-interval", "5s", "--node-name", profiledNode,
 		"--gpu-inject-lib", lib, "--gpu-metrics=false", "--metrics-addr", "127.0.0.1:0")
 

@@ -214,3 +214,21 @@ func runPrometheus(t *testing.T, dir, config string, flags ...string) string {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// evidenceDir is a temporary directory for profiles the agent writes. Not
+// t.TempDir: when a check fails the profiles are the evidence, so they stay.
+func evidenceDir(t *testing.T, prefix string) string {
+	t.Helper()
+	out, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("profiles kept in %s", out)
+			return
+		}
+		os.RemoveAll(out)
+	})
+	return out
+}
