@@ -11,8 +11,9 @@ export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g} -Wno-deprecated-declarations"
 
 step() { printf '\n=== %s\n' "$*"; }
 
-step "generated eBPF object is reproducible (clang-14)"
+step "generated eBPF objects are reproducible (clang-14)"
 agent/cpu/regen-check.sh
+agent/gputrace/regen-check.sh
 
 step "go vet"
 go vet ./...
