@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 )
 
@@ -32,8 +33,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// extraCommands lets other files of this package add subcommands.
-var extraCommands = map[string]func([]string, io.Writer, io.Writer) int{}
+// extraCommands lets other files of this package add subcommands;
+// summaries holds their one-line help.
+var (
+	extraCommands = map[string]func([]string, io.Writer, io.Writer) int{}
+	summaries     = map[string]string{}
+)
 
 func usage(w io.Writer) {
 	fmt.Fprint(w, `slurmscope-agent: SLURM-aware profiling agent for one compute node.
@@ -41,8 +46,13 @@ func usage(w io.Writer) {
 Commands:
   jobs   list the processes that belong to SLURM jobs, with their job attributes
 `)
+	names := make([]string, 0, len(extraCommands))
 	for name := range extraCommands {
-		fmt.Fprintf(w, "  %s\n", name)
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Fprintf(w, "  %-6s %s\n", name, summaries[name])
 	}
 	fmt.Fprintln(w, "\nRun 'slurmscope-agent <command> --help' for its flags.")
 }

@@ -33,7 +33,10 @@ import (
 	"github.com/slurmscope/slurmscope/schema"
 )
 
-func init() { extraCommands["run"] = runCmd }
+func init() {
+	extraCommands["run"] = runCmd
+	summaries["run"] = "profile this node: CPU stacks (eBPF), GPU metrics (NVML), GPU kernels; push or write per-job profiles"
+}
 
 type runFlags struct {
 	attr           attrFlags

@@ -21,6 +21,7 @@ import (
 
 func init() {
 	extraCommands["top"] = topCmd
+	summaries["top"] = "summarise the profiles an agent wrote to --output-dir: top functions per job"
 }
 
 // noJobDir is where `run --all-processes` puts processes that are in no job.
