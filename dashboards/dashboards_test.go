@@ -1,0 +1,892 @@
+// Package dashboards holds slurmscope's Grafana dashboards (*.json). This
+// test validates them together with provisioning/ and deploy/: datasource
+// uids, the slurmscope query models and their CEL filters, metric names
+// against what the agent exports, alert rules, the compose file and the
+// agent's systemd unit.
+package dashboards
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/slurmscope/slurmscope/agent/cli"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/filter"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/plugin"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/promql"
+	"github.com/slurmscope/slurmscope/schema"
+)
+
+const (
+	root       = ".."
+	pluginType = "slurmscope-slurm-datasource"
+	promType   = "prometheus"
+	pyroType   = "grafana-pyroscope-datasource"
+	exprUID    = "__expr__"
+)
+
+// ---------- loading ----------
+
+func readYAML(t *testing.T, path string, into any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, into); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+type datasource struct {
+	Name     string         `yaml:"name"`
+	UID      string         `yaml:"uid"`
+	Type     string         `yaml:"type"`
+	URL      string         `yaml:"url"`
+	JSONData map[string]any `yaml:"jsonData"`
+}
+
+// datasources returns the provisioned datasources by uid.
+func datasources(t *testing.T) map[string]datasource {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(root, "provisioning", "datasources", "*.yaml"))
+	if len(files) == 0 {
+		t.Fatal("no provisioning/datasources/*.yaml")
+	}
+	out := map[string]datasource{}
+	for _, f := range files {
+		var doc struct {
+			APIVersion  int          `yaml:"apiVersion"`
+			Datasources []datasource `yaml:"datasources"`
+		}
+		readYAML(t, f, &doc)
+		if doc.APIVersion != 1 {
+			t.Errorf("%s: apiVersion %d, want 1", f, doc.APIVersion)
+		}
+		for _, d := range doc.Datasources {
+			if d.UID == "" || d.Type == "" || d.Name == "" {
+				t.Errorf("%s: datasource %+v needs name, uid and type", f, d)
+			}
+			if _, dup := out[d.UID]; dup {
+				t.Errorf("%s: duplicate uid %q", f, d.UID)
+			}
+			out[d.UID] = d
+		}
+	}
+	return out
+}
+
+type dashboard struct {
+	file       string
+	UID        string  `json:"uid"`
+	Title      string  `json:"title"`
+	Panels     []panel `json:"panels"`
+	Templating struct {
+		List []variable `json:"list"`
+	} `json:"templating"`
+}
+
+type dsRef struct {
+	Type string `json:"type"`
+	UID  string `json:"uid"`
+}
+
+type panel struct {
+	ID         int                      `json:"id"`
+	Type       string                   `json:"type"`
+	Title      string                   `json:"title"`
+	Datasource *dsRef                   `json:"datasource"`
+	Targets    []json.RawMessage        `json:"targets"`
+	Panels     []panel                  `json:"panels"` // rows
+	GridPos    struct{ H, W, X, Y int } `json:"gridPos"`
+}
+
+type variable struct {
+	Name       string          `json:"name"`
+	Type       string          `json:"type"`
+	Multi      bool            `json:"multi"`
+	IncludeAll bool            `json:"includeAll"`
+	Datasource *dsRef          `json:"datasource"`
+	Query      json.RawMessage `json:"query"`
+}
+
+func dashboards(t *testing.T) []dashboard {
+	t.Helper()
+	files, _ := filepath.Glob("*.json")
+	if len(files) < 3 {
+		t.Fatalf("want the job, user and cluster dashboards, found %v", files)
+	}
+	var out []dashboard
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d dashboard
+		dec := json.NewDecoder(bytes.NewReader(b))
+		if err := dec.Decode(&d); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		d.file = f
+		out = append(out, d)
+	}
+	return out
+}
+
+func allPanels(ps []panel) []panel {
+	var out []panel
+	for _, p := range ps {
+		out = append(out, p)
+		out = append(out, allPanels(p.Panels)...)
+	}
+	return out
+}
+
+// ---------- what the backend and the agent define ----------
+
+var queryTypes = []string{plugin.TypeFlamegraph, plugin.TypeProfileSeries, plugin.TypeGPUMetric, plugin.TypeTopEntities, plugin.TypeAttributeValues}
+
+// exportedMetrics lists the metric names the agent registers, read from its
+// sources: `const ns = "..."` with ns+"name", the GPU collector's g("...") /
+// j("...") families, and literal Name: "slurmscope_..." options.
+func exportedMetrics(t *testing.T) map[string]bool {
+	t.Helper()
+	files := []string{"agent/gpu/metrics.go", "agent/daemon/metrics.go", "agent/pyroscope/metrics.go", "agent/remotewrite/metrics.go", "agent/cli/run.go"}
+	nsRE := regexp.MustCompile(`const ns = "(\w+)"`)
+	useRE := regexp.MustCompile(`\bns\+"(\w+)"`)
+	famRE := regexp.MustCompile(`\b[gj]\("(\w+)"`)
+	nameRE := regexp.MustCompile(`Name:\s*"(slurmscope_\w+)"`)
+	out := map[string]bool{}
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := string(b)
+		ns := ""
+		if m := nsRE.FindStringSubmatch(src); m != nil {
+			ns = m[1]
+			for _, m := range useRE.FindAllStringSubmatch(src, -1) {
+				out[ns+m[1]] = true
+			}
+			for _, m := range famRE.FindAllStringSubmatch(src, -1) {
+				out[ns+m[1]] = true
+			}
+		}
+		for _, m := range nameRE.FindAllStringSubmatch(src, -1) {
+			out[m[1]] = true
+		}
+	}
+	if len(out) < 20 {
+		t.Fatalf("read only %d metric names from the agent: the patterns above need updating", len(out))
+	}
+	return out
+}
+
+// knownLabels are the labels PromQL in dashboards and rules may name: the
+// schema's wire labels, Prometheus' own, and the agent's per-metric ones.
+func knownLabels() map[string]bool {
+	out := map[string]bool{"instance": true, "job": true, "__name__": true,
+		"pci_bus_id": true, "metric": true, "function": true, "error": true, "reason": true,
+		"result": true, "stage": true, "gpu_mig_compute_instance": true, "gpu_mig_uuid": true}
+	for _, a := range schema.All {
+		out[a.Label] = true
+	}
+	return out
+}
+
+func TestAgentMetricsCoverCatalogue(t *testing.T) {
+	exp := exportedMetrics(t)
+	for _, m := range promql.Metrics {
+		if !exp[m.Name] {
+			t.Errorf("query engine catalogue metric %s is not exported by the agent", m.Name)
+		}
+	}
+	// The README's metric table is the users' reference.
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile("`(slurmscope_gpu_[a-z_]+|slurmscope_job_[a-z_]+)`").FindAllStringSubmatch(string(readme), -1) {
+		if !exp[m[1]] {
+			t.Errorf("README names %s, which the agent does not export", m[1])
+		}
+	}
+}
+
+// ---------- template variables ----------
+
+var varRE = regexp.MustCompile(`\$\{(\w+)(?::([\w]+))?\}|\$(\w+)`)
+
+// sample values for variables, hostile on purpose: they must stay one
+// string literal after interpolation.
+var samples = []string{"4242", `a"b\c`, "x\"} or {a=\"b"}
+
+// substitute replaces variable references in s as Grafana would with the
+// given values, and reports references that are undefined or use a format
+// unfit for lang ("cel" or "promql").
+func substitute(t *testing.T, where, s, lang string, vars map[string]variable) string {
+	t.Helper()
+	return varRE.ReplaceAllStringFunc(s, func(ref string) string {
+		m := varRE.FindStringSubmatch(ref)
+		name, format := m[1], m[2]
+		if name == "" {
+			name = m[3]
+		}
+		if strings.HasPrefix(name, "__") { // Grafana's built-ins
+			switch name {
+			case "__range", "__interval", "__rate_interval":
+				return "1h"
+			case "__range_s":
+				return "3600"
+			}
+			t.Errorf("%s: unknown built-in variable %s", where, ref)
+			return ref
+		}
+		v, ok := vars[name]
+		if !ok {
+			t.Errorf("%s: variable %s is not defined", where, ref)
+			return ref
+		}
+		switch lang {
+		case "cel":
+			// JSON strings are valid CEL strings; a multi-value variable
+			// renders as a JSON list and must be used with `in`.
+			if format != "json" {
+				t.Errorf("%s: %s in a CEL filter must use the json format (${%s:json}) so values are quoted", where, ref, name)
+				return ref
+			}
+			var b []byte
+			if v.Multi || v.IncludeAll {
+				b, _ = json.Marshal(samples)
+			} else {
+				b, _ = json.Marshal(samples[1])
+			}
+			return string(b)
+		case "promql":
+			if format != "doublequote" || v.Multi || v.IncludeAll {
+				t.Errorf("%s: %s in PromQL must be a single-value variable in ${%s:doublequote}", where, ref, name)
+			}
+			return `"bob"`
+		}
+		return ref
+	})
+}
+
+// ---------- slurmscope query models ----------
+
+func checkSlurmscope(t *testing.T, where string, raw json.RawMessage, vars map[string]variable) {
+	t.Helper()
+	var m plugin.Model
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if err := dec.Decode(&m); err != nil {
+		t.Errorf("%s: %v", where, err)
+		return
+	}
+	if !slices.Contains(queryTypes, m.QueryType) {
+		t.Errorf("%s: queryType %q, want one of %v", where, m.QueryType, queryTypes)
+		return
+	}
+	src := substitute(t, where, m.Filter, "cel", vars)
+	f, err := filter.Compile(src)
+	if err != nil {
+		t.Errorf("%s: filter %q (as %q): %v", where, m.Filter, src, err)
+	} else if err := f.Err(); err != nil {
+		t.Errorf("%s: filter %q: %v", where, m.Filter, err)
+	}
+	attrs := func(what string, names ...string) {
+		for _, n := range names {
+			if _, ok := schema.ByName(n); !ok {
+				t.Errorf("%s: %s %q is not an attribute of the schema", where, what, n)
+			}
+		}
+	}
+	attrs("groupBy", m.GroupBy...)
+	profileType := func() {
+		if m.ProfileType != query.CPUProfileType && !strings.HasPrefix(m.ProfileType, query.GPUProfilePrefix) {
+			t.Errorf("%s: profileType %q: want %s or %s...", where, m.ProfileType, query.CPUProfileType, query.GPUProfilePrefix)
+		}
+	}
+	switch m.QueryType {
+	case plugin.TypeFlamegraph:
+		profileType()
+		if m.MaxNodes < 0 || m.MaxNodes > 65536 {
+			t.Errorf("%s: maxNodes %d", where, m.MaxNodes)
+		}
+	case plugin.TypeProfileSeries:
+		profileType()
+	case plugin.TypeGPUMetric:
+		metric, ok := promql.Lookup(m.Metric)
+		if !ok {
+			t.Errorf("%s: metric %q is not in the query engine's catalogue", where, m.Metric)
+		}
+		if _, err := promql.ParseAgg(m.Aggregation, metric.Agg); err != nil {
+			t.Errorf("%s: %v", where, err)
+		}
+		if m.Window != "" {
+			if d, err := time.ParseDuration(m.Window); err != nil || d < time.Second {
+				t.Errorf("%s: window %q", where, m.Window)
+			}
+		}
+	case plugin.TypeTopEntities:
+		attrs("entity", m.Entity)
+		if _, err := query.ParseRank(m.RankBy); err != nil {
+			t.Errorf("%s: %v", where, err)
+		}
+		if m.Limit < 0 {
+			t.Errorf("%s: limit %d", where, m.Limit)
+		}
+	case plugin.TypeAttributeValues:
+		attrs("attribute", m.Attribute)
+	}
+}
+
+// ---------- PromQL ----------
+
+var (
+	stringRE  = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+	identRE   = regexp.MustCompile(`[A-Za-z_:][A-Za-z0-9_:]*`)
+	selRE     = regexp.MustCompile(`([A-Za-z_:][A-Za-z0-9_:]*)\s*\{`)
+	groupRE   = regexp.MustCompile(`\b(?:by|on|without|ignoring|group_left|group_right)\s*\(([^)]*)\)`)
+	matcherRE = regexp.MustCompile(`\{([^}]*)\}`)
+	labelRE   = regexp.MustCompile(`([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)`)
+)
+
+// checkPromQL checks that expr names only metrics the agent exports (and
+// Prometheus' up) and only known labels.
+func checkPromQL(t *testing.T, where, expr string, exported, labels map[string]bool) {
+	t.Helper()
+	if strings.Count(expr, "(") != strings.Count(expr, ")") || strings.Count(expr, "{") != strings.Count(expr, "}") {
+		t.Errorf("%s: unbalanced brackets in %q", where, expr)
+	}
+	n := 0
+	for _, id := range identRE.FindAllString(stringRE.ReplaceAllString(expr, `""`), -1) {
+		if strings.HasPrefix(id, "slurmscope_") {
+			n++
+			if !exported[id] {
+				t.Errorf("%s: metric %s is not exported by the agent", where, id)
+			}
+		}
+	}
+	for _, m := range selRE.FindAllStringSubmatch(expr, -1) {
+		if m[1] == "up" {
+			n++
+		} else if !exported[m[1]] {
+			t.Errorf("%s: selector on %s, not an agent metric", where, m[1])
+		}
+	}
+	if n == 0 {
+		t.Errorf("%s: %q names no slurmscope metric", where, expr)
+	}
+	var used []string
+	for _, m := range groupRE.FindAllStringSubmatch(expr, -1) {
+		for _, l := range strings.Split(m[1], ",") {
+			if l = strings.TrimSpace(l); l != "" {
+				used = append(used, l)
+			}
+		}
+	}
+	for _, m := range matcherRE.FindAllStringSubmatch(stringRE.ReplaceAllString(expr, `""`), -1) {
+		for _, l := range labelRE.FindAllStringSubmatch(m[1], -1) {
+			used = append(used, l[1])
+		}
+	}
+	for _, l := range used {
+		if !labels[l] {
+			t.Errorf("%s: label %q is not a known label", where, l)
+		}
+	}
+}
+
+// ---------- tests ----------
+
+func TestDashboards(t *testing.T) {
+	ds := datasources(t)
+	exported, labels := exportedMetrics(t), knownLabels()
+	uids := map[string]string{}
+	for _, d := range dashboards(t) {
+		if d.UID == "" || d.Title == "" {
+			t.Errorf("%s: needs uid and title", d.file)
+		}
+		if prev, dup := uids[d.UID]; dup {
+			t.Errorf("%s: uid %q also in %s", d.file, d.UID, prev)
+		}
+		uids[d.UID] = d.file
+		vars := map[string]variable{}
+		for _, v := range d.Templating.List {
+			where := d.file + ": variable " + v.Name
+			if v.Type == "query" {
+				if v.Datasource == nil || ds[v.Datasource.UID].Type != pluginType {
+					t.Errorf("%s: query variables come from the slurmscope datasource", where)
+				} else {
+					var m plugin.Model
+					if err := json.Unmarshal(v.Query, &m); err != nil || m.QueryType != plugin.TypeAttributeValues {
+						t.Errorf("%s: query %s: want an attributeValues query model", where, v.Query)
+					}
+					// Variables resolve in order: a filter may only use
+					// variables defined above it.
+					checkSlurmscope(t, where, v.Query, vars)
+				}
+			}
+			vars[v.Name] = v
+		}
+		ids := map[int]bool{}
+		panels := allPanels(d.Panels)
+		if len(panels) == 0 {
+			t.Errorf("%s: no panels", d.file)
+		}
+		for _, p := range panels {
+			where := d.file + ": panel " + p.Title
+			if ids[p.ID] {
+				t.Errorf("%s: duplicate panel id %d", where, p.ID)
+			}
+			ids[p.ID] = true
+			if p.GridPos.W <= 0 || p.GridPos.H <= 0 || p.GridPos.X+p.GridPos.W > 24 {
+				t.Errorf("%s: gridPos %+v", where, p.GridPos)
+			}
+			if p.Type == "row" {
+				continue
+			}
+			if p.Datasource == nil {
+				t.Errorf("%s: no datasource", where)
+				continue
+			}
+			if _, ok := ds[p.Datasource.UID]; !ok {
+				t.Errorf("%s: datasource uid %q is not provisioned", where, p.Datasource.UID)
+			}
+			if len(p.Targets) == 0 {
+				t.Errorf("%s: no queries", where)
+			}
+			for _, raw := range p.Targets {
+				var tg struct {
+					RefID      string `json:"refId"`
+					Datasource *dsRef `json:"datasource"`
+					Expr       string `json:"expr"`
+				}
+				if err := json.Unmarshal(raw, &tg); err != nil {
+					t.Errorf("%s: %v", where, err)
+					continue
+				}
+				w := where + " query " + tg.RefID
+				ref := p.Datasource
+				if tg.Datasource != nil {
+					ref = tg.Datasource
+				}
+				src, ok := ds[ref.UID]
+				if !ok {
+					t.Errorf("%s: datasource uid %q is not provisioned", w, ref.UID)
+					continue
+				}
+				if ref.Type != "" && ref.Type != src.Type {
+					t.Errorf("%s: datasource %q has type %s, not %s", w, ref.UID, src.Type, ref.Type)
+				}
+				switch src.Type {
+				case pluginType:
+					checkSlurmscope(t, w, raw, vars)
+				case promType:
+					checkPromQL(t, w, substitute(t, w, tg.Expr, "promql", vars), exported, labels)
+				}
+			}
+		}
+	}
+}
+
+// The dashboards cover what the job dashboard is for.
+func TestJobDashboardCoverage(t *testing.T) {
+	var job *dashboard
+	for _, d := range dashboards(t) {
+		if d.UID == "slurmscope-job" {
+			job = &d
+		}
+	}
+	if job == nil {
+		t.Fatal("no dashboard with uid slurmscope-job")
+	}
+	var profileTypes, metrics []string
+	for _, p := range allPanels(job.Panels) {
+		for _, raw := range p.Targets {
+			var m plugin.Model
+			_ = json.Unmarshal(raw, &m)
+			profileTypes = append(profileTypes, m.ProfileType)
+			metrics = append(metrics, m.Metric)
+		}
+	}
+	for _, want := range []string{query.CPUProfileType, query.GPUProfilePrefix + "gpu_time:nanoseconds"} {
+		if !slices.Contains(profileTypes, want) {
+			t.Errorf("job dashboard has no %s query", want)
+		}
+	}
+	for _, want := range []string{"slurmscope_job_gpu_utilization_ratio", "slurmscope_job_gpu_memory_used_bytes", "slurmscope_gpu_sm_active_ratio", "slurmscope_gpu_tensor_active_ratio", "slurmscope_job_info"} {
+		if !slices.Contains(metrics, want) {
+			t.Errorf("job dashboard has no %s panel", want)
+		}
+	}
+}
+
+func TestDashboardProvider(t *testing.T) {
+	var doc struct {
+		APIVersion int `yaml:"apiVersion"`
+		Providers  []struct {
+			Name    string `yaml:"name"`
+			Type    string `yaml:"type"`
+			Options struct {
+				Path string `yaml:"path"`
+			} `yaml:"options"`
+		} `yaml:"providers"`
+	}
+	readYAML(t, filepath.Join(root, "provisioning", "dashboards", "slurmscope.yaml"), &doc)
+	if doc.APIVersion != 1 || len(doc.Providers) != 1 || doc.Providers[0].Type != "file" {
+		t.Fatalf("provider: %+v", doc)
+	}
+	// The compose file must mount dashboards/ where the provider reads.
+	mounts := composeMounts(t)["grafana"]
+	if mounts["../dashboards"] != doc.Providers[0].Options.Path {
+		t.Errorf("dashboards/ is mounted at %q, the provider reads %q", mounts["../dashboards"], doc.Providers[0].Options.Path)
+	}
+}
+
+func TestDatasources(t *testing.T) {
+	ds := datasources(t)
+	for uid, typ := range map[string]string{"slurmscope": pluginType, "prometheus": promType, "pyroscope": pyroType} {
+		if ds[uid].Type != typ {
+			t.Errorf("datasource %q: type %q, want %s", uid, ds[uid].Type, typ)
+		}
+	}
+	// The plugin's jsonData must be what its settings parser reads.
+	b, _ := json.Marshal(ds["slurmscope"].JSONData)
+	var s plugin.Settings
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		t.Errorf("slurmscope jsonData: %v", err)
+	}
+	if s.Pyroscope.URL == "" || s.Prometheus.URL == "" {
+		t.Errorf("slurmscope jsonData: want both backend URLs, got %+v", s)
+	}
+	if s.DefaultProfileType != "" && s.DefaultProfileType != query.CPUProfileType {
+		t.Errorf("defaultProfileType %q", s.DefaultProfileType)
+	}
+	// The plugin id is the datasource type.
+	var pj struct{ ID string }
+	b, err := os.ReadFile(filepath.Join(root, "grafana-plugin", "src", "plugin.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &pj); err != nil || pj.ID != pluginType {
+		t.Errorf("plugin.json id %q, want %s (%v)", pj.ID, pluginType, err)
+	}
+}
+
+func TestAlertRules(t *testing.T) {
+	ds := datasources(t)
+	exported, labels := exportedMetrics(t), knownLabels()
+	files, _ := filepath.Glob(filepath.Join(root, "provisioning", "alerting", "*.yaml"))
+	if len(files) == 0 {
+		t.Fatal("no provisioning/alerting/*.yaml")
+	}
+	type rule struct {
+		UID       string `yaml:"uid"`
+		Title     string `yaml:"title"`
+		Condition string `yaml:"condition"`
+		For       string `yaml:"for"`
+		Data      []struct {
+			RefID         string         `yaml:"refId"`
+			DatasourceUID string         `yaml:"datasourceUid"`
+			Model         map[string]any `yaml:"model"`
+		} `yaml:"data"`
+		Annotations map[string]string `yaml:"annotations"`
+	}
+	var rules []rule
+	for _, f := range files {
+		var doc struct {
+			APIVersion int `yaml:"apiVersion"`
+			Groups     []struct {
+				OrgID    int    `yaml:"orgId"`
+				Name     string `yaml:"name"`
+				Folder   string `yaml:"folder"`
+				Interval string `yaml:"interval"`
+				Rules    []rule `yaml:"rules"`
+			} `yaml:"groups"`
+		}
+		readYAML(t, f, &doc)
+		if doc.APIVersion != 1 {
+			t.Errorf("%s: apiVersion %d", f, doc.APIVersion)
+		}
+		for _, g := range doc.Groups {
+			if g.Name == "" || g.Folder == "" || g.OrgID == 0 {
+				t.Errorf("%s: group %q needs name, folder and orgId", f, g.Name)
+			}
+			if _, err := time.ParseDuration(g.Interval); err != nil {
+				t.Errorf("%s: group %q interval: %v", f, g.Name, err)
+			}
+			rules = append(rules, g.Rules...)
+		}
+	}
+	seen := map[string]bool{}
+	for _, r := range rules {
+		where := "rule " + r.UID
+		if r.UID == "" || r.Title == "" || seen[r.UID] {
+			t.Errorf("%s: needs a unique uid and a title", where)
+		}
+		seen[r.UID] = true
+		if _, err := time.ParseDuration(r.For); err != nil {
+			t.Errorf("%s: for: %v", where, err)
+		}
+		refs := map[string]bool{}
+		var exprs []string
+		for _, q := range r.Data {
+			refs[q.RefID] = true
+			if q.DatasourceUID == exprUID {
+				if e, _ := q.Model["expression"].(string); e == "" {
+					t.Errorf("%s: expression %s names no input", where, q.RefID)
+				}
+				continue
+			}
+			src, ok := ds[q.DatasourceUID]
+			if !ok {
+				t.Errorf("%s: datasource uid %q is not provisioned", where, q.DatasourceUID)
+				continue
+			}
+			switch src.Type {
+			case promType:
+				expr, _ := q.Model["expr"].(string)
+				checkPromQL(t, where, expr, exported, labels)
+				exprs = append(exprs, expr)
+			case pluginType:
+				b, _ := json.Marshal(q.Model)
+				checkSlurmscope(t, where, b, nil)
+			default:
+				t.Errorf("%s: datasource %s cannot be alerted on here", where, src.Type)
+			}
+		}
+		for _, q := range r.Data {
+			if e, _ := q.Model["expression"].(string); q.DatasourceUID == exprUID && !refs[e] {
+				t.Errorf("%s: expression %s reads %q, which is not a query of the rule", where, q.RefID, e)
+			}
+		}
+		if !refs[r.Condition] {
+			t.Errorf("%s: condition %q is not a refId", where, r.Condition)
+		}
+		// The summary names the user, job or node: a label the query keeps.
+		sum := r.Annotations["summary"]
+		ls := regexp.MustCompile(`\$labels\.(\w+)`).FindAllStringSubmatch(sum, -1)
+		if len(ls) == 0 {
+			t.Errorf("%s: summary %q names no label", where, sum)
+		}
+		for _, l := range ls {
+			if !labels[l[1]] || !strings.Contains(strings.Join(exprs, " "), l[1]) && l[1] != "instance" {
+				t.Errorf("%s: summary uses $labels.%s, which the query does not keep", where, l[1])
+			}
+		}
+	}
+	// The rules the issue asks for.
+	var summaries []string
+	for _, r := range rules {
+		summaries = append(summaries, r.Annotations["summary"])
+	}
+	all := strings.Join(summaries, "\n")
+	for _, a := range []schema.Attribute{schema.JobUser, schema.JobID, schema.HostName} {
+		if !strings.Contains(all, "$labels."+a.Label) {
+			t.Errorf("no alert summary names %s", a.Name)
+		}
+	}
+}
+
+// composeMounts returns, per service, host path -> container path, after
+// checking the compose file's structure.
+func composeMounts(t *testing.T) map[string]map[string]string {
+	t.Helper()
+	var doc struct {
+		Services map[string]struct {
+			Image       string            `yaml:"image"`
+			Environment map[string]string `yaml:"environment"`
+			Command     []string          `yaml:"command"`
+			Volumes     []string          `yaml:"volumes"`
+			Ports       []string          `yaml:"ports"`
+		} `yaml:"services"`
+		Volumes map[string]any `yaml:"volumes"`
+	}
+	dir := filepath.Join(root, "deploy")
+	readYAML(t, filepath.Join(dir, "docker-compose.yaml"), &doc)
+	out := map[string]map[string]string{}
+	for _, name := range []string{"grafana", "pyroscope", "prometheus"} {
+		s, ok := doc.Services[name]
+		if !ok {
+			t.Errorf("compose: no service %s", name)
+			continue
+		}
+		if s.Image == "" || len(s.Ports) == 0 {
+			t.Errorf("compose: %s needs an image and a port", name)
+		}
+		out[name] = map[string]string{}
+		for _, v := range s.Volumes {
+			parts := strings.Split(v, ":")
+			if len(parts) < 2 {
+				t.Errorf("compose: %s volume %q", name, v)
+				continue
+			}
+			host := parts[0]
+			out[name][host] = parts[1]
+			if strings.HasPrefix(host, ".") || strings.HasPrefix(host, "/") {
+				p := filepath.Join(dir, host)
+				// The plugin's dist/ exists only after a build.
+				if host == "../grafana-plugin/dist" {
+					p = filepath.Join(dir, "../grafana-plugin/src/plugin.json")
+				}
+				if _, err := os.Stat(p); err != nil {
+					t.Errorf("compose: %s mounts %s, which is not in the repository", name, host)
+				}
+			} else if _, ok := doc.Volumes[host]; !ok {
+				t.Errorf("compose: %s uses undeclared volume %s", name, host)
+			}
+		}
+	}
+	g := doc.Services["grafana"]
+	if g.Environment["GF_PLUGINS_ALLOW_LOADING_UNSIGNED_PLUGINS"] != pluginType {
+		t.Errorf("compose: grafana must allow the unsigned plugin %s", pluginType)
+	}
+	if !slices.Contains(doc.Services["prometheus"].Command, "--web.enable-remote-write-receiver") {
+		t.Error("compose: prometheus needs --web.enable-remote-write-receiver for the agents' remote write")
+	}
+	return out
+}
+
+func TestCompose(t *testing.T) {
+	m := composeMounts(t)["grafana"]
+	want := map[string]string{
+		"../grafana-plugin/dist":      "/var/lib/grafana/plugins/" + pluginType,
+		"../provisioning/datasources": "/etc/grafana/provisioning/datasources",
+		"../provisioning/dashboards":  "/etc/grafana/provisioning/dashboards",
+		"../provisioning/alerting":    "/etc/grafana/provisioning/alerting",
+	}
+	for host, ctr := range want {
+		if m[host] != ctr {
+			t.Errorf("compose: grafana mounts %s at %q, want %s", host, m[host], ctr)
+		}
+	}
+	// Prometheus' config scrapes the agents under the job the alert matches.
+	var prom struct {
+		ScrapeConfigs []struct {
+			JobName string `yaml:"job_name"`
+		} `yaml:"scrape_configs"`
+	}
+	readYAML(t, filepath.Join(root, "deploy", "prometheus.yml"), &prom)
+	if len(prom.ScrapeConfigs) == 0 || prom.ScrapeConfigs[0].JobName != "slurmscope-agent" {
+		t.Errorf("prometheus.yml: want a slurmscope-agent scrape job, got %+v", prom)
+	}
+}
+
+// ---------- systemd ----------
+
+func TestSystemdUnit(t *testing.T) {
+	unit, err := os.ReadFile(filepath.Join(root, "deploy", "slurmscope-agent.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sections := map[string]map[string][]string{}
+	cur := ""
+	for _, line := range strings.Split(string(unit), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "["):
+			cur = strings.Trim(line, "[]")
+			sections[cur] = map[string][]string{}
+		default:
+			k, v, ok := strings.Cut(line, "=")
+			if !ok || cur == "" {
+				t.Fatalf("unit: bad line %q", line)
+			}
+			sections[cur][k] = append(sections[cur][k], v)
+		}
+	}
+	svc := sections["Service"]
+	for k, want := range map[string]string{"Restart": "always", "User": "root", "EnvironmentFile": "/etc/slurmscope/agent.env"} {
+		if len(svc[k]) != 1 || svc[k][0] != want {
+			t.Errorf("unit: %s=%v, want %s", k, svc[k], want)
+		}
+	}
+	if len(sections["Install"]["WantedBy"]) == 0 || len(svc["CapabilityBoundingSet"]) == 0 {
+		t.Error("unit: want [Install] WantedBy and a CapabilityBoundingSet")
+	}
+	if len(svc["ExecStart"]) != 1 {
+		t.Fatalf("unit: ExecStart %v", svc["ExecStart"])
+	}
+	env := envFile(t, filepath.Join(root, "deploy", "slurmscope-agent.env"))
+	args := strings.Fields(svc["ExecStart"][0])
+	if len(args) < 2 || filepath.Base(args[0]) != "slurmscope-agent" || args[1] != "run" {
+		t.Fatalf("unit: ExecStart %q: want slurmscope-agent run ...", svc["ExecStart"][0])
+	}
+	// systemd splits $VAR at whitespace.
+	var flags []string
+	for _, a := range args[2:] {
+		if strings.HasPrefix(a, "$") {
+			v, ok := env[strings.Trim(a, "${}")]
+			if !ok {
+				t.Errorf("unit: %s is not set in slurmscope-agent.env", a)
+			}
+			flags = append(flags, strings.Fields(v)...)
+		} else {
+			flags = append(flags, a)
+		}
+	}
+	// Every flag must be one that `slurmscope-agent run` has.
+	var stdout, stderr bytes.Buffer
+	cli.Main([]string{"run", "--help"}, &stdout, &stderr)
+	help := stdout.String() + stderr.String()
+	known := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\s+-([\w.-]+)`).FindAllStringSubmatch(help, -1) {
+		known[m[1]] = true
+	}
+	if len(known) < 10 {
+		t.Fatalf("could not read the run flags from --help:\n%s", help)
+	}
+	if len(flags) == 0 {
+		t.Error("unit: ExecStart passes no flags")
+	}
+	for _, f := range flags {
+		name, _, _ := strings.Cut(strings.TrimLeft(f, "-"), "=")
+		if !strings.HasPrefix(f, "-") || !known[name] {
+			t.Errorf("unit: %q is not a flag of slurmscope-agent run", f)
+		}
+	}
+	// The example's commented-out flags must exist too.
+	b, _ := os.ReadFile(filepath.Join(root, "deploy", "slurmscope-agent.env"))
+	for _, m := range regexp.MustCompile(`--([a-z][a-z0-9.-]*[a-z0-9])`).FindAllStringSubmatch(string(b), -1) {
+		if m[1] != "help" && !known[m[1]] {
+			t.Errorf("slurmscope-agent.env: --%s is not a flag of slurmscope-agent run", m[1])
+		}
+	}
+}
+
+// envFile reads KEY="value" lines as systemd does (no expansion).
+func envFile(t *testing.T, path string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			t.Errorf("%s: bad line %q", path, line)
+			continue
+		}
+		out[k] = strings.Trim(v, `"`)
+	}
+	return out
+}
