@@ -157,14 +157,15 @@ var queryTypes = []string{plugin.TypeFlamegraph, plugin.TypeProfileSeries, plugi
 
 // exportedMetrics lists the metric names the agent registers, read from its
 // sources: `const ns = "..."` with ns+"name", the GPU collector's g("...") /
-// j("...") families, and literal Name: "slurmscope_..." options.
+// j("...") families, and literal Name: "slurmscope_..." options or
+// NewDesc("slurmscope_...") descriptors.
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	files := []string{"agent/gpu/metrics.go", "agent/daemon/metrics.go", "agent/pyroscope/metrics.go", "agent/remotewrite/metrics.go", "agent/cli/run.go"}
+	files := []string{"agent/gpu/metrics.go", "agent/daemon/metrics.go", "agent/pyroscope/metrics.go", "agent/remotewrite/metrics.go", "agent/cli/run.go", "agent/jobinfo/jobinfo.go"}
 	nsRE := regexp.MustCompile(`const ns = "(\w+)"`)
 	useRE := regexp.MustCompile(`\bns\+"(\w+)"`)
 	famRE := regexp.MustCompile(`\b[gj]\("(\w+)"`)
-	nameRE := regexp.MustCompile(`Name:\s*"(slurmscope_\w+)"`)
+	nameRE := regexp.MustCompile(`(?:Name:\s*|NewDesc\()"(slurmscope_\w+)"`)
 	out := map[string]bool{}
 	for _, f := range files {
 		b, err := os.ReadFile(filepath.Join(root, f))

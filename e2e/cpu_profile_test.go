@@ -146,6 +146,15 @@ func testCPUProfiles(t *testing.T, mode slurmtest.Mode, agent string) {
 	// What the agent counted (samples lost or dropped) explains a thin
 	// profile; it is logged, not asserted.
 	ag.logMetrics(t, "slurmscope_agent_cpu_samples")
+	// No GPU here: job info comes from the attribution cache, jobs that
+	// ended a moment ago included.
+	info := strings.Join(ag.logMetrics(t, "slurmscope_job_info"), "\n")
+	for _, w := range []*workload{a, b} {
+		want := fmt.Sprintf(`%s=%q`, schema.JobID.Label, w.id)
+		if !strings.Contains(info, want) || !strings.Contains(info, fmt.Sprintf(`%s=%q`, schema.JobUser.Label, w.job.User)) {
+			t.Errorf("slurmscope_job_info lacks job %s of %s:\n%s", w.id, w.job.User, info)
+		}
+	}
 	ag.stop(t)
 
 	profs := readProfiles(t, out)

@@ -106,19 +106,20 @@ func (p *agentProc) servingAddr() string {
 	return ""
 }
 
-// logMetrics logs the agent's own metrics whose names start with prefix.
-func (p *agentProc) logMetrics(t *testing.T, prefix string) {
+// logMetrics logs the agent's own metrics whose names start with prefix,
+// and returns them.
+func (p *agentProc) logMetrics(t *testing.T, prefix string) []string {
 	t.Helper()
 	addr := p.servingAddr()
 	if addr == "" {
 		t.Log("the agent logged no metrics address")
-		return
+		return nil
 	}
 	client := &http.Client{Timeout: 10 * time.Second}
 	resp, err := client.Get("http://" + addr + "/metrics")
 	if err != nil {
 		t.Logf("agent metrics: %v", err)
-		return
+		return nil
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
@@ -129,6 +130,7 @@ func (p *agentProc) logMetrics(t *testing.T, prefix string) {
 		}
 	}
 	t.Logf("agent metrics:\n%s", strings.Join(lines, "\n"))
+	return lines
 }
 
 // stop sends SIGTERM, which must flush the last interval and exit 0.

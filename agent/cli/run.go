@@ -24,6 +24,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/daemon"
 	"github.com/slurmscope/slurmscope/agent/gpu"
 	"github.com/slurmscope/slurmscope/agent/gputrace"
+	"github.com/slurmscope/slurmscope/agent/jobinfo"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/pyroscope"
 	"github.com/slurmscope/slurmscope/agent/remotewrite"
@@ -163,6 +164,11 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 		var stop func()
 		stop, coll = startGPU(ctx, f, res, reg, log)
 		defer stop()
+	}
+	if coll == nil {
+		// Without GPU polls, job info comes from the attribution cache,
+		// which the profiler's rescans keep current.
+		reg.MustRegister(jobinfo.New(res, res.HostName()))
 	}
 	if f.rw.URL != "" {
 		stop, err := startRemoteWrite(f, res, reg, log)

@@ -3,6 +3,7 @@ package gpu
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/slurmscope/slurmscope/agent/jobinfo"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -82,8 +83,7 @@ func newDescs(host string) descs {
 		smOccupancy:  g("gpu_sm_occupancy_ratio", "Fraction of resident warps of the theoretical maximum between the last two polls (GPM)."),
 		tensorActive: g("gpu_tensor_active_ratio", "Fraction of time any tensor core was active between the last two polls (GPM)."),
 
-		jobInfo: prometheus.NewDesc(ns+"job_info", "A SLURM job with a process on this node (value 1).",
-			[]string{schema.JobID.Label, schema.JobName.Label, schema.JobUser.Label, schema.JobAccount.Label, schema.JobPartition.Label}, cl),
+		jobInfo:    jobinfo.Desc(host),
 		jobUtil:    j("job_gpu_utilization_ratio", "Sum of the SM utilisation of the job's processes on the GPU since the last poll (NVML process utilisation); 0 for an allocated idle GPU."),
 		jobMemUtil: j("job_gpu_memory_utilization_ratio", "Sum of the memory-bandwidth utilisation of the job's processes on the GPU since the last poll."),
 		jobMemUsed: j("job_gpu_memory_used_bytes", "Device memory used by the job's processes on the GPU or MIG instance."),

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/slurmscope/slurmscope/agent/attribution"
+	"github.com/slurmscope/slurmscope/agent/jobinfo"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 )
 
@@ -574,8 +575,7 @@ func (p *poll) emitJobs() {
 	for _, id := range ids {
 		j := p.jobs[id]
 		jid, user, name := cleanLabel(j.ID), cleanLabel(j.User), cleanLabel(j.Name)
-		p.out = append(p.out, prometheus.MustNewConstMetric(c.desc.jobInfo, prometheus.GaugeValue, 1,
-			jid, name, user, cleanLabel(j.Account), cleanLabel(j.Partition)))
+		p.out = append(p.out, jobinfo.Metric(c.desc.jobInfo, jid, name, user, cleanLabel(j.Account), cleanLabel(j.Partition)))
 		keys := make([]unitKey, 0, len(alloc[id])+len(p.uses[id]))
 		for k := range alloc[id] {
 			keys = append(keys, k)
