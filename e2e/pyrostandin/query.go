@@ -37,6 +37,20 @@ func parseProfileType(id string) (string, error) {
 }
 
 // querySelector parses the label_selector of the Select* calls.
+// parseSelection validates the profile type and label selector every
+// Select* call carries, with the server's messages.
+func parseSelection(profileType, labelSelector string) (string, selector, error) {
+	pt, err := parseProfileType(profileType)
+	if err != nil {
+		return "", nil, err
+	}
+	sel, err := querySelector(labelSelector)
+	if err != nil {
+		return "", nil, err
+	}
+	return pt, sel, nil
+}
+
 func querySelector(in string) (selector, error) {
 	sel, err := parseSelector(in)
 	if err != nil {
@@ -137,11 +151,7 @@ func (q *querier) Series(_ context.Context, req *connect.Request[querierv1.Serie
 
 func (q *querier) SelectMergeStacktraces(_ context.Context, req *connect.Request[querierv1.SelectMergeStacktracesRequest]) (*connect.Response[querierv1.SelectMergeStacktracesResponse], error) {
 	m := req.Msg
-	pt, err := parseProfileType(m.ProfileTypeID)
-	if err != nil {
-		return nil, err
-	}
-	sel, err := querySelector(m.LabelSelector)
+	pt, sel, err := parseSelection(m.ProfileTypeID, m.LabelSelector)
 	if err != nil {
 		return nil, err
 	}
@@ -164,11 +174,7 @@ func (q *querier) SelectMergeStacktraces(_ context.Context, req *connect.Request
 
 func (q *querier) SelectSeries(_ context.Context, req *connect.Request[querierv1.SelectSeriesRequest]) (*connect.Response[querierv1.SelectSeriesResponse], error) {
 	m := req.Msg
-	pt, err := parseProfileType(m.ProfileTypeID)
-	if err != nil {
-		return nil, err
-	}
-	sel, err := querySelector(m.LabelSelector)
+	pt, sel, err := parseSelection(m.ProfileTypeID, m.LabelSelector)
 	if err != nil {
 		return nil, err
 	}
@@ -250,11 +256,7 @@ func (q *querier) SelectSeries(_ context.Context, req *connect.Request[querierv1
 
 func (q *querier) SelectMergeProfile(_ context.Context, req *connect.Request[querierv1.SelectMergeProfileRequest]) (*connect.Response[googlev1.Profile], error) {
 	m := req.Msg
-	pt, err := parseProfileType(m.ProfileTypeID)
-	if err != nil {
-		return nil, err
-	}
-	sel, err := querySelector(m.LabelSelector)
+	pt, sel, err := parseSelection(m.ProfileTypeID, m.LabelSelector)
 	if err != nil {
 		return nil, err
 	}
