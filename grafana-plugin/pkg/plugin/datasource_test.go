@@ -246,6 +246,7 @@ func TestResources(t *testing.T) {
 		{"values?attribute=nope", 400, `unknown attribute`},
 		{"values?attribute=host.name&from=x", 400, `milliseconds`},
 		{"profile-types", 200, `process_cpu`},
+		{"metrics", 200, `{"name":"slurmscope_gpu_sm_active_ratio","level":"gpu","unit":"percentunit","aggregation":"avg"}`},
 		{"nope", 404, `no resource`},
 	} {
 		path, _, _ := strings.Cut(tc.url, "?")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/filter"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/promql"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -38,6 +39,7 @@ type FilterIssue struct {
 //	GET /attributes                          the schema
 //	GET /values?attribute=&filter=&from=&to= values of one attribute (ms epoch)
 //	GET /profile-types?from=&to=             Pyroscope's profile types
+//	GET /metrics                             the GPU metrics a gpuMetric query may name
 //	GET|POST /validate?filter=               {"ok":true} or {"ok":false,"issues":[...]}
 func (d *Datasource) CallResource(ctx context.Context, req *backend.CallResourceRequest, sender backend.CallResourceResponseSender) error {
 	status, body := d.resource(ctx, req)
@@ -78,6 +80,22 @@ func (d *Datasource) resource(ctx context.Context, req *backend.CallResourceRequ
 		out := make([]Attribute, len(schema.All))
 		for i, a := range schema.All {
 			out[i] = Attribute{a.Name, a.Type.String(), a.Description}
+		}
+		return http.StatusOK, out
+	case "metrics":
+		type metric struct {
+			Name        string `json:"name"`
+			Level       string `json:"level"`
+			Unit        string `json:"unit"`
+			Aggregation string `json:"aggregation"`
+		}
+		out := make([]metric, len(promql.Metrics))
+		for i, m := range promql.Metrics {
+			level := "gpu"
+			if m.Level == promql.Job {
+				level = "job"
+			}
+			out[i] = metric{m.Name, level, m.Unit, string(m.Agg)}
 		}
 		return http.StatusOK, out
 	case "validate":
