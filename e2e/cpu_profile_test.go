@@ -244,7 +244,7 @@ func testCPUProfiles(t *testing.T, mode slurmtest.Mode, agent string) {
 		// first-touch page faults weigh more than in A: a lower bar, which
 		// still fails if short processes go unsymbolised.
 		// Samples the kernel kept without any stack (counted by the agent
-		// as stack errors and collisions) say nothing about symbolisation,
+		// as stack errors or a full stack map) say nothing about symbolisation,
 		// so they are left out of the share.
 		const minShortOwnShare = 0.8
 		withStack := st.total - st.self["[no stack]"]

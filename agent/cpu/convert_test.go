@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"unsafe"
+
+	"github.com/cilium/ebpf"
 )
 
 func TestStartTimeTicks(t *testing.T) {
@@ -80,8 +82,14 @@ func TestObjectLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	key, val := unsafe.Sizeof(samplerCountKey{}), unsafe.Sizeof(samplerCountVal{})
-	if key != 24 || val != 24 {
-		t.Errorf("count key/value are %d/%d bytes, want 24/24", key, val)
+	if key != 32 || val != 24 {
+		t.Errorf("count key/value are %d/%d bytes, want 32/24", key, val)
+	}
+	// No implicit padding: every key byte is a named field the program sets.
+	var k samplerCountKey
+	if unsafe.Offsetof(k.Pad) != 4 || unsafe.Offsetof(k.StartBoottimeNs) != 8 ||
+		unsafe.Offsetof(k.KernelStack) != 16 || unsafe.Offsetof(k.UserStack) != 24 {
+		t.Errorf("count key layout %+v", k)
 	}
 	for _, name := range []string{samplerMapCounts0, samplerMapCounts1} {
 		m := spec.Maps[name]
@@ -89,10 +97,19 @@ func TestObjectLayout(t *testing.T) {
 			t.Errorf("%s: key/value %d/%d bytes, Go has %d/%d", name, m.KeySize, m.ValueSize, key, val)
 		}
 	}
+	if n := len(samplerStack{}.Ips); n != stackDepth {
+		t.Errorf("struct stack has %d frames, Go reads %d", n, stackDepth)
+	}
 	for _, name := range []string{samplerMapStacks0, samplerMapStacks1} {
-		if m := spec.Maps[name]; m.ValueSize != stackDepth*8 || m.KeySize != 4 {
-			t.Errorf("%s: key/value %d/%d bytes", name, m.KeySize, m.ValueSize)
+		// A hash map keyed by the stack's 64-bit hash, not a STACK_TRACE map
+		// (whose bucket collisions lose stacks), and preallocated.
+		m := spec.Maps[name]
+		if m.Type != ebpf.Hash || m.KeySize != 8 || m.ValueSize != stackDepth*8 || m.Flags != 0 {
+			t.Errorf("%s: %s, key/value %d/%d bytes, flags %#x; want a preallocated Hash, 8/%d", name, m.Type, m.KeySize, m.ValueSize, m.Flags, stackDepth*8)
 		}
+	}
+	if m := spec.Maps[samplerMapScratch]; m.Type != ebpf.PerCPUArray || m.MaxEntries != 1 || m.ValueSize != stackDepth*8 {
+		t.Errorf("scratch: %s with %d entries of %d bytes", m.Type, m.MaxEntries, m.ValueSize)
 	}
 	for _, name := range []string{samplerMapStats0, samplerMapStats1} {
 		if m := spec.Maps[name]; m.MaxEntries != uint32(samplerStatIndexSTAT_MAX) {
@@ -103,9 +120,12 @@ func TestObjectLayout(t *testing.T) {
 		t.Errorf("gen_switch inner map %+v", gs.InnerMap)
 	}
 	if lic := spec.Programs[samplerProgSampleCpu].License; lic != "Dual BSD/GPL" {
-		t.Errorf("license %q: bpf_get_stackid needs a GPL-compatible one", lic)
+		t.Errorf("license %q: bpf_get_stack needs a GPL-compatible one", lic)
 	}
-	if _, ok := spec.Variables[samplerVarExcludeTgid]; !ok {
+	if v, ok := spec.Variables[samplerVarExcludeTgid]; !ok || v.Size() != 4 {
 		t.Error("exclude_tgid missing")
+	}
+	if v, ok := spec.Variables[samplerVarStackHashSeed]; !ok || v.Size() != 8 {
+		t.Error("stack_hash_seed missing")
 	}
 }

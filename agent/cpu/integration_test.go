@@ -16,8 +16,11 @@ import (
 const burnEnv = "SLURMSCOPE_CPU_TEST_BURN"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(burnEnv) == "1" {
+	switch os.Getenv(burnEnv) {
+	case "1":
 		burn()
+	case "stacks":
+		burnStacks()
 	}
 	os.Exit(m.Run())
 }
@@ -69,8 +72,15 @@ type burner struct {
 
 func startBurner(t testing.TB) *burner {
 	t.Helper()
+	return startBurnerMode(t, "1")
+}
+
+// startBurnerMode starts the test binary as a burner: mode "1" runs burn,
+// "stacks" burnStacks.
+func startBurnerMode(t testing.TB, mode string) *burner {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), burnEnv+"=1")
+	cmd.Env = append(os.Environ(), burnEnv+"="+mode)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

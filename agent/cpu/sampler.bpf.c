@@ -6,14 +6,21 @@
 // tool from taking this file for a cgo source; bpf2go compiles it.)
 //
 // This file is dual licensed, unlike the rest of the project (Apache-2.0): the
-// kernel only lets GPL-compatible programs call bpf_get_stackid and
+// kernel only lets GPL-compatible programs call bpf_get_stack and
 // bpf_probe_read_kernel, and it checks the license string at load time.
 //
 // The program runs on a software cpu-clock perf event on every CPU. Each
 // sample adds one to a count keyed by (tgid, the process's start time, kernel
-// stack id, user stack id). Two generations of (counts, stacks) maps exist;
-// user space flips gen_switch to the other generation before it drains one,
-// see sampler.go for why that is race free.
+// stack hash, user stack hash). Two generations of (counts, stacks) maps
+// exist; user space flips gen_switch to the other generation before it drains
+// one, see sampler.go for why that is race free.
+//
+// Stacks are content addressed: the program hashes the frames itself and
+// stores them in a plain hash map keyed by that hash. The kernel's
+// STACK_TRACE map is not used because it keeps one stack per bucket of
+// jhash(frames) & (size - 1) and fails (-EEXIST) for any other stack that
+// lands in a taken bucket: a hot stack that collided lost every one of its
+// samples for the whole generation, at any map size.
 
 // No vmlinux.h and no <linux/*.h>: the few UAPI constants we need are spelt
 // out here, so that the object does not depend on the build host's kernel or
@@ -35,12 +42,13 @@ typedef __u32 __wsum;
 #define BPF_MAP_TYPE_HASH 1
 #define BPF_MAP_TYPE_ARRAY 2
 #define BPF_MAP_TYPE_PERCPU_ARRAY 6
-#define BPF_MAP_TYPE_STACK_TRACE 7
 #define BPF_MAP_TYPE_ARRAY_OF_MAPS 12
 #define BPF_NOEXIST 1
 #define BPF_F_USER_STACK (1ULL << 8)
 #define BPF_F_NO_PREALLOC (1U << 0)
 
+#define E2BIG 7
+#define ENOMEM 12
 #define EFAULT 14
 #define EEXIST 17
 
@@ -48,8 +56,8 @@ typedef __u32 __wsum;
 #define PF_KTHREAD 0x00200000
 
 #define TASK_COMM_LEN 16
-// Default kernel.perf_event_max_stack. User space may lower the value size of
-// the stack maps at load time; the program never indexes into a stack.
+// Default kernel.perf_event_max_stack, and the most frames a stack keeps
+// (bpf_get_stack returns the innermost ones).
 #define MAX_STACK_DEPTH 127
 
 // Minimal CO-RE view of task_struct: libbpf/cilium relocate every field
@@ -70,10 +78,10 @@ struct task_struct {
 // verifier never sees uninitialised key bytes.
 struct count_key {
 	__u32 tgid;
-	__s32 kernel_stack_id; // < 0: no kernel stack (see stats)
-	__s32 user_stack_id;   // < 0: no user stack (kernel thread or error)
 	__u32 pad;
 	__u64 start_boottime_ns; // thread-group leader's start time
+	__u64 kernel_stack;      // key into stacks_N; 0: no kernel stack (see stats)
+	__u64 user_stack;        // key into stacks_N; 0: no user stack (kernel thread or loss)
 };
 
 struct count_val {
@@ -85,10 +93,10 @@ struct count_val {
 enum stat_index {
 	STAT_SAMPLES = 0,      // samples counted into a counts map
 	STAT_LOST_MAP_FULL,    // samples dropped: counts map update failed
-	STAT_KSTACK_COLLISION, // bpf_get_stackid(kernel) == -EEXIST: hash bucket taken
+	STAT_KSTACK_MAP_FULL,  // kernel stack not stored: stacks map full
 	STAT_KSTACK_ERROR,     // any other kernel stack error except -EFAULT (see below)
-	STAT_USTACK_COLLISION, // bpf_get_stackid(user) == -EEXIST
-	STAT_USTACK_ERROR,     // any other user stack error (-EFAULT, -ENOMEM: map full)
+	STAT_USTACK_MAP_FULL,  // user stack not stored: stacks map full
+	STAT_USTACK_ERROR,     // any other user stack error (-EFAULT: not readable)
 	STAT_SKIPPED_SELF,     // samples of the excluded pid
 	STAT_MAX,
 };
@@ -101,11 +109,21 @@ struct counts_map {
 	__type(value, struct count_val);
 };
 
+// Frames innermost first, zero filled after the last one. Mirrored in Go
+// (stackDepth).
+struct stack {
+	__u64 ips[MAX_STACK_DEPTH];
+};
+
+// Kernel and user stacks share one map per generation, keyed by stack_hash;
+// their hashes are domain separated, so the two never share a key.
+// Preallocated (the default), so that an insert from the interrupt the
+// program runs in never allocates; it fails (-E2BIG) when the map is full.
 struct stacks_map {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
+	__type(key, __u64);
+	__type(value, struct stack);
 };
 
 struct counts_map counts_0 SEC(".maps");
@@ -146,9 +164,28 @@ struct stats_map {
 struct stats_map stats_0 SEC(".maps");
 struct stats_map stats_1 SEC(".maps");
 
+// Where bpf_get_stack writes before a stack is hashed and copied into a
+// stacks map: 1 KiB is too much for the 512-byte BPF stack. One per CPU is
+// enough, since perf_event programs do not nest on a CPU.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stack);
+} scratch SEC(".maps");
+
 // Set by the loader before the program is loaded; 0 excludes nothing
 // (pid 0 is the idle task, which is always skipped).
 volatile const __u32 exclude_tgid = 0;
+
+// Set by the loader to a random value per load, so that the stack hash is
+// keyed (see stack_hash).
+volatile const __u64 stack_hash_seed = 0;
+
+// Domain constants mixed into the first hash state: a kernel and a user
+// stack never share a key, even with the same frames.
+#define HASH_DOMAIN_KERNEL 0x6b65726e656c0000ULL // "kernel"
+#define HASH_DOMAIN_USER 0x7573657200000000ULL   // "user"
 
 static __always_inline void stat_inc(void *stats, __u32 idx)
 {
@@ -158,18 +195,79 @@ static __always_inline void stat_inc(void *stats, __u32 idx)
 		*v += 1; // per-CPU slot, and programs do not nest on one CPU
 }
 
-static __always_inline __s32 stack_id(void *ctx, void *stats, void *map, __u64 flags, __u32 collision, __u32 error)
+// splitmix64's finaliser (Stafford's Mix13, a retuned MurmurHash3 fmix64): a
+// bijection on 64 bits in which every input bit flips each output bit with
+// probability close to 1/2.
+static __always_inline __u64 mix64(__u64 x)
 {
-	long id = bpf_get_stackid(ctx, map, flags);
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ULL;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebULL;
+	x ^= x >> 31;
+	return x;
+}
 
-	// A kernel stack is -EFAULT whenever the timer interrupted user mode:
-	// that is the common case, not a loss. Stacks keep their id < 0 and the
-	// sample is still counted, so counts stay exact even when stacks are not.
-	if (id == -EEXIST)
-		stat_inc(stats, collision);
-	else if (id < 0 && !(id == -EFAULT && !(flags & BPF_F_USER_STACK)))
-		stat_inc(stats, error);
-	return (__s32)id;
+// stack_hash returns the key of the first nr frames of s: h = mix64(h ^ frame)
+// for each frame, from a state seeded with the frame count, the domain and a
+// per-load random seed. 0 is reserved for "no stack".
+//
+// Each step is a bijection of the state, so two stacks of the same length
+// that differ only in their innermost frames (the common case: same callers,
+// different leaf) can never collide. Any other collision, two different
+// stacks with one key, needs a 64-bit coincidence: about 1 in 2^64 per pair
+// of stacks, under 1e-11 per generation even with a full map of 16384
+// stacks. That is astronomically unlikely, which is why a hit does not
+// compare frames (a collision would show one stack's frames for the other's
+// samples, for one generation). The random seed keeps a job, which controls
+// what its user stacks read as, from crafting frames that collide with
+// another job's stack: the mixer is not cryptographic, but without the seed
+// no key can be predicted.
+static __always_inline __u64 stack_hash(const struct stack *s, __u32 nr, __u64 domain)
+{
+	__u64 h = mix64(stack_hash_seed ^ domain ^ nr);
+
+	for (__u32 i = 0; i < MAX_STACK_DEPTH; i++) {
+		if (i >= nr)
+			break;
+		h = mix64(h ^ s->ips[i]);
+	}
+	return h ? h : 1;
+}
+
+// get_stack returns the key of the current kernel or user stack in stacks,
+// storing the stack there if it is new, or 0 when the sample keeps no stack.
+// The sample is counted either way, so counts stay exact even when stacks are
+// not.
+static __always_inline __u64 get_stack(void *ctx, void *stats, void *stacks, __u64 flags, __u32 map_full, __u32 error)
+{
+	__u32 zero = 0;
+	struct stack *buf = bpf_map_lookup_elem(&scratch, &zero);
+
+	if (!buf)
+		return 0; // never: a one-entry array always has its entry
+	// Bytes copied; the helper zero fills the rest of buf.
+	long n = bpf_get_stack(ctx, buf, sizeof(*buf), flags);
+
+	// A kernel stack is empty (0, or -EFAULT) whenever the timer interrupted
+	// user mode: that is the common case, not a loss. An empty or unreadable
+	// user stack is an error.
+	if (n <= 0) {
+		if (flags & BPF_F_USER_STACK || (n != 0 && n != -EFAULT))
+			stat_inc(stats, error);
+		return 0;
+	}
+
+	__u64 h = stack_hash(buf, n / sizeof(__u64), flags & BPF_F_USER_STACK ? HASH_DOMAIN_USER : HASH_DOMAIN_KERNEL);
+
+	if (bpf_map_lookup_elem(stacks, &h))
+		return h;
+	long err = bpf_map_update_elem(stacks, &h, buf, BPF_NOEXIST);
+	// -EEXIST: another CPU stored the same stack in between.
+	if (err == 0 || err == -EEXIST)
+		return h;
+	stat_inc(stats, err == -E2BIG || err == -ENOMEM ? map_full : error);
+	return 0;
 }
 
 static __always_inline void record(void *ctx, void *counts, void *stacks, void *stats, __u32 tgid)
@@ -182,13 +280,11 @@ static __always_inline void record(void *ctx, void *counts, void *stacks, void *
 
 	key.tgid = tgid;
 	key.start_boottime_ns = BPF_CORE_READ(leader, start_boottime);
-	key.kernel_stack_id = stack_id(ctx, stats, stacks, 0, STAT_KSTACK_COLLISION, STAT_KSTACK_ERROR);
+	key.kernel_stack = get_stack(ctx, stats, stacks, 0, STAT_KSTACK_MAP_FULL, STAT_KSTACK_ERROR);
 	// Kernel threads have no user stack: do not ask (and do not count it as an
 	// error).
-	if (BPF_CORE_READ(task, flags) & PF_KTHREAD)
-		key.user_stack_id = -1;
-	else
-		key.user_stack_id = stack_id(ctx, stats, stacks, BPF_F_USER_STACK, STAT_USTACK_COLLISION, STAT_USTACK_ERROR);
+	if (!(BPF_CORE_READ(task, flags) & PF_KTHREAD))
+		key.user_stack = get_stack(ctx, stats, stacks, BPF_F_USER_STACK, STAT_USTACK_MAP_FULL, STAT_USTACK_ERROR);
 
 	val = bpf_map_lookup_elem(counts, &key);
 	if (val) {

@@ -4,7 +4,7 @@
 // # Draining without races
 //
 // The program writes to one of two generations of maps (a counts hash and a
-// stack trace map each). Drain points the program at the other generation
+// stacks hash each). Drain points the program at the other generation
 // by replacing the inner map of an ARRAY_OF_MAPS, and the kernel does not
 // return from that update before every program that may still use the old
 // value has finished (it waits for an RCU grace period, see
@@ -14,12 +14,23 @@
 // iterate-and-delete on a live map would (an increment landing between the
 // read and the delete vanishes).
 //
-// Each generation has its own stack map so that clearing stacks after a
-// drain can never delete a stack id that a not yet drained count still
-// refers to, nor let a freed id be reused for a different stack.
+// Each generation has its own stacks map so that clearing stacks after a
+// drain can never delete a stack that a not yet drained count still refers
+// to.
+//
+// # Stacks
+//
+// The program keys each stack by a 64-bit hash of its frames that it
+// computes itself, and stores the frames in a hash map under that key (see
+// stack_hash in sampler.bpf.c). The kernel's STACK_TRACE map, used before,
+// fails for a stack whose hash bucket another stack holds, and then every
+// sample of that stack lost its stack for the whole generation; a hash map
+// only refuses a new stack when it is full, which Stats counts.
 package cpu
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -37,9 +48,11 @@ type Options struct {
 	// SysRoot is where sysfs is mounted. Default "/sys".
 	SysRoot string
 	// MaxStackEntries is the number of distinct stacks each generation can
-	// hold (kernel and user stacks count separately). The kernel rounds it up
-	// to a power of two and preallocates it: each entry takes 1 KiB, twice
-	// over for the two generations. Default 16384.
+	// hold (kernel and user stacks count separately). The kernel
+	// preallocates it: each entry takes a little over 1 KiB, twice over for
+	// the two generations. A sample whose stack finds the map full is still
+	// counted, without that stack (Stats.KernelStackMapFull,
+	// UserStackMapFull). Default 16384.
 	MaxStackEntries int
 	// MaxCountEntries is the number of distinct (process, kernel stack, user
 	// stack) keys per generation. Default 16384.
@@ -53,9 +66,8 @@ const (
 	defaultSampleRate      = 97
 	defaultMaxStackEntries = 16384
 	defaultMaxCountEntries = 16384
-	// stackDepth is the value size of the stack maps in frames: the default
-	// of kernel.perf_event_max_stack, which is also the most the kernel lets
-	// a stack map hold.
+	// stackDepth is the value size of the stacks maps in frames (struct
+	// stack in sampler.bpf.c): the default of kernel.perf_event_max_stack.
 	stackDepth = 127
 )
 
@@ -91,17 +103,17 @@ type Stats struct {
 	// LostStackErrors is the sum of the four stack counters below: samples
 	// that were counted but miss a stack they should have.
 	LostStackErrors uint64
-	// Kernel/User stack collisions: bpf_get_stackid found the hash bucket
-	// taken by a different stack (-EEXIST). Errors: any other failure, e.g.
-	// a full stack map (-ENOMEM) or an unreadable user stack (-EFAULT).
-	KernelStackCollisions, KernelStackErrors uint64
-	UserStackCollisions, UserStackErrors     uint64
+	// Kernel/User stack map full: the stack was new and the generation's
+	// stacks map had no room for it (Options.MaxStackEntries). Errors: any
+	// other failure, e.g. an unreadable user stack (-EFAULT).
+	KernelStackMapFull, KernelStackErrors uint64
+	UserStackMapFull, UserStackErrors     uint64
 	// TruncatedStacks counts drained stacks that filled all 127 frames and
 	// were probably cut by the kernel; they are returned as they are (the
 	// innermost frames).
 	TruncatedStacks uint64
-	// MissingStacks counts stack ids a count referred to that the stack map
-	// no longer held. It stays 0 unless something else deletes stacks.
+	// MissingStacks counts stack keys a count referred to that the stacks
+	// map did not hold. It stays 0 unless something else deletes stacks.
 	MissingStacks uint64
 	// SkippedSelf counts samples of Options.ExcludePID.
 	SkippedSelf uint64
@@ -131,6 +143,8 @@ type Sampler struct {
 	cpus    *cpuSet
 	stats   Stats // totals through the last drained generation
 	closed  bool
+	// hashSeed is the program's stack_hash_seed, for tests.
+	hashSeed uint64
 }
 
 // New loads the program and attaches it on every online CPU. It needs
@@ -166,13 +180,22 @@ func New(opts Options) (*Sampler, error) {
 	}
 	for _, name := range []string{samplerMapStacks0, samplerMapStacks1} {
 		spec.Maps[name].MaxEntries = uint32(opts.MaxStackEntries)
-		spec.Maps[name].ValueSize = stackDepth * 8
 	}
 	if err := spec.Variables[samplerVarExcludeTgid].Set(uint32(opts.ExcludePID)); err != nil {
 		return nil, fmt.Errorf("cpu sampler: %w", err)
 	}
+	// A secret seed per load: no process can predict the key of any stack,
+	// so none can craft user stack frames that collide with another's.
+	var seed [8]byte
+	if _, err := rand.Read(seed[:]); err != nil {
+		return nil, fmt.Errorf("cpu sampler: stack hash seed: %w", err)
+	}
+	hashSeed := binary.NativeEndian.Uint64(seed[:])
+	if err := spec.Variables[samplerVarStackHashSeed].Set(hashSeed); err != nil {
+		return nil, fmt.Errorf("cpu sampler: %w", err)
+	}
 
-	s := &Sampler{sysRoot: opts.SysRoot}
+	s := &Sampler{sysRoot: opts.SysRoot, hashSeed: hashSeed}
 	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
@@ -262,28 +285,17 @@ func (s *Sampler) Drain() ([]Sample, Stats, error) {
 }
 
 func (s *Sampler) readGeneration(g generation) ([]Sample, error) {
-	stacks := make(map[int32][]uint64)
-	var (
-		id    uint32
-		trace = make([]uint64, stackDepth)
-	)
-	it := g.stacks.Iterate()
-	for it.Next(&id, trace) {
-		frames, truncated := trimStack(trace)
-		if truncated {
-			s.stats.TruncatedStacks++
-		}
-		stacks[int32(id)] = append([]uint64(nil), frames...)
+	stacks, truncated, err := readStacks(g.stacks)
+	if err != nil {
+		return nil, err
 	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read stacks: %w", err)
-	}
+	s.stats.TruncatedStacks += truncated
 
-	lookup := func(id int32) []uint64 {
-		if id < 0 {
+	lookup := func(key uint64) []uint64 {
+		if key == 0 { // no stack
 			return nil
 		}
-		st, ok := stacks[id]
+		st, ok := stacks[key]
 		if !ok {
 			s.stats.MissingStacks++
 		}
@@ -295,14 +307,14 @@ func (s *Sampler) readGeneration(g generation) ([]Sample, error) {
 		key     samplerCountKey
 		val     samplerCountVal
 	)
-	it = g.counts.Iterate()
+	it := g.counts.Iterate()
 	for it.Next(&key, &val) {
 		samples = append(samples, Sample{
 			PID:       key.Tgid,
 			StartTime: startTimeTicks(key.StartBoottimeNs),
 			Comm:      commString(val.Comm),
-			Kernel:    lookup(key.KernelStackId),
-			User:      lookup(key.UserStackId),
+			Kernel:    lookup(key.KernelStack),
+			User:      lookup(key.UserStack),
 			Count:     val.Count,
 		})
 	}
@@ -312,9 +324,32 @@ func (s *Sampler) readGeneration(g generation) ([]Sample, error) {
 	return samples, nil
 }
 
+// readStacks reads a stacks map: frames by key, trimmed, and how many of them
+// were probably truncated.
+func readStacks(m *ebpf.Map) (map[uint64][]uint64, uint64, error) {
+	stacks := make(map[uint64][]uint64)
+	var (
+		key       uint64
+		truncated uint64
+		trace     = make([]uint64, stackDepth)
+	)
+	it := m.Iterate()
+	for it.Next(&key, trace) {
+		frames, trunc := trimStack(trace)
+		if trunc {
+			truncated++
+		}
+		stacks[key] = append([]uint64(nil), frames...)
+	}
+	if err := it.Err(); err != nil {
+		return nil, 0, fmt.Errorf("read stacks: %w", err)
+	}
+	return stacks, truncated, nil
+}
+
 // clearGeneration empties a quiescent generation. Deleting every stack, not
 // only those the counts refer to, also frees stacks whose count was lost to
-// a full counts map; left behind they would collide with new stacks forever.
+// a full counts map; left behind they would fill the stacks map for good.
 func clearGeneration(g generation) error {
 	for _, m := range []*ebpf.Map{g.counts, g.stacks} {
 		var keys [][]byte
@@ -354,13 +389,13 @@ func clearGeneration(g generation) error {
 func (s *Sampler) addStats(g generation) error {
 	st := &s.stats
 	fields := map[samplerStatIndex]*uint64{
-		samplerStatIndexSTAT_SAMPLES:          &st.Samples,
-		samplerStatIndexSTAT_LOST_MAP_FULL:    &st.LostMapFull,
-		samplerStatIndexSTAT_KSTACK_COLLISION: &st.KernelStackCollisions,
-		samplerStatIndexSTAT_KSTACK_ERROR:     &st.KernelStackErrors,
-		samplerStatIndexSTAT_USTACK_COLLISION: &st.UserStackCollisions,
-		samplerStatIndexSTAT_USTACK_ERROR:     &st.UserStackErrors,
-		samplerStatIndexSTAT_SKIPPED_SELF:     &st.SkippedSelf,
+		samplerStatIndexSTAT_SAMPLES:         &st.Samples,
+		samplerStatIndexSTAT_LOST_MAP_FULL:   &st.LostMapFull,
+		samplerStatIndexSTAT_KSTACK_MAP_FULL: &st.KernelStackMapFull,
+		samplerStatIndexSTAT_KSTACK_ERROR:    &st.KernelStackErrors,
+		samplerStatIndexSTAT_USTACK_MAP_FULL: &st.UserStackMapFull,
+		samplerStatIndexSTAT_USTACK_ERROR:    &st.UserStackErrors,
+		samplerStatIndexSTAT_SKIPPED_SELF:    &st.SkippedSelf,
 	}
 	var perCPU []uint64
 	for idx, dst := range fields {
@@ -369,7 +404,7 @@ func (s *Sampler) addStats(g generation) error {
 		}
 		*dst += sumPerCPU(perCPU)
 	}
-	st.LostStackErrors = st.KernelStackCollisions + st.KernelStackErrors + st.UserStackCollisions + st.UserStackErrors
+	st.LostStackErrors = st.KernelStackMapFull + st.KernelStackErrors + st.UserStackMapFull + st.UserStackErrors
 	return nil
 }
 

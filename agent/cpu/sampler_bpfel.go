@@ -16,10 +16,10 @@ import (
 type samplerCountKey struct {
 	_               structs.HostLayout
 	Tgid            uint32
-	KernelStackId   int32
-	UserStackId     int32
 	Pad             uint32
 	StartBoottimeNs uint64
+	KernelStack     uint64
+	UserStack       uint64
 }
 
 type samplerCountVal struct {
@@ -28,34 +28,41 @@ type samplerCountVal struct {
 	Comm  [16]int8
 }
 
+type samplerStack struct {
+	_   structs.HostLayout
+	Ips [127]uint64
+}
+
 type samplerStatIndex uint32
 
 const (
-	samplerStatIndexSTAT_SAMPLES          samplerStatIndex = 0
-	samplerStatIndexSTAT_LOST_MAP_FULL    samplerStatIndex = 1
-	samplerStatIndexSTAT_KSTACK_COLLISION samplerStatIndex = 2
-	samplerStatIndexSTAT_KSTACK_ERROR     samplerStatIndex = 3
-	samplerStatIndexSTAT_USTACK_COLLISION samplerStatIndex = 4
-	samplerStatIndexSTAT_USTACK_ERROR     samplerStatIndex = 5
-	samplerStatIndexSTAT_SKIPPED_SELF     samplerStatIndex = 6
-	samplerStatIndexSTAT_MAX              samplerStatIndex = 7
+	samplerStatIndexSTAT_SAMPLES         samplerStatIndex = 0
+	samplerStatIndexSTAT_LOST_MAP_FULL   samplerStatIndex = 1
+	samplerStatIndexSTAT_KSTACK_MAP_FULL samplerStatIndex = 2
+	samplerStatIndexSTAT_KSTACK_ERROR    samplerStatIndex = 3
+	samplerStatIndexSTAT_USTACK_MAP_FULL samplerStatIndex = 4
+	samplerStatIndexSTAT_USTACK_ERROR    samplerStatIndex = 5
+	samplerStatIndexSTAT_SKIPPED_SELF    samplerStatIndex = 6
+	samplerStatIndexSTAT_MAX             samplerStatIndex = 7
 )
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	samplerMapCounts0     = "counts_0"
-	samplerMapCounts1     = "counts_1"
-	samplerMapGen0        = "gen_0"
-	samplerMapGen1        = "gen_1"
-	samplerMapGenSwitch   = "gen_switch"
-	samplerMapStacks0     = "stacks_0"
-	samplerMapStacks1     = "stacks_1"
-	samplerMapStats0      = "stats_0"
-	samplerMapStats1      = "stats_1"
-	samplerProgSampleCpu  = "sample_cpu"
-	samplerVarExcludeTgid = "exclude_tgid"
+	samplerMapCounts0       = "counts_0"
+	samplerMapCounts1       = "counts_1"
+	samplerMapGen0          = "gen_0"
+	samplerMapGen1          = "gen_1"
+	samplerMapGenSwitch     = "gen_switch"
+	samplerMapScratch       = "scratch"
+	samplerMapStacks0       = "stacks_0"
+	samplerMapStacks1       = "stacks_1"
+	samplerMapStats0        = "stats_0"
+	samplerMapStats1        = "stats_1"
+	samplerProgSampleCpu    = "sample_cpu"
+	samplerVarExcludeTgid   = "exclude_tgid"
+	samplerVarStackHashSeed = "stack_hash_seed"
 )
 
 // loadSampler returns the embedded CollectionSpec for sampler.
@@ -112,6 +119,7 @@ type samplerMapSpecs struct {
 	Gen0      *ebpf.MapSpec `ebpf:"gen_0"`
 	Gen1      *ebpf.MapSpec `ebpf:"gen_1"`
 	GenSwitch *ebpf.MapSpec `ebpf:"gen_switch"`
+	Scratch   *ebpf.MapSpec `ebpf:"scratch"`
 	Stacks0   *ebpf.MapSpec `ebpf:"stacks_0"`
 	Stacks1   *ebpf.MapSpec `ebpf:"stacks_1"`
 	Stats0    *ebpf.MapSpec `ebpf:"stats_0"`
@@ -122,7 +130,8 @@ type samplerMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type samplerVariableSpecs struct {
-	ExcludeTgid *ebpf.VariableSpec `ebpf:"exclude_tgid"`
+	ExcludeTgid   *ebpf.VariableSpec `ebpf:"exclude_tgid"`
+	StackHashSeed *ebpf.VariableSpec `ebpf:"stack_hash_seed"`
 }
 
 // samplerObjects contains all objects after they have been loaded into the kernel.
@@ -150,6 +159,7 @@ type samplerMaps struct {
 	Gen0      *ebpf.Map `ebpf:"gen_0"`
 	Gen1      *ebpf.Map `ebpf:"gen_1"`
 	GenSwitch *ebpf.Map `ebpf:"gen_switch"`
+	Scratch   *ebpf.Map `ebpf:"scratch"`
 	Stacks0   *ebpf.Map `ebpf:"stacks_0"`
 	Stacks1   *ebpf.Map `ebpf:"stacks_1"`
 	Stats0    *ebpf.Map `ebpf:"stats_0"`
@@ -163,6 +173,7 @@ func (m *samplerMaps) Close() error {
 		m.Gen0,
 		m.Gen1,
 		m.GenSwitch,
+		m.Scratch,
 		m.Stacks0,
 		m.Stacks1,
 		m.Stats0,
@@ -174,7 +185,8 @@ func (m *samplerMaps) Close() error {
 //
 // It can be passed to loadSamplerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type samplerVariables struct {
-	ExcludeTgid *ebpf.Variable `ebpf:"exclude_tgid"`
+	ExcludeTgid   *ebpf.Variable `ebpf:"exclude_tgid"`
+	StackHashSeed *ebpf.Variable `ebpf:"stack_hash_seed"`
 }
 
 // samplerPrograms contains all programs after they have been loaded into the kernel.

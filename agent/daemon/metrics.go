@@ -27,7 +27,7 @@ func newMetrics() metrics {
 		samples: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "slurmscope_agent_cpu_samples_total", Help: "CPU samples taken by the eBPF sampler and drained."}),
 		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "slurmscope_agent_cpu_samples_lost_total", Help: "CPU samples lost in the kernel (map_full), or kept without a stack (stack_error, stack_collision)."}, []string{"reason"}),
+			Name: "slurmscope_agent_cpu_samples_lost_total", Help: "CPU samples lost in the kernel (map_full), or kept without a stack (stack_error, stack_map_full)."}, []string{"reason"}),
 		unattributed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "slurmscope_agent_cpu_samples_unattributed_total", Help: "CPU samples not put in any profile, by reason (exited, other_node, not_in_job)."}, []string{"reason"}),
 		profiles: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -63,7 +63,7 @@ func (m metrics) observeSampler(prev, cur cpu.Stats) {
 	}
 	add("map_full", prev.LostMapFull, cur.LostMapFull)
 	add("stack_error", prev.KernelStackErrors+prev.UserStackErrors, cur.KernelStackErrors+cur.UserStackErrors)
-	add("stack_collision", prev.KernelStackCollisions+prev.UserStackCollisions, cur.KernelStackCollisions+cur.UserStackCollisions)
+	add("stack_map_full", prev.KernelStackMapFull+prev.UserStackMapFull, cur.KernelStackMapFull+cur.UserStackMapFull)
 	m.cpus.Set(float64(cur.AttachedCPUs))
 }
 
