@@ -1,0 +1,10 @@
+import { DataSourcePlugin } from '@grafana/data';
+
+import { ConfigEditor } from './components/ConfigEditor';
+import { QueryEditor } from './components/QueryEditor';
+import { DataSource } from './datasource';
+import { SlurmOptions, SlurmQuery, SlurmSecureOptions } from './types';
+
+export const plugin = new DataSourcePlugin<DataSource, SlurmQuery, SlurmOptions, SlurmSecureOptions>(DataSource)
+  .setConfigEditor(ConfigEditor)
+  .setQueryEditor(QueryEditor);

@@ -1,0 +1,133 @@
+// The datasource's query model and settings. They mirror the Go backend's
+// Model (grafana-plugin/pkg/plugin/model.go) and Settings (settings.go):
+// the JSON keys here are the contract between the two halves.
+import type { DataQuery, DataSourceJsonData } from '@grafana/schema';
+
+export const QueryType = {
+  Flamegraph: 'flamegraph',
+  ProfileSeries: 'profileSeries',
+  GPUMetric: 'gpuMetric',
+  TopEntities: 'topEntities',
+  AttributeValues: 'attributeValues',
+} as const;
+export type QueryTypeValue = (typeof QueryType)[keyof typeof QueryType];
+
+export const queryTypeOptions: Array<{ value: QueryTypeValue; label: string; description: string }> = [
+  { value: QueryType.Flamegraph, label: 'Flame graph', description: 'Profiles merged across the matching jobs and nodes' },
+  { value: QueryType.ProfileSeries, label: 'Profile series', description: 'Profile totals over time, per group' },
+  { value: QueryType.GPUMetric, label: 'GPU metric', description: 'A GPU metric from Prometheus, per group' },
+  { value: QueryType.TopEntities, label: 'Top', description: 'Jobs, users or nodes ranked by CPU time, GPU time or GPU utilisation' },
+  { value: QueryType.AttributeValues, label: 'Attribute values', description: 'The values of one attribute (for variables)' },
+];
+
+export type Aggregation = 'avg' | 'sum' | 'max' | 'min';
+export type Rank = 'cpuTime' | 'gpuTime' | 'gpuUtilization';
+
+export interface SlurmQuery extends DataQuery {
+  queryType?: QueryTypeValue;
+  /** CEL over the attribute schema; "" matches everything. */
+  filter?: string;
+  /** flamegraph, profileSeries */
+  profileType?: string;
+  /** flamegraph: node budget (default 8192, as Pyroscope's) */
+  maxNodes?: number;
+  /** profileSeries, gpuMetric: dotted attribute names */
+  groupBy?: string[];
+  /** gpuMetric */
+  metric?: string;
+  aggregation?: Aggregation;
+  window?: string;
+  /** topEntities */
+  entity?: string;
+  rankBy?: Rank;
+  limit?: number;
+  /** attributeValues */
+  attribute?: string;
+}
+
+export const DEFAULT_MAX_NODES = 8192;
+export const MAX_MAX_NODES = 65536;
+
+export const defaultQuery: Partial<SlurmQuery> = {
+  queryType: QueryType.Flamegraph,
+  filter: '',
+};
+
+export type BackendName = 'pyroscope' | 'prometheus';
+export type AuthKind = '' | 'basic' | 'bearer';
+
+/** One backend's connection (Go: BackendSettings). */
+export interface BackendSettings {
+  url?: string;
+  tenantId?: string;
+  auth?: AuthKind;
+  basicAuthUser?: string;
+  tlsSkipVerify?: boolean;
+  tlsServerName?: string;
+  tlsClientAuth?: boolean;
+  tlsWithCACert?: boolean;
+}
+
+/** jsonData (Go: Settings). */
+export interface SlurmOptions extends DataSourceJsonData {
+  pyroscope?: BackendSettings;
+  prometheus?: BackendSettings;
+  tenantId?: string;
+  defaultProfileType?: string;
+  timeoutSeconds?: number;
+  jobOwnership?: {
+    enabled?: boolean;
+    allowUsers?: string[];
+    allowTeams?: string[];
+  };
+}
+
+/** secureJsonData keys, per backend: `${backend}${SecretKey}` (Go: settings.go). */
+export const SecretKey = {
+  BasicAuthPassword: 'BasicAuthPassword',
+  BearerToken: 'BearerToken',
+  TlsCACert: 'TlsCACert',
+  TlsClientCert: 'TlsClientCert',
+  TlsClientKey: 'TlsClientKey',
+} as const;
+export type SecretKeyValue = (typeof SecretKey)[keyof typeof SecretKey];
+
+export function secretName(backend: BackendName, key: SecretKeyValue): string {
+  return backend + key;
+}
+
+export type SlurmSecureOptions = Partial<Record<string, string>>;
+
+/** GET /attributes */
+export interface AttributeInfo {
+  name: string;
+  type: string;
+  description: string;
+}
+
+/** One problem from GET|POST /validate; Column counts code points. */
+export interface FilterIssue {
+  line: number;
+  column: number;
+  offset: number;
+  message: string;
+}
+
+export interface ValidateResult {
+  ok: boolean;
+  issues?: FilterIssue[];
+}
+
+/** GET /metrics */
+export interface MetricInfo {
+  name: string;
+  level: string;
+  unit: string;
+  aggregation: Aggregation;
+}
+
+/** GET /profile-types */
+export interface ProfileTypeInfo {
+  id: string;
+  name: string;
+}
