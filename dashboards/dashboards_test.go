@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -758,6 +759,22 @@ func composeMounts(t *testing.T) map[string]map[string]string {
 	if g.Environment["GF_PLUGINS_ALLOW_LOADING_UNSIGNED_PLUGINS"] != pluginType {
 		t.Errorf("compose: grafana must allow the unsigned plugin %s", pluginType)
 	}
+	// The Grafana started must be one the plugin declares it runs on.
+	var pj struct {
+		Dependencies struct {
+			Grafana string `json:"grafanaDependency"`
+		} `json:"dependencies"`
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "grafana-plugin/src/plugin.json")); err != nil || json.Unmarshal(b, &pj) != nil {
+		t.Errorf("plugin.json: %v", err)
+	}
+	minMajor := regexp.MustCompile(`^>=(\d+)\.`).FindStringSubmatch(pj.Dependencies.Grafana)
+	tag := regexp.MustCompile(`^grafana/grafana(?:-oss)?:(\d+)\.`).FindStringSubmatch(g.Image)
+	if minMajor == nil || tag == nil {
+		t.Errorf("compose: grafana image %q or plugin.json grafanaDependency %q is not a plain version", g.Image, pj.Dependencies.Grafana)
+	} else if a, b := atoi(tag[1]), atoi(minMajor[1]); a < b {
+		t.Errorf("compose: grafana image %s is older than the plugin's grafanaDependency %s", g.Image, pj.Dependencies.Grafana)
+	}
 	if !slices.Contains(doc.Services["prometheus"].Command, "--web.enable-remote-write-receiver") {
 		t.Error("compose: prometheus needs --web.enable-remote-write-receiver for the agents' remote write")
 	}
@@ -893,4 +910,9 @@ func envFile(t *testing.T, path string) map[string]string {
 		out[k] = strings.Trim(v, `"`)
 	}
 	return out
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }
