@@ -1,4 +1,4 @@
-import { escapeInside, interpolate, quote, Resolve } from './interpolate';
+import { escapeInside, interpolate, maskVariables, quote, Resolve } from './interpolate';
 
 const vars: Record<string, string | string[]> = {
   job: '4242',
@@ -96,5 +96,20 @@ describe('interpolate', () => {
 
   it('escapes for the literal it is in', () => {
     expect(escapeInside(`it's "x"`, "'")).toBe(`it\\'s \\"x\\"`);
+  });
+});
+
+describe('maskVariables', () => {
+  it.each([
+    ['slurm.job.id == $job', 'slurm.job.id == "xx"'],
+    ['slurm.job.id in $job && host.name in ${host}', 'slurm.job.id in [""] && host.name in [""   ]'],
+    ['slurm.job.id in $jb', 'slurm.job.id in [ ]'],
+    ['slurm.job.id in $j', 'slurm.job.id in []'],
+    ['slurm.job.name == "x-$job" && $', 'slurm.job.name == "x-$job" && $'],
+    ['slurm.job.usr == [[job]]', 'slurm.job.usr == "xxxxx"'],
+  ])('%s', (src, want) => {
+    const got = maskVariables(src);
+    expect(got).toBe(want);
+    expect(got.length).toBe(src.length);
   });
 });

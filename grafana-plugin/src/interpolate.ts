@@ -185,3 +185,38 @@ function interpolateLiteral(text: string, lit: Literal, resolve: Resolve): strin
   }
   return text.slice(0, open) + out + (closed ? lit.quote : '');
 }
+
+/**
+ * maskVariables replaces each variable reference outside string literals
+ * with a literal of the same length (a list after `in`, else a string), so
+ * that the backend can validate a filter that still holds `$job` and every
+ * other issue keeps its line and column. References are ASCII, so lengths
+ * in code points and in UTF-16 units agree.
+ */
+export function maskVariables(src: string): string {
+  let out = '';
+  let i = 0;
+  while (i < src.length) {
+    const lit = scanLiteral(src, i);
+    if (lit) {
+      out += src.slice(lit.start, lit.end);
+      i = lit.end;
+      continue;
+    }
+    VAR.lastIndex = i;
+    const m = VAR.exec(src);
+    if (!m) {
+      out += src[i];
+      i++;
+      continue;
+    }
+    const n = m[0].length;
+    if (/\bin\s*$/.test(out)) {
+      out += n >= 4 ? '[""' + ' '.repeat(n - 4) + ']' : '[' + ' '.repeat(n - 2) + ']';
+    } else {
+      out += '"' + 'x'.repeat(n - 2) + '"';
+    }
+    i += n;
+  }
+  return out;
+}

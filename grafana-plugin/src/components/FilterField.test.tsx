@@ -150,13 +150,25 @@ describe('FilterField', () => {
     expect(b.valueCalls).toEqual(['slurm.job.user']);
   });
 
-  it('runs on Shift+Enter and on blur', async () => {
+  it('runs on Shift+Enter, and on blur after a change', async () => {
     const b = new FakeBackend();
     const onRun = jest.fn();
     render(<Harness backend={b} onRun={onRun} initial="host.name" />);
     fireEvent.keyDown(input(), { key: 'Enter', shiftKey: true });
     expect(onRun).toHaveBeenCalledTimes(1);
     fireEvent.blur(input());
+    expect(onRun).toHaveBeenCalledTimes(1); // nothing changed
+    await userEvent.type(input(), 'x');
+    fireEvent.blur(input());
     expect(onRun).toHaveBeenCalledTimes(2);
+  });
+
+  it('validates a filter holding dashboard variables without marking them', async () => {
+    const b = new FakeBackend();
+    render(<Harness backend={b} initial={'slurm.job.id in $job && slurm.job.usr == $user'} />);
+    const err = await screen.findByTestId('slurmscope-filter-error');
+    expect(b.validated.at(-1)).toBe('slurm.job.id in [""] && slurm.job.usr == "xxx"');
+    expect(err).toHaveTextContent(/^slurm\.job\.usr$/);
+    expect(screen.getAllByTestId('slurmscope-filter-error')).toHaveLength(1);
   });
 });

@@ -7,7 +7,7 @@ import { useStyles2 } from '@grafana/ui';
 import React, { KeyboardEvent, useCallback, useEffect, useId, useMemo, useRef, useState } from 'react';
 
 import { completionAt, Completion, functions, indexOf, span } from '../cel';
-import { escapeInside } from '../interpolate';
+import { escapeInside, maskVariables } from '../interpolate';
 import type { AttributeInfo, FilterIssue, ValidateResult } from '../types';
 
 /** What the field needs from the datasource; DataSource implements it. */
@@ -55,6 +55,12 @@ export function FilterField({ value, onChange, onRun, backend, range, placeholde
   const [completion, setCompletion] = useState<Completion>({ kind: 'none' });
   const [active, setActive] = useState(0);
   const seq = useRef(0);
+  // What the last run saw: a blur that changed nothing runs nothing.
+  const ran = useRef(value);
+  const run = () => {
+    ran.current = value;
+    onRun?.();
+  };
   const valueCache = useRef(new Map<string, Promise<string[]>>());
 
   useEffect(() => {
@@ -77,8 +83,9 @@ export function FilterField({ value, onChange, onRun, backend, range, placeholde
       return;
     }
     const t = setTimeout(() => {
+      // Dashboard variables are not CEL until the query interpolates them.
       backend
-        .validate(value)
+        .validate(maskVariables(value))
         .then((r) => {
           if (seq.current === mine) {
             setIssues({ text: value, issues: r.ok ? [] : (r.issues ?? []) });
@@ -205,7 +212,7 @@ export function FilterField({ value, onChange, onRun, backend, range, placeholde
       setSuggestions([]);
     } else if (e.key === 'Enter' && (e.shiftKey || e.ctrlKey || e.metaKey)) {
       e.preventDefault();
-      onRun?.();
+      run();
     } else if (e.key === ' ' && e.ctrlKey) {
       e.preventDefault();
       suggest(value, e.currentTarget.selectionStart ?? value.length);
@@ -250,7 +257,9 @@ export function FilterField({ value, onChange, onRun, backend, range, placeholde
           onBlur={() => {
             // Let a click on a suggestion land first.
             setTimeout(() => setSuggestions([]), 150);
-            onRun?.();
+            if (value !== ran.current) {
+              run();
+            }
           }}
         />
         {suggestions.length > 0 && (
