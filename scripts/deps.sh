@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Installs what slurmscope's demo and tests need on a Debian/Ubuntu machine
 # (as root): a real SLURM (slurmctld, slurmd, munge), Prometheus, and the
-# pinned clang that regenerates the committed eBPF object. Go comes from the
-# machine (go.mod names the version).
+# pinned clang that regenerates the committed eBPF object, and Chromium for
+# the front end's browser test. Go and Node.js come from the machine (go.mod
+# and package.json name the versions).
 set -euo pipefail
 
 PKGS=(slurm-wlm munge prometheus clang-14 llvm-14 libbpf-dev gcc g++ make procps util-linux curl)
+# The test suite also builds and drives the front end; the demo does not.
+if [[ ${SLURMSCOPE_DEPS_FRONTEND:-} == 1 ]]; then
+	PKGS+=(chromium)
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -24,3 +29,7 @@ if ! command -v go >/dev/null; then
 	done
 fi
 command -v go >/dev/null || { echo "deps: Go is not installed (see go.mod for the version)" >&2; exit 1; }
+
+if [[ ${SLURMSCOPE_DEPS_FRONTEND:-} == 1 ]]; then
+	command -v node >/dev/null && command -v npm >/dev/null || { echo "deps: Node.js and npm are not installed (package.json names the version)" >&2; exit 1; }
+fi

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs slurmscope's whole test suite: unit tests (no root), then the
 # integration tier as root: real eBPF, a real SLURM (slurmctld + two slurmd,
-# cgroup v1 and v2), a real Prometheus. Exits non-zero on any failure.
+# cgroup v1 and v2), a real Prometheus; and the datasource front end: type
+# checks, jest, the plugin build and a browser test in Debian's Chromium.
+# Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/deps.sh
+SLURMSCOPE_DEPS_FRONTEND=1 source scripts/deps.sh
 # go-nvml's cgo preamble warns about every deprecated NVML call; not ours.
 export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g} -Wno-deprecated-declarations"
 [[ $(id -u) == 0 ]] || { echo "test.sh: the integration tier needs root" >&2; exit 1; }
@@ -17,6 +19,22 @@ agent/gputrace/regen-check.sh
 
 step "go vet"
 go vet ./...
+
+step "front end: npm ci, type check, jest"
+npm ci --no-audit --no-fund --loglevel=error
+npx tsc --noEmit -p tsconfig.json
+npm run test:ci
+
+# What Grafana loads: module.js and plugin.json (webpack), and the backend
+# for linux/amd64 and arm64 (the SDK's mage targets; `mage buildAll` also
+# builds macOS and Windows, which CI skips for time). TestPluginDist checks it.
+step "plugin build: grafana-plugin/dist"
+npm run build
+go run github.com/magefile/mage -v sdk:build:linux sdk:build:linuxARM64
+
+step "browser test: the real editors and flame graph in Chromium"
+npm run build:harness
+npm run e2e:browser
 
 # One pass: unit tests need nothing; integration tests run because
 # SLURMSCOPE_INTEGRATION=1 turns a missing prerequisite into a failure
