@@ -2,6 +2,9 @@ module github.com/slurmscope/slurmscope
 
 go 1.26.8
 
+// npm's folder holds Go files of some packages; they are not ours.
+ignore ./node_modules
+
 require (
 	cel.dev/cel-go v0.33.2
 	connectrpc.com/connect v1.19.2
