@@ -42,6 +42,7 @@ interface Marked {
 }
 
 const MAX_SUGGESTIONS = 50;
+const VALUES_TTL_MS = 30_000;
 
 export function FilterField({ value, onChange, onRun, backend, range, placeholder, debounceMs = 300 }: Props) {
   const styles = useStyles2(getStyles);
@@ -61,7 +62,7 @@ export function FilterField({ value, onChange, onRun, backend, range, placeholde
     ran.current = value;
     onRun?.();
   };
-  const valueCache = useRef(new Map<string, Promise<string[]>>());
+  const valueCache = useRef(new Map<string, { at: number; values: Promise<string[]> }>());
 
   useEffect(() => {
     let live = true;
@@ -115,13 +116,14 @@ export function FilterField({ value, onChange, onRun, backend, range, placeholde
 
   const values = useCallback(
     (attribute: string): Promise<string[]> => {
-      let p = valueCache.current.get(attribute);
-      if (!p) {
-        p = backend.values(attribute, '', range).catch(() => []);
-        valueCache.current.set(attribute, p);
-        setTimeout(() => valueCache.current.delete(attribute), 30_000);
+      // Values are kept for a short while: typing asks on every key.
+      const hit = valueCache.current.get(attribute);
+      if (hit && Date.now() - hit.at < VALUES_TTL_MS) {
+        return hit.values;
       }
-      return p;
+      const values = backend.values(attribute, '', range).catch(() => []);
+      valueCache.current.set(attribute, { at: Date.now(), values });
+      return values;
     },
     [backend, range]
   );
