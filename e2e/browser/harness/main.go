@@ -96,9 +96,7 @@ func run(listen, static, fixtures, testdata string) error {
 }
 
 // Settings are the datasource's settings: only Pyroscope is configured.
-// They go through plugin.ParseSettings, as Grafana's jsonData does, for its
-// defaults: plugin.New itself leaves DefaultProfileType empty, and a query
-// without a profileType would then ask Pyroscope for profile type "".
+// They go through plugin.ParseSettings, as Grafana's jsonData does.
 func Settings(pyroscopeURL string) (plugin.Settings, error) {
 	jd, err := json.Marshal(plugin.Settings{Pyroscope: plugin.BackendSettings{URL: pyroscopeURL}})
 	if err != nil {

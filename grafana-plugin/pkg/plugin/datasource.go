@@ -61,6 +61,9 @@ func NewDatasource(_ context.Context, s backend.DataSourceInstanceSettings) (ins
 // misconfigured backend does not fail the instance: CheckHealth and each
 // query then say what is wrong.
 func New(set Settings, secrets map[string]string) *Datasource {
+	if set.DefaultProfileType == "" {
+		set.DefaultProfileType = query.CPUProfileType
+	}
 	d := &Datasource{settings: set, engine: &query.Engine{}}
 	if set.Pyroscope.URL != "" {
 		cfg, err := set.backendConfig("pyroscope", set.Pyroscope, secrets)
