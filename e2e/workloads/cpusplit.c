@@ -11,7 +11,11 @@
  * independent of how much CPU the process gets, and keeps clock reads and
  * system calls (which would land in the kernel or libc) out of the leaves.
  * A round lasts a few milliseconds, far longer than a call, so the calls
- * themselves do not move the split.
+ * themselves do not move the split. Its length is drawn at random (0.2 to
+ * 1.8 million hot_b iterations): rounds of one fixed length would beat
+ * against a fixed sampling period, and a profiler sampling at 97 Hz would
+ * then see the same few phases of the round again and again, skewing the
+ * split by several points either way.
  *
  * Build: gcc -O1 -fno-omit-frame-pointer -fno-inline -g -o cpusplit cpusplit.c
  * (frame pointers so a frame-pointer unwinder sees main below hot_a/hot_b).
@@ -20,22 +24,22 @@
 #include <stdlib.h>
 #include <time.h>
 
-#define HOT_B_ITERS 1000000UL
-#define HOT_A_ITERS (3 * HOT_B_ITERS)
+#define MIN_ITERS 200000UL
+#define SPAN_ITERS 1600000UL
 
 static volatile unsigned long counter;
 
 /* aligned: both loops start on a cache-line boundary, so neither pays for
  * a loop that straddles one. */
-__attribute__((noinline, aligned(64))) void hot_a(void)
+__attribute__((noinline, aligned(64))) void hot_a(unsigned long n)
 {
-	for (unsigned long i = 0; i < HOT_A_ITERS; i++)
+	for (unsigned long i = 0; i < 3 * n; i++)
 		counter++;
 }
 
-__attribute__((noinline, aligned(64))) void hot_b(void)
+__attribute__((noinline, aligned(64))) void hot_b(unsigned long n)
 {
-	for (unsigned long i = 0; i < HOT_B_ITERS; i++)
+	for (unsigned long i = 0; i < n; i++)
 		counter++;
 }
 
@@ -51,10 +55,16 @@ int main(int argc, char **argv)
 	double secs = argc > 1 ? atof(argv[1]) : 10;
 	double end = now() + secs;
 	unsigned long rounds = 0;
+	unsigned long long x = (unsigned long long)time(NULL) * 2654435761ULL | 1;
 
 	while (now() < end) {
-		hot_a();
-		hot_b();
+		/* xorshift64: any cheap generator does; only the phase matters */
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		unsigned long n = MIN_ITERS + x % SPAN_ITERS;
+		hot_a(n);
+		hot_b(n);
 		rounds++;
 	}
 	printf("cpusplit: %lu rounds in %.1f s\n", rounds, secs);
