@@ -369,7 +369,10 @@ func TestIntegrationTrainer(t *testing.T) {
 	if b, err := os.ReadFile(lib); err != nil || os.WriteFile(copyLib, b, 0o755) != nil {
 		t.Fatal("copy library", err)
 	}
-	tr := newTracer(t, Options{})
+	// This test checks the join's exactness, which holds only while no
+	// event is dropped; on a loaded CI box the reader can fall behind the
+	// default 8 MiB buffer (drops are counted: Stats.LostRingBuffer).
+	tr := newTracer(t, Options{RingBufferBytes: 64 << 20})
 	if err := tr.AttachFile(lib); err != nil {
 		t.Fatal(err)
 	}
@@ -395,6 +398,9 @@ func TestIntegrationTrainer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("stats: %+v", st)
+	if st.LostRingBuffer > 0 {
+		t.Fatalf("%d events dropped by a full ring buffer: totals cannot be exact", st.LostRingBuffer)
+	}
 	truth := readTotalsFile(t, filepath.Join(work, "truth"))
 	got := totalsOf(samples, cmd.Process.Pid)
 	wantNames := []string{"_ZN2at6native18elementwise_kernelILi128ELi4EEEviT1_", "gemm_kernel", "reduce_kernel"}
