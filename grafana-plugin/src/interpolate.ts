@@ -103,18 +103,22 @@ function scanLiteral(src: string, i: number): Literal | undefined {
 }
 
 /**
- * interpolate replaces the variables in a CEL filter with CEL literals.
- * resolve is called with each reference as written ("$job", "${job}", ...)
- * and returns undefined for anything that is not a variable, which is then
- * left untouched.
+ * rewrite walks a filter outside its string literals: each literal goes to
+ * onLiteral, each variable reference to onVariable with the output so far;
+ * what they return replaces them (onVariable may also rewrite the output
+ * before the reference, as `==` becoming `in` needs).
  */
-export function interpolate(src: string, resolve: Resolve): string {
+function rewrite(
+  src: string,
+  onLiteral: (text: string, lit: Literal) => string,
+  onVariable: (ref: string, before: string) => string
+): string {
   let out = '';
   let i = 0;
   while (i < src.length) {
     const lit = scanLiteral(src, i);
     if (lit) {
-      out += interpolateLiteral(src.slice(lit.start, lit.end), lit, resolve);
+      out += onLiteral(src.slice(lit.start, lit.end), lit);
       i = lit.end;
       continue;
     }
@@ -125,35 +129,48 @@ export function interpolate(src: string, resolve: Resolve): string {
       i++;
       continue;
     }
-    const value = resolve(m[0]);
-    if (value === undefined) {
-      out += m[0];
-      i += m[0].length;
-      continue;
-    }
-    const values = Array.isArray(value) ? value : [value];
-    const op = /(==|!=|\bin)\s*$/.exec(out);
-    if (op && op[1] === 'in') {
-      out += list(values);
-    } else if (op && op[1] === '==' && (Array.isArray(value) && values.length !== 1)) {
-      const head = out.slice(0, op.index);
-      out = head + (/\s$/.test(head) ? '' : ' ') + 'in ' + list(values);
-    } else if (op && op[1] === '!=' && Array.isArray(value) && values.length !== 1) {
-      // x != [a, b] would be a type error; "none of them" is what is meant.
-      const lhs = /([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\s*!=\s*$/.exec(out);
-      if (lhs) {
-        out = out.slice(0, lhs.index) + '!(' + lhs[1] + ' in ' + list(values) + ')';
-      } else {
-        out += list(values); // the backend reports the type error
-      }
-    } else if (Array.isArray(value) && values.length !== 1) {
-      out += list(values);
-    } else {
-      out += quote(values[0] ?? '');
-    }
+    out = onVariable(m[0], out);
     i += m[0].length;
   }
   return out;
+}
+
+/**
+ * interpolate replaces the variables in a CEL filter with CEL literals.
+ * resolve is called with each reference as written ("$job", "${job}", ...)
+ * and returns undefined for anything that is not a variable, which is then
+ * left untouched.
+ */
+export function interpolate(src: string, resolve: Resolve): string {
+  return rewrite(
+    src,
+    (text, lit) => interpolateLiteral(text, lit, resolve),
+    (ref, out) => {
+      const value = resolve(ref);
+      if (value === undefined) {
+        return out + ref;
+      }
+      const values = Array.isArray(value) ? value : [value];
+      const several = Array.isArray(value) && values.length !== 1;
+      const op = /(==|!=|\bin)\s*$/.exec(out);
+      if (op && op[1] === 'in') {
+        return out + list(values);
+      }
+      if (op && op[1] === '==' && several) {
+        const head = out.slice(0, op.index);
+        return head + (/\s$/.test(head) ? '' : ' ') + 'in ' + list(values);
+      }
+      if (op && op[1] === '!=' && several) {
+        // x != [a, b] would be a type error; "none of them" is what is meant.
+        const lhs = /([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)\s*!=\s*$/.exec(out);
+        if (lhs) {
+          return out.slice(0, lhs.index) + '!(' + lhs[1] + ' in ' + list(values) + ')';
+        }
+        return out + list(values); // the backend reports the type error
+      }
+      return out + (several ? list(values) : quote(values[0] ?? ''));
+    }
+  );
 }
 
 function interpolateLiteral(text: string, lit: Literal, resolve: Resolve): string {
@@ -194,29 +211,15 @@ function interpolateLiteral(text: string, lit: Literal, resolve: Resolve): strin
  * in code points and in UTF-16 units agree.
  */
 export function maskVariables(src: string): string {
-  let out = '';
-  let i = 0;
-  while (i < src.length) {
-    const lit = scanLiteral(src, i);
-    if (lit) {
-      out += src.slice(lit.start, lit.end);
-      i = lit.end;
-      continue;
+  return rewrite(
+    src,
+    (text) => text,
+    (ref, out) => {
+      const n = ref.length;
+      if (/\bin\s*$/.test(out)) {
+        return out + (n >= 4 ? '[""' + ' '.repeat(n - 4) + ']' : '[' + ' '.repeat(n - 2) + ']');
+      }
+      return out + '"' + 'x'.repeat(n - 2) + '"';
     }
-    VAR.lastIndex = i;
-    const m = VAR.exec(src);
-    if (!m) {
-      out += src[i];
-      i++;
-      continue;
-    }
-    const n = m[0].length;
-    if (/\bin\s*$/.test(out)) {
-      out += n >= 4 ? '[""' + ' '.repeat(n - 4) + ']' : '[' + ' '.repeat(n - 2) + ']';
-    } else {
-      out += '"' + 'x'.repeat(n - 2) + '"';
-    }
-    i += n;
-  }
-  return out;
+  );
 }
