@@ -284,7 +284,7 @@ func (t *Tree) Walk(fn func(level int, name string, self, total int64) bool) {
 // counted, as Pyroscope does not count it). A tree within the limit, or
 // maxNodes <= 0, comes back as is.
 func (t *Tree) Truncate(maxNodes int) *Tree {
-	if maxNodes <= 0 || len(t.nodes)-1 <= maxNodes {
+	if maxNodes <= 0 || t.counted() <= maxNodes {
 		return t
 	}
 	totals := make([]int64, 0, len(t.nodes)-1)
@@ -336,6 +336,21 @@ func (t *Tree) Truncate(maxNodes int) *Tree {
 		m[i] = -1
 	}
 	return out
+}
+
+// counted is the number of nodes besides the root that count against a
+// node budget: "other" nodes do not, as in Pyroscope. A graph Pyroscope
+// already truncated to the budget is then kept as it came.
+func (t *Tree) counted() int {
+	n := len(t.nodes) - 1
+	if other, ok := t.nameIDs[OtherName]; ok {
+		for _, nd := range t.nodes[1:] {
+			if nd.name == other {
+				n--
+			}
+		}
+	}
+	return n
 }
 
 // kthLargest returns the k-th largest value of v (1-based), reordering v.

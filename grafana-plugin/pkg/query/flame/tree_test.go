@@ -119,6 +119,14 @@ func TestTruncateMatchesServer(t *testing.T) {
 	if full.Len() != 10 {
 		t.Errorf("Truncate changed its input: %d nodes", full.Len())
 	}
+	// The server's answer for max_nodes 3 already fits 3: its "other"
+	// nodes do not count, so it is kept as it came, not truncated again.
+	if want.Truncate(3) != want {
+		t.Errorf("a graph the server truncated to 3 nodes was truncated again: %v", stacks(want.Truncate(3)))
+	}
+	if got := want.Truncate(2); got == want || got.counted() > 2 {
+		t.Errorf("max_nodes 2 of the 3-node graph kept %d counted nodes: %v", got.counted(), stacks(got))
+	}
 }
 
 // An absent profile type answers an empty graph (08b): one root of 0.
