@@ -62,8 +62,9 @@ func newSized(n int) *Tree {
 // new tree.
 func FromFlamegraphs(fgs ...*querierv1.FlameGraph) (*Tree, error) {
 	// The hosts of one job share most of their stacks: size for twice the
-	// largest graph rather than for the sum, which would allocate (and
-	// clear) a table ten times too big for the common case.
+	// largest graph (once, for a single graph) rather than for the sum,
+	// which would allocate (and clear) a table ten times too big for the
+	// common case.
 	n := 0
 	for _, fg := range fgs {
 		m := 0
@@ -72,7 +73,10 @@ func FromFlamegraphs(fgs ...*querierv1.FlameGraph) (*Tree, error) {
 		}
 		n = max(n, m)
 	}
-	t := newSized(min(2*n, 1<<20))
+	if len(fgs) > 1 {
+		n *= 2
+	}
+	t := newSized(min(n, 1<<20))
 	for _, fg := range fgs {
 		if err := t.AddFlamegraph(fg); err != nil {
 			return nil, err
