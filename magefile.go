@@ -40,7 +40,7 @@ type Bench mg.Namespace
 // Agent profiles a fixed load on every CPU for 60 s and prints the agent's
 // overhead, BPF time per sample, peak RSS and payload per interval.
 func (Bench) Agent() error {
-	return sh.RunV("go", "run", "./e2e/bench/agent", "--duration", "60s")
+	return sh.RunV("go", "run", "./tools/bench/agent", "--duration", "60s")
 }
 
 // Test runs the whole suite, as CI does.

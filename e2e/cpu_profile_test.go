@@ -18,7 +18,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
-	"github.com/slurmscope/slurmscope/e2e/slurmtest"
+	"github.com/slurmscope/slurmscope/internal/testenv/slurmtest"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -324,9 +324,9 @@ func buildWorkloads(t *testing.T, dir string) workloadBins {
 	}
 	cflags := []string{"-O1", "-fno-omit-frame-pointer", "-fno-inline", "-g", "-Wall"}
 	for _, cmd := range []*exec.Cmd{
-		exec.Command("gcc", append(cflags, "-o", b.cpusplit, "workloads/cpusplit.c")...),
-		exec.Command("gcc", append(cflags, "-o", b.spinother, "workloads/spinother/spinother.c")...),
-		exec.Command("go", "build", "-o", b.gosplit, "./workloads/gosplit"),
+		exec.Command("gcc", append(cflags, "-o", b.cpusplit, "../internal/testenv/workloads/cpusplit.c")...),
+		exec.Command("gcc", append(cflags, "-o", b.spinother, "../internal/testenv/workloads/spinother/spinother.c")...),
+		exec.Command("go", "build", "-o", b.gosplit, "../internal/testenv/workloads/gosplit"),
 	} {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)

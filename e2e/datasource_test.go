@@ -34,7 +34,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/slurmscope/slurmscope/agent/remotewrite"
-	"github.com/slurmscope/slurmscope/e2e/pyrostandin"
+	"github.com/slurmscope/slurmscope/internal/testenv/pyrostandin"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/flame"
 	"github.com/slurmscope/slurmscope/schema"
 )

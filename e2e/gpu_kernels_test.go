@@ -15,7 +15,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
-	"github.com/slurmscope/slurmscope/e2e/slurmtest"
+	"github.com/slurmscope/slurmscope/internal/testenv/slurmtest"
 	"github.com/slurmscope/slurmscope/schema"
 )
 

@@ -20,7 +20,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/slurmscope/slurmscope/agent/gpu/gputest"
-	"github.com/slurmscope/slurmscope/e2e/slurmtest"
+	"github.com/slurmscope/slurmscope/internal/testenv/slurmtest"
 	"github.com/slurmscope/slurmscope/schema"
 )
 

@@ -18,8 +18,8 @@ import (
 	"github.com/grafana/pyroscope/api/gen/proto/go/querier/v1/querierv1connect"
 	typesv1 "github.com/grafana/pyroscope/api/gen/proto/go/types/v1"
 
-	"github.com/slurmscope/slurmscope/e2e/pyrostandin"
-	"github.com/slurmscope/slurmscope/e2e/simjob"
+	"github.com/slurmscope/slurmscope/internal/testenv/pyrostandin"
+	"github.com/slurmscope/slurmscope/internal/testenv/simjob"
 	"github.com/slurmscope/slurmscope/schema"
 )
 

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slurmscope/slurmscope/e2e/slurmtest"
+	"github.com/slurmscope/slurmscope/internal/testenv/slurmtest"
 	"github.com/slurmscope/slurmscope/schema"
 )
 

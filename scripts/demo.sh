@@ -5,4 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
-exec go run ./e2e/demo "$@"
+exec go run ./tools/demo "$@"

@@ -29,7 +29,7 @@ import (
 
 	"github.com/slurmscope/slurmscope/agent/pyroscope"
 	"github.com/slurmscope/slurmscope/agent/spool"
-	"github.com/slurmscope/slurmscope/e2e/pyrostandin"
+	"github.com/slurmscope/slurmscope/internal/testenv/pyrostandin"
 	"github.com/slurmscope/slurmscope/schema"
 )
 

@@ -10,7 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/slurmscope/slurmscope/e2e/pyrostandin"
+	"github.com/slurmscope/slurmscope/internal/testenv/pyrostandin"
 )
 
 func main() {

@@ -48,7 +48,7 @@ const (
 	// CgroupRoot (default /sys/fs/cgroup).
 	V1 Mode = iota + 1
 	// V2 runs cgroup/v2 against the host's cgroup2 mount. On a hybrid
-	// host slurmd runs with the e2e/cgv2shim LD_PRELOAD library.
+	// host slurmd runs with the internal/testenv/cgv2shim LD_PRELOAD library.
 	V2
 )
 
@@ -91,7 +91,7 @@ type Options struct {
 	// CgroupRoot is where the v1 controllers are mounted. Default
 	// /sys/fs/cgroup.
 	CgroupRoot string
-	// ShimSource is the path of e2e/cgv2shim/cgv2shim.c. Default: found
+	// ShimSource is the path of internal/testenv/cgv2shim/cgv2shim.c. Default: found
 	// relative to this source file's package in the module.
 	ShimSource string
 	// Log receives progress lines. Default io.Discard.
@@ -371,7 +371,7 @@ func (c *Cluster) ensureUsers() error {
 	return nil
 }
 
-const hostsMarker = "# added by slurmscope e2e/slurmtest"
+const hostsMarker = "# added by slurmscope internal/testenv/slurmtest"
 
 // ensureHostResolves adds "127.0.0.1 <hostname>" to /etc/hosts when the
 // hostname does not resolve: slurmd and slurmctld look their own name up.

@@ -4,7 +4,7 @@
 // share of the CPU time profiled, the BPF program's run time per sample, the
 // agent's peak RSS and the profile bytes per interval. Needs root.
 //
-//	go run ./e2e/bench/agent --duration 60s
+//	go run ./tools/bench/agent --duration 60s
 package main
 
 import (
@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/slurmscope/slurmscope/e2e/simjob"
+	"github.com/slurmscope/slurmscope/internal/testenv/simjob"
 )
 
 const loadEnv = "SLURMSCOPE_BENCH_LOAD"

@@ -1,11 +1,11 @@
 // Command demo shows slurmscope end to end on one machine, with no server:
 // it starts a throwaway SLURM (munged, slurmctld and two slurmd, from
-// e2e/slurmtest), submits three CPU-bound jobs as two users, profiles them
+// internal/testenv/slurmtest), submits three CPU-bound jobs as two users, profiles them
 // with the real agent, and prints what the agent saw and the top functions
 // of each job. SLURM is stopped and its cgroups removed at the end, also
 // on Ctrl-C.
 //
-//	sudo go run ./e2e/demo [--duration 20s] [--out ./slurmscope-demo-out] [--cgroup v2]
+//	sudo go run ./tools/demo [--duration 20s] [--out ./slurmscope-demo-out] [--cgroup v2]
 package main
 
 import (
@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/slurmscope/slurmscope/e2e/slurmtest"
+	"github.com/slurmscope/slurmscope/internal/testenv/slurmtest"
 )
 
 // trainName has quotes and non-ASCII on purpose: job names are user input.
@@ -218,7 +218,7 @@ func moduleRoot() (string, error) {
 	b, err := exec.Command("go", "env", "GOMOD").Output()
 	mod := strings.TrimSpace(string(b))
 	if err != nil || mod == "" || mod == os.DevNull {
-		return "", errors.New("run the demo from the slurmscope checkout (go run ./e2e/demo)")
+		return "", errors.New("run the demo from the slurmscope checkout (go run ./tools/demo)")
 	}
 	return filepath.Dir(mod), nil
 }
@@ -231,8 +231,8 @@ func build(ctx context.Context, root, bin string) error {
 	cflags := []string{"-O1", "-fno-omit-frame-pointer", "-fno-inline", "-g"}
 	for _, args := range [][]string{
 		{"go", "build", "-o", filepath.Join(bin, "slurmscope-agent"), "./agent/cmd/slurmscope-agent"},
-		{"go", "build", "-o", filepath.Join(bin, "gosplit"), "./e2e/workloads/gosplit"},
-		append(append([]string{"gcc"}, cflags...), "-o", filepath.Join(bin, "cpusplit"), "e2e/workloads/cpusplit.c"),
+		{"go", "build", "-o", filepath.Join(bin, "gosplit"), "./internal/testenv/workloads/gosplit"},
+		append(append([]string{"gcc"}, cflags...), "-o", filepath.Join(bin, "cpusplit"), "internal/testenv/workloads/cpusplit.c"),
 	} {
 		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 		cmd.Dir = root

@@ -25,7 +25,7 @@ func (c *Cluster) writeConfig() error {
 	p := func(parts ...string) string { return filepath.Join(append([]string{wd}, parts...)...) }
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
-	w("# Written by slurmscope e2e/slurmtest for a throwaway test cluster.")
+	w("# Written by slurmscope internal/testenv/slurmtest for a throwaway test cluster.")
 	w("ClusterName=slurmscope-e2e")
 	w("SlurmctldHost=%s(127.0.0.1)", c.host)
 	w("SlurmctldPort=%d", ports[0])
@@ -75,7 +75,7 @@ func (c *Cluster) cgroupConf() string {
 		// ConstrainDevices gives the devices controller per-task
 		// directories (task_<n>); no memory limits, which a small CI VM
 		// could trip over.
-		return "# Written by slurmscope e2e/slurmtest.\n" +
+		return "# Written by slurmscope internal/testenv/slurmtest.\n" +
 			"CgroupPlugin=cgroup/v1\n" +
 			"CgroupAutomount=no\n" +
 			"CgroupMountpoint=" + c.opts.CgroupRoot + "\n" +
@@ -86,7 +86,7 @@ func (c *Cluster) cgroupConf() string {
 	// No systemd here, so slurmd makes its scope itself (IgnoreSystemd).
 	// Without ConstrainDevices the v2 plugin, finding no controllers to
 	// enable on a hybrid host, leaves every task in task_special.
-	return "# Written by slurmscope e2e/slurmtest.\n" +
+	return "# Written by slurmscope internal/testenv/slurmtest.\n" +
 		"CgroupPlugin=cgroup/v2\n" +
 		"CgroupAutomount=no\n" +
 		"CgroupMountpoint=" + c.cg2Mount + "\n" +
@@ -114,7 +114,7 @@ func (c *Cluster) prepareV2(ctx context.Context) (string, error) {
 	if src == "" {
 		_, file, _, ok := runtime.Caller(0)
 		if !ok {
-			return "", errors.New("slurmtest: cannot locate e2e/cgv2shim; set Options.ShimSource")
+			return "", errors.New("slurmtest: cannot locate internal/testenv/cgv2shim; set Options.ShimSource")
 		}
 		src = filepath.Join(filepath.Dir(file), "..", "cgv2shim", "cgv2shim.c")
 	}

@@ -11,7 +11,7 @@
 // [/task/<tid>]/cgroup return just the "0::" line, through an anonymous
 // memfd holding the filtered text. Everything else passes through untouched.
 //
-// The harness (e2e/slurmtest) compiles this file with the system cc at run
+// The harness (internal/testenv/slurmtest) compiles this file with the system cc at run
 // time and sets LD_PRELOAD for slurmd only; slurmstepd inherits it from
 // slurmd. Job tasks get the submitter's environment, not slurmd's.
 #define _GNU_SOURCE
