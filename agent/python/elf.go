@@ -1,0 +1,208 @@
+package python
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"path/filepath"
+	"regexp"
+	"strconv"
+)
+
+// Interpreter is what an ELF file says about the CPython runtime it holds.
+// Addresses are link-time virtual addresses; add the mapping's load bias
+// (Bias) for the process's.
+type Interpreter struct {
+	Major, Minor int
+	// VersionFrom says where the version came from: "Py_Version",
+	// "_Py_DebugOffsets", "soname", "file name" or "version string".
+	VersionFrom string
+	Runtime     uint64 // _PyRuntime
+	CodeType    uint64 // PyCode_Type, 0 if the file does not say
+	Layout      Layout
+	LayoutFrom  string // "table" or "_Py_DebugOffsets"
+	loads       []elf.ProgHeader
+}
+
+// Caps on what Inspect reads of a file a job may have planted.
+const (
+	maxSymtabBytes = 64 << 20
+	maxRodataScan  = 32 << 20
+)
+
+// Inspect reads a mapped ELF file (the executable or a libpython) and
+// returns its interpreter. name is the file's path, whose base name may
+// carry the version (python3.9, libpython3.10.so.1.0). ErrNotPython: no
+// _PyRuntime; ErrUnknownVersion, ErrUnsupported: a runtime this package
+// cannot read, whose process gets native stacks only.
+func Inspect(r io.ReaderAt, name string, arch Arch) (in *Interpreter, err error) {
+	defer func() {
+		// debug/elf has panicked on malformed files before; a hostile file
+		// must cost only its own process its Python frames.
+		if p := recover(); p != nil {
+			in, err = nil, fmt.Errorf("%w: %s: malformed ELF: %v", ErrBadInterpreter, name, p)
+		}
+	}()
+	f, err := elf.NewFile(r)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrNotPython, name, err)
+	}
+	if f.Class != elf.ELFCLASS64 || f.Data != elf.ELFDATA2LSB {
+		return nil, fmt.Errorf("%w: %s: not a 64-bit little-endian ELF", ErrUnsupported, name)
+	}
+	in = &Interpreter{}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD {
+			in.loads = append(in.loads, p.ProgHeader)
+		}
+	}
+	syms := findSymbols(f, "_PyRuntime", "Py_Version", "PyCode_Type")
+	rt, ok := syms["_PyRuntime"]
+	if !ok || rt == 0 {
+		return nil, fmt.Errorf("%w: %s: no _PyRuntime", ErrNotPython, name)
+	}
+	in.Runtime, in.CodeType = rt, syms["PyCode_Type"]
+
+	var hex uint64
+	if v, ok := syms["Py_Version"]; ok {
+		var b [8]byte
+		if in.read(r, b[:], v) == nil {
+			hex = binary.LittleEndian.Uint64(b[:])
+			in.Major, in.Minor, in.VersionFrom = int(hex>>24&0xff), int(hex>>16&0xff), "Py_Version"
+		}
+	}
+	if in.VersionFrom == "" {
+		if so, err := f.DynString(elf.DT_SONAME); err == nil && len(so) > 0 {
+			in.versionFromName(so[0], "soname")
+		}
+	}
+	if in.VersionFrom == "" {
+		in.versionFromName(filepath.Base(name), "file name")
+	}
+	if in.VersionFrom == "" {
+		in.versionFromString(f)
+	}
+	if in.VersionFrom == "" {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownVersion, name)
+	}
+	if in.Layout, err = LayoutFor(in.Major, in.Minor, arch); err != nil {
+		return nil, fmt.Errorf("%s: %w (version from %s)", name, err, in.VersionFrom)
+	}
+	in.LayoutFrom = "table"
+	if in.Minor == 13 {
+		// The runtime's initialiser puts _Py_DebugOffsets in the file's data.
+		b := make([]byte, DebugOffsetsSize)
+		if in.read(r, b, rt) == nil {
+			l, err := ParseDebugOffsets(b)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			if hex != 0 && binary.LittleEndian.Uint64(b[doVersion:])>>16 != hex>>16 {
+				return nil, fmt.Errorf("%w: %s: Py_Version 0x%x, _Py_DebugOffsets 0x%x", ErrBadInterpreter, name, hex, binary.LittleEndian.Uint64(b[doVersion:]))
+			}
+			in.Layout, in.LayoutFrom = l, "_Py_DebugOffsets"
+		}
+	}
+	return in, nil
+}
+
+var versionName = regexp.MustCompile(`^(?:lib)?python(\d)\.(\d{1,2})(?:$|[^0-9])`)
+
+func (in *Interpreter) versionFromName(s, from string) {
+	if m := versionName.FindStringSubmatch(s); m != nil {
+		in.Major, _ = strconv.Atoi(m[1])
+		in.Minor, _ = strconv.Atoi(m[2])
+		in.VersionFrom = from
+	}
+}
+
+// PY_VERSION as Py_GetVersion prints it ("3.9.18", "3.11.2+", "3.10.0rc1"),
+// NUL-terminated in read-only data.
+var versionString = regexp.MustCompile(`\x00(3)\.(\d{1,2})\.\d{1,2}(?:(?:a|b|rc)\d{1,2})?\+?\x00`)
+
+// versionFromString takes the version from PY_VERSION in .rodata, if one and
+// only one major.minor appears there as a whole string.
+func (in *Interpreter) versionFromString(f *elf.File) {
+	s := f.Section(".rodata")
+	if s == nil || s.Type != elf.SHT_PROGBITS || s.Size > maxRodataScan {
+		return
+	}
+	b, err := s.Data()
+	if err != nil {
+		return
+	}
+	seen := map[string]bool{}
+	for _, m := range versionString.FindAllSubmatch(b, 64) {
+		seen[string(m[1])+"."+string(m[2])] = true
+	}
+	if len(seen) != 1 {
+		return
+	}
+	for v := range seen {
+		in.versionFromName("python"+v, "version string")
+	}
+}
+
+// findSymbols looks names up in .dynsym, then .symtab (which stripped files
+// lack), within maxSymtabBytes.
+func findSymbols(f *elf.File, names ...string) map[string]uint64 {
+	out := map[string]uint64{}
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	for _, sec := range []struct {
+		typ  elf.SectionType
+		load func() ([]elf.Symbol, error)
+	}{{elf.SHT_DYNSYM, f.DynamicSymbols}, {elf.SHT_SYMTAB, f.Symbols}} {
+		if len(out) == len(want) {
+			break
+		}
+		if s := f.SectionByType(sec.typ); s == nil || s.Size > maxSymtabBytes {
+			continue
+		}
+		syms, err := sec.load()
+		if err != nil {
+			continue
+		}
+		for _, s := range syms {
+			if want[s.Name] && s.Section != elf.SHN_UNDEF && s.Value != 0 {
+				if _, dup := out[s.Name]; !dup {
+					out[s.Name] = s.Value
+				}
+			}
+		}
+	}
+	return out
+}
+
+// read copies len(b) bytes at link-time address vaddr from the file, if a
+// loadable segment holds them in the file (not in .bss).
+func (in *Interpreter) read(r io.ReaderAt, b []byte, vaddr uint64) error {
+	for _, p := range in.loads {
+		if vaddr >= p.Vaddr && vaddr+uint64(len(b)) <= p.Vaddr+p.Filesz {
+			_, err := r.ReadAt(b, int64(p.Off+(vaddr-p.Vaddr)))
+			return err
+		}
+	}
+	return fmt.Errorf("address 0x%x not in the file", vaddr)
+}
+
+// Bias returns the load bias of a mapping of this file that starts at
+// start and maps it from file offset offset: process address = bias +
+// link-time address. A mapping begins at the page holding its segment's
+// first byte, so offset may lie a little below the segment's.
+func (in *Interpreter) Bias(start, offset uint64) (uint64, bool) {
+	best, found := uint64(0), false
+	gap := uint64(0x10000) // the largest page size (arm64 64K pages)
+	for _, p := range in.loads {
+		switch {
+		case offset >= p.Off && offset < p.Off+max(p.Filesz, 1):
+			return start - (p.Vaddr + (offset - p.Off)), true
+		case offset < p.Off && p.Off-offset < gap:
+			gap, best, found = p.Off-offset, start-(p.Vaddr-(p.Off-offset)), true
+		}
+	}
+	return best, found
+}

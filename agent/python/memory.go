@@ -1,0 +1,135 @@
+package python
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+)
+
+// Memory reads a process's memory. Reads never stop the process (no
+// ptrace): process_vm_readv, which needs only the right to ptrace it.
+type Memory interface {
+	// ReadAt fills p from address addr, or fails: a short read is an error.
+	ReadAt(p []byte, addr uint64) error
+}
+
+// ProcessMemory reads the memory of process pid with process_vm_readv.
+type ProcessMemory int
+
+var _ Memory = ProcessMemory(0)
+
+var errShortRead = errors.New("short read")
+
+func (pid ProcessMemory) ReadAt(p []byte, addr uint64) error {
+	if len(p) == 0 {
+		return nil
+	}
+	local := []unix.Iovec{{Base: &p[0]}}
+	local[0].SetLen(len(p))
+	remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: len(p)}}
+	n, err := unix.ProcessVMReadv(int(pid), local, remote, 0)
+	if err != nil {
+		return fmt.Errorf("read %d bytes at 0x%x of pid %d: %w", len(p), addr, int(pid), err)
+	}
+	if n != len(p) {
+		return fmt.Errorf("read %d bytes at 0x%x of pid %d: %w (%d)", len(p), addr, int(pid), errShortRead, n)
+	}
+	return nil
+}
+
+func readPtr(m Memory, addr uint64) (uint64, error) {
+	var b [8]byte
+	if err := m.ReadAt(b[:], addr); err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(b[:]), nil
+}
+
+func le64(b []byte, off uint16) uint64 { return binary.LittleEndian.Uint64(b[off:]) }
+func le32(b []byte, off uint16) uint32 { return binary.LittleEndian.Uint32(b[off:]) }
+
+// Bounds on what one code object may make us read.
+const (
+	maxStringChars = 1024     // a name or a file path
+	maxLineTable   = 64 << 10 // a line table: a function of tens of thousands of lines
+)
+
+// readString reads a str object: compact strings only (every name and file
+// of a code object is one), of at most maxStringChars characters, decoded to
+// UTF-8. Invalid code points become U+FFFD.
+func readString(m Memory, l *Layout, addr uint64) (string, error) {
+	if addr == 0 {
+		return "", errors.New("NULL string")
+	}
+	hdr := make([]byte, l.CompactSize)
+	if err := m.ReadAt(hdr, addr); err != nil {
+		return "", err
+	}
+	n := le64(hdr, l.UnicodeLength)
+	state := le32(hdr, l.UnicodeState)
+	kind, compact, ascii := int(state>>2&7), state>>5&1 == 1, state>>6&1 == 1
+	if !compact || (kind != 1 && kind != 2 && kind != 4) {
+		return "", fmt.Errorf("%w: str at 0x%x: state 0x%x", ErrBadInterpreter, addr, state)
+	}
+	if n > maxStringChars {
+		return "", fmt.Errorf("%w: str at 0x%x: %d characters", ErrBadInterpreter, addr, n)
+	}
+	data := addr + uint64(l.CompactSize)
+	if ascii {
+		data = addr + uint64(l.ASCIISize)
+	}
+	buf := make([]byte, int(n)*kind)
+	if err := m.ReadAt(buf, data); err != nil {
+		return "", err
+	}
+	switch {
+	case ascii:
+		for i, c := range buf {
+			if c >= 0x80 {
+				buf[i] = '?'
+			}
+		}
+		return string(buf), nil
+	case kind == 1: // Latin-1
+		out := make([]byte, 0, len(buf)*2)
+		for _, c := range buf {
+			out = utf8.AppendRune(out, rune(c))
+		}
+		return string(out), nil
+	case kind == 2:
+		out := make([]byte, 0, len(buf))
+		for i := 0; i+1 < len(buf); i += 2 {
+			out = utf8.AppendRune(out, rune(binary.LittleEndian.Uint16(buf[i:])))
+		}
+		return string(out), nil
+	default:
+		out := make([]byte, 0, len(buf))
+		for i := 0; i+3 < len(buf); i += 4 {
+			r := rune(binary.LittleEndian.Uint32(buf[i:]))
+			if !utf8.ValidRune(r) {
+				r = utf8.RuneError
+			}
+			out = utf8.AppendRune(out, r)
+		}
+		return string(out), nil
+	}
+}
+
+// readBytes reads a bytes object of at most limit bytes.
+func readBytes(m Memory, l *Layout, addr uint64, limit int) ([]byte, error) {
+	if addr == 0 {
+		return nil, errors.New("NULL bytes")
+	}
+	n, err := readPtr(m, addr+uint64(l.VarSize))
+	if err != nil {
+		return nil, err
+	}
+	if n > uint64(limit) {
+		return nil, fmt.Errorf("%w: bytes at 0x%x: %d bytes, limit %d", ErrBadInterpreter, addr, n, limit)
+	}
+	b := make([]byte, n)
+	return b, m.ReadAt(b, addr+uint64(l.BytesData))
+}
