@@ -88,10 +88,10 @@ func TestInspectReal(t *testing.T) {
 func TestVersionString(t *testing.T) {
 	for s, want := range map[string]int{
 		"\x00x\x003.9.18\x00%.80s (%.80s)\x00": 9,
-		"\x003.11.2+\x00":                       11,
+		"\x003.11.2+\x00":                      11,
 		"\x003.10.0rc1\x00lib/python3.10\x00":  10,
-		"\x003.9.1\x00\x003.10.2\x00":           -1, // two versions: neither
-		"lib/python3.9\x00":                      -1, // not PY_VERSION
+		"\x003.9.1\x00\x003.10.2\x00":          -1, // two versions: neither
+		"lib/python3.9\x00":                    -1, // not PY_VERSION
 	} {
 		in := &Interpreter{}
 		seen := map[string]bool{}

@@ -1,0 +1,38 @@
+package python
+
+// CodeFrame is one Python frame as the walk saw it, with the version's
+// meaning applied: shims removed, the instruction as a byte offset into the
+// code, and whether the frame began a C call of the eval loop.
+type CodeFrame struct {
+	Code   uint64 // PyCodeObject address in the process
+	Offset int    // byte offset of the instruction; < 0: not started
+	Entry  bool   // the outermost frame of one C call of the eval loop
+}
+
+// Decode interprets raw frames (innermost first) for layout l.
+func (l *Layout) Decode(raw []RawFrame) []CodeFrame {
+	out := make([]CodeFrame, 0, len(raw))
+	for _, r := range raw {
+		switch {
+		case l.Frames == FrameObjects:
+			// Each PyFrameObject has its own C call of the eval loop.
+			off := int(r.Lasti)
+			if l.Minor >= 10 && off > 0 {
+				off *= 2 // 3.10 counts code units
+			}
+			out = append(out, CodeFrame{Code: r.Code, Offset: off, Entry: true})
+		case l.Minor >= 12 && r.Owner == FrameOwnedByCStack:
+			// The shim a C call pushes first: the frame inside it began that call.
+			if n := len(out); n > 0 {
+				out[n-1].Entry = true
+			}
+		default:
+			out = append(out, CodeFrame{
+				Code:   r.Code,
+				Offset: int(r.Lasti) - int(l.CodeAdaptive),
+				Entry:  l.FrameIsEntry != NoOffset && r.IsEntry != 0,
+			})
+		}
+	}
+	return out
+}

@@ -1,0 +1,188 @@
+package python
+
+import (
+	"container/list"
+	"fmt"
+)
+
+// Frame is a resolved Python frame.
+type Frame struct {
+	Function string // co_qualname (3.11+) or co_name
+	File     string // co_filename
+	Line     int    // 0 when unknown
+	Entry    bool   // the outermost frame of one C call of the eval loop
+}
+
+// Unresolved frames keep their place in the stack under these names.
+const (
+	UnknownFunction = "[unknown python frame]"
+	BudgetFunction  = "[python frame: read budget spent]"
+)
+
+// codeInfo is what a code object says, cached per (process, address).
+type codeInfo struct {
+	addr      uint64
+	name      string
+	file      string
+	firstLine int
+	table     []byte
+	bad       bool
+	elem      *list.Element
+}
+
+func (c *codeInfo) size() int64 {
+	return int64(len(c.name)+len(c.file)+len(c.table)) + 96
+}
+
+type codeList struct{ l *list.List }
+
+// Resolve turns the Python frames of one sample of process pid (start:
+// the leader's start_boottime in ns, as in the sample) into functions,
+// files and lines, innermost first. It returns nil for a process that is not
+// set up, and whether the stack was cut at MaxFrames.
+func (t *Tracker) Resolve(pid uint32, start uint64, s *RawStack) (frames []Frame, truncated bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.procs[pid]
+	if p == nil || p.start != start || p.state != stateReady || s == nil {
+		return nil, false
+	}
+	n := min(int(s.Len), MaxFrames)
+	l := &p.in.Layout
+	decoded := l.Decode(s.Frames[:n])
+	out := make([]Frame, 0, len(decoded))
+	for _, cf := range decoded {
+		fr := Frame{Function: UnknownFunction, Entry: cf.Entry}
+		switch c := t.code(p, cf.Code); {
+		case c == nil:
+			fr.Function = BudgetFunction
+		case !c.bad:
+			fr.Function, fr.File = c.name, c.file
+			fr.Line = Line(l.Lines, c.table, c.firstLine, cf.Offset)
+		}
+		out = append(out, fr)
+	}
+	t.stats.Frames += uint64(len(out))
+	truncated = s.Flags&StackTruncated != 0
+	if truncated {
+		t.stats.Truncated++
+	}
+	return out, truncated
+}
+
+// code returns the cached code object at addr, reading it on a miss; nil
+// when the process's read budget is spent.
+func (t *Tracker) code(p *proc, addr uint64) *codeInfo {
+	if p.lru.l == nil {
+		p.lru.l = list.New()
+		p.codes = map[uint64]*codeInfo{}
+	}
+	if c := p.codes[addr]; c != nil {
+		t.stats.CodeHits++
+		p.lru.l.MoveToFront(c.elem)
+		return c
+	}
+	if !t.spend(p, 4<<10) {
+		t.stats.ReadBudgetExceeded++
+		return nil
+	}
+	t.stats.CodeMisses++
+	c, err := readCode(p.mem, &p.in.Layout, p.codeType, addr)
+	if err != nil {
+		t.stats.CodeBad++
+		c = &codeInfo{addr: addr, bad: true}
+	}
+	t.spend(p, float64(len(c.table)))
+	c.elem = p.lru.l.PushFront(c)
+	p.codes[addr] = c
+	p.codeBytes += c.size()
+	t.bytes += c.size()
+	t.evict(p)
+	return c
+}
+
+// spend takes n bytes from the process's read budget, refilled at
+// ReadBytesPerSecond up to four seconds' worth.
+func (t *Tracker) spend(p *proc, n float64) bool {
+	now := t.o.Now()
+	rate := float64(t.o.ReadBytesPerSecond)
+	if p.budgetTime.IsZero() {
+		p.budget = 4 * rate
+	} else {
+		p.budget = min(4*rate, p.budget+rate*now.Sub(p.budgetTime).Seconds())
+	}
+	p.budgetTime = now
+	if p.budget < n {
+		return false
+	}
+	p.budget -= n
+	return true
+}
+
+// evict keeps the process within its share and all processes within
+// MaxCodeBytes, oldest entries first; beyond its share a process evicts
+// only its own entries.
+func (t *Tracker) evict(p *proc) {
+	for p.codeBytes > t.o.MaxProcessCodeBytes && p.lru.l.Len() > 1 {
+		t.evictOldest(p)
+	}
+	for t.bytes > t.o.MaxCodeBytes {
+		var big *proc
+		for _, q := range t.procs {
+			if q.lru.l != nil && q.lru.l.Len() > 0 && (big == nil || q.codeBytes > big.codeBytes) {
+				big = q
+			}
+		}
+		if big == nil {
+			return
+		}
+		t.evictOldest(big)
+	}
+}
+
+func (t *Tracker) evictOldest(p *proc) {
+	e := p.lru.l.Back()
+	c := e.Value.(*codeInfo)
+	p.lru.l.Remove(e)
+	delete(p.codes, c.addr)
+	p.codeBytes -= c.size()
+	t.bytes -= c.size()
+	t.stats.CodeEvicted++
+}
+
+// readCode reads a code object's name, file, first line and line table.
+// With codeType set, the object's type must be PyCode_Type: a pointer that
+// is not a code object (a freed frame, a faked one) resolves to nothing.
+func readCode(m Memory, l *Layout, codeType, addr uint64) (*codeInfo, error) {
+	if addr == 0 {
+		return nil, fmt.Errorf("NULL code object")
+	}
+	hi := max(l.ObType, l.CodeFilename, l.CodeName, l.CodeLineTable) + 8
+	if l.CodeQualname != NoOffset {
+		hi = max(hi, l.CodeQualname+8)
+	}
+	hi = max(hi, l.CodeFirstLineNo+4)
+	hdr := make([]byte, hi)
+	if err := m.ReadAt(hdr, addr); err != nil {
+		return nil, err
+	}
+	if codeType != 0 && le64(hdr, l.ObType) != codeType {
+		return nil, fmt.Errorf("%w: 0x%x is not a code object", ErrBadInterpreter, addr)
+	}
+	c := &codeInfo{addr: addr, firstLine: int(int32(le32(hdr, l.CodeFirstLineNo)))}
+	nameField := l.CodeName
+	if l.CodeQualname != NoOffset {
+		nameField = l.CodeQualname
+	}
+	var err error
+	if c.name, err = readString(m, l, le64(hdr, nameField)); err != nil {
+		return nil, err
+	}
+	if c.file, err = readString(m, l, le64(hdr, l.CodeFilename)); err != nil {
+		return nil, err
+	}
+	// A missing or oversized table costs the line, not the function.
+	c.table, _ = readBytes(m, l, le64(hdr, l.CodeLineTable), maxLineTable)
+	return c, nil
+}
+
