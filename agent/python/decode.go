@@ -5,6 +5,7 @@ package python
 // code, and whether the frame began a C call of the eval loop.
 type CodeFrame struct {
 	Code   uint64 // PyCodeObject address in the process
+	Check  uint64 // RawFrame.Check
 	Offset int    // byte offset of the instruction; < 0: not started
 	Entry  bool   // the outermost frame of one C call of the eval loop
 }
@@ -20,7 +21,7 @@ func (l *Layout) Decode(raw []RawFrame) []CodeFrame {
 			if l.Minor >= 10 && off > 0 {
 				off *= 2 // 3.10 counts code units
 			}
-			out = append(out, CodeFrame{Code: r.Code, Offset: off, Entry: true})
+			out = append(out, CodeFrame{Code: r.Code, Check: r.Check, Offset: off, Entry: true})
 		case l.Minor >= 12 && r.Owner == FrameOwnedByCStack:
 			// The shim a C call pushes first: the frame inside it began that call.
 			if n := len(out); n > 0 {
@@ -29,6 +30,7 @@ func (l *Layout) Decode(raw []RawFrame) []CodeFrame {
 		default:
 			out = append(out, CodeFrame{
 				Code:   r.Code,
+				Check:  r.Check,
 				Offset: int(r.Lasti) - int(l.CodeAdaptive),
 				Entry:  l.FrameIsEntry != NoOffset && r.IsEntry != 0,
 			})

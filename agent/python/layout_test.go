@@ -15,15 +15,15 @@ import (
 // What the BPF walk gets for each version: one test per version, literal.
 func TestProcInfoPerVersion(t *testing.T) {
 	want := map[int]ProcInfo{
-		9: {RuntimeInterpHead: 32, InterpThreadsHead: 8, TstateNext: 8, TstateFrame: 24, CFrameCurrentFrame: NoOffset,
+		9: {RuntimeInterpHead: 32, CodeCheck: 104, InterpThreadsHead: 8, TstateNext: 8, TstateFrame: 24, CFrameCurrentFrame: NoOffset,
 			TstateID: 176, FrameReadOff: 24, FrameReadLen: 84, FrameBack: 0, FrameCode: 8, FrameLasti: 80},
-		10: {RuntimeInterpHead: 32, InterpThreadsHead: 8, TstateNext: 8, TstateFrame: 24, CFrameCurrentFrame: NoOffset,
+		10: {RuntimeInterpHead: 32, CodeCheck: 104, InterpThreadsHead: 8, TstateNext: 8, TstateFrame: 24, CFrameCurrentFrame: NoOffset,
 			TstateID: 176, FrameReadOff: 24, FrameReadLen: 76, FrameBack: 0, FrameCode: 8, FrameLasti: 72},
-		11: {Flags: procNativeTID, RuntimeInterpHead: 40, InterpThreadsHead: 16, TstateNext: 8, TstateFrame: 56, CFrameCurrentFrame: 8,
+		11: {Flags: procNativeTID, CodeCheck: 112, RuntimeInterpHead: 40, InterpThreadsHead: 16, TstateNext: 8, TstateFrame: 56, CFrameCurrentFrame: 8,
 			TstateID: 160, FrameReadOff: 32, FrameReadLen: 38, FrameBack: 16, FrameCode: 0, FrameLasti: 24, FrameIsEntry: 36, FrameOwner: 37, LastiBase: ^uint64(0)},
-		12: {Flags: procNativeTID, RuntimeInterpHead: 40, InterpThreadsHead: 72, TstateNext: 8, TstateFrame: 56, CFrameCurrentFrame: 0,
+		12: {Flags: procNativeTID, CodeCheck: 112, RuntimeInterpHead: 40, InterpThreadsHead: 72, TstateNext: 8, TstateFrame: 56, CFrameCurrentFrame: 0,
 			TstateID: 144, FrameReadOff: 0, FrameReadLen: 71, FrameBack: 8, FrameCode: 0, FrameLasti: 56, FrameOwner: 70, LastiBase: ^uint64(0)},
-		13: {Flags: procNativeTID, RuntimeInterpHead: 632, InterpThreadsHead: 7344, TstateNext: 8, TstateFrame: 72, CFrameCurrentFrame: NoOffset,
+		13: {Flags: procNativeTID, CodeCheck: 112, RuntimeInterpHead: 632, InterpThreadsHead: 7344, TstateNext: 8, TstateFrame: 72, CFrameCurrentFrame: NoOffset,
 			TstateID: 160, FrameReadOff: 0, FrameReadLen: 71, FrameBack: 8, FrameCode: 0, FrameLasti: 56, FrameOwner: 70, LastiBase: ^uint64(0)},
 	}
 	for _, minor := range SupportedVersions() {

@@ -46,7 +46,7 @@ type ProcInfo struct {
 	Runtime            uint64
 	Flags              uint32
 	RuntimeInterpHead  uint16
-	Pad                uint16
+	CodeCheck          uint16
 	InterpThreadsHead  uint16
 	TstateNext         uint16
 	TstateFrame        uint16
@@ -73,6 +73,7 @@ type Event struct {
 // RawFrame is struct py_frame.
 type RawFrame struct {
 	Code    uint64
+	Check   uint64
 	Lasti   int32
 	Owner   uint8
 	IsEntry uint8
@@ -99,6 +100,10 @@ func NewProcInfo(l Layout, arch Arch, runtime, start, mm uint64) (ProcInfo, erro
 		TstateNext:         l.TstateNext,
 		TstateFrame:        l.TstateFrame,
 		CFrameCurrentFrame: l.CFrameCurrentFrame,
+		CodeCheck:          l.CodeFilename,
+	}
+	if l.CodeName != l.CodeFilename+8 {
+		return ProcInfo{}, fmt.Errorf("%w: co_name does not follow co_filename", ErrUnsupported)
 	}
 	switch {
 	case l.TstateNativeThreadID != NoOffset:

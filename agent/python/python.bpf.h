@@ -111,7 +111,7 @@ struct py_proc {
 	__u64 runtime;        // address of _PyRuntime
 	__u32 flags;          // PY_PROC_*
 	__u16 runtime_interp_head;
-	__u16 pad;
+	__u16 code_check;     // co_filename, with co_name right after it
 	__u16 interp_threads_head;
 	__u16 tstate_next;
 	__u16 tstate_frame;          // frame, cframe or current_frame
@@ -129,6 +129,7 @@ struct py_proc {
 
 struct py_frame {
 	__u64 code;    // PyCodeObject * (f_code; f_executable on 3.13)
+	__u64 check;   // co_filename ^ rotl(co_name, 1) at sample time, 0 if unreadable
 	__s32 lasti;   // f_lasti (3.9, 3.10); instruction pointer - code (3.11+)
 	__u8 owner;    // the frame's owner byte (3.11+), else junk
 	__u8 is_entry; // is_entry (3.11), else junk
@@ -409,6 +410,14 @@ static __always_inline __u32 py_walk(void *task_ptr, __u64 pid_tgid, __u64 start
 		__u64 lasti = *(__u64 *)&buf->b[p->frame_lasti & (PY_FRAME_READ - 8)];
 
 		f->code = code;
+		// Two pointers that tell this code object from another one that
+		// later takes its address: user space resolves frames after the
+		// fact, and checks that the code object it reads is this one.
+		// (A failed read leaves zeros, which user space trusts for nothing.)
+		__u64 names[2] = {};
+
+		py_read(names, sizeof(names), code + p->code_check);
+		f->check = names[0] ^ (names[1] << 1 | names[1] >> 63);
 		// lasti_base is ~0 where the frame holds an instruction pointer
 		// (3.11+) and 0 where it holds f_lasti, an int (3.9, 3.10: the low
 		// half of the 8 bytes read, little endian).

@@ -22,6 +22,7 @@ const (
 // codeInfo is what a code object says, cached per (process, address).
 type codeInfo struct {
 	addr      uint64
+	check     uint64 // as the walk computes it (RawFrame.Check)
 	name      string
 	file      string
 	firstLine int
@@ -53,9 +54,13 @@ func (t *Tracker) Resolve(pid uint32, start uint64, s *RawStack) (frames []Frame
 	out := make([]Frame, 0, len(decoded))
 	for _, cf := range decoded {
 		fr := Frame{Function: UnknownFunction, Entry: cf.Entry}
-		switch c := t.code(p, cf.Code); {
+		switch c := t.code(p, cf.Code, cf.Check); {
 		case c == nil:
 			fr.Function = BudgetFunction
+		case c.check != cf.Check || cf.Check == 0:
+			// The code object the sample saw is gone: its address now
+			// holds another (or nothing readable). Never the wrong name.
+			t.stats.CodeGone++
 		case !c.bad:
 			fr.Function, fr.File = c.name, c.file
 			fr.Line = Line(l.Lines, c.table, c.firstLine, cf.Offset)
@@ -70,17 +75,22 @@ func (t *Tracker) Resolve(pid uint32, start uint64, s *RawStack) (frames []Frame
 	return out, truncated
 }
 
-// code returns the cached code object at addr, reading it on a miss; nil
-// when the process's read budget is spent.
-func (t *Tracker) code(p *proc, addr uint64) *codeInfo {
+// code returns the code object at addr, from the cache when the cached one
+// is the one the sample saw (same check), else read afresh; nil when the
+// process's read budget is spent.
+func (t *Tracker) code(p *proc, addr, check uint64) *codeInfo {
 	if p.lru.l == nil {
 		p.lru.l = list.New()
 		p.codes = map[uint64]*codeInfo{}
 	}
 	if c := p.codes[addr]; c != nil {
-		t.stats.CodeHits++
-		p.lru.l.MoveToFront(c.elem)
-		return c
+		if c.check == check || check == 0 {
+			t.stats.CodeHits++
+			p.lru.l.MoveToFront(c.elem)
+			return c
+		}
+		// Another code object took the address since: read it again.
+		t.remove(p, c)
 	}
 	if !t.spend(p, 4<<10) {
 		t.stats.ReadBudgetExceeded++
@@ -90,7 +100,7 @@ func (t *Tracker) code(p *proc, addr uint64) *codeInfo {
 	c, err := readCode(p.mem, &p.in.Layout, p.codeType, addr)
 	if err != nil {
 		t.stats.CodeBad++
-		c = &codeInfo{addr: addr, bad: true}
+		c = &codeInfo{addr: addr, bad: true, check: check}
 	}
 	t.spend(p, float64(len(c.table)))
 	c.elem = p.lru.l.PushFront(c)
@@ -141,13 +151,15 @@ func (t *Tracker) evict(p *proc) {
 }
 
 func (t *Tracker) evictOldest(p *proc) {
-	e := p.lru.l.Back()
-	c := e.Value.(*codeInfo)
-	p.lru.l.Remove(e)
+	t.remove(p, p.lru.l.Back().Value.(*codeInfo))
+	t.stats.CodeEvicted++
+}
+
+func (t *Tracker) remove(p *proc, c *codeInfo) {
+	p.lru.l.Remove(c.elem)
 	delete(p.codes, c.addr)
 	p.codeBytes -= c.size()
 	t.bytes -= c.size()
-	t.stats.CodeEvicted++
 }
 
 // readCode reads a code object's name, file, first line and line table.
@@ -169,7 +181,8 @@ func readCode(m Memory, l *Layout, codeType, addr uint64) (*codeInfo, error) {
 	if codeType != 0 && le64(hdr, l.ObType) != codeType {
 		return nil, fmt.Errorf("%w: 0x%x is not a code object", ErrBadInterpreter, addr)
 	}
-	c := &codeInfo{addr: addr, firstLine: int(int32(le32(hdr, l.CodeFirstLineNo)))}
+	file, name := le64(hdr, l.CodeFilename), le64(hdr, l.CodeName)
+	c := &codeInfo{addr: addr, firstLine: int(int32(le32(hdr, l.CodeFirstLineNo))), check: file ^ (name<<1 | name>>63)}
 	nameField := l.CodeName
 	if l.CodeQualname != NoOffset {
 		nameField = l.CodeQualname
@@ -178,11 +191,10 @@ func readCode(m Memory, l *Layout, codeType, addr uint64) (*codeInfo, error) {
 	if c.name, err = readString(m, l, le64(hdr, nameField)); err != nil {
 		return nil, err
 	}
-	if c.file, err = readString(m, l, le64(hdr, l.CodeFilename)); err != nil {
+	if c.file, err = readString(m, l, file); err != nil {
 		return nil, err
 	}
 	// A missing or oversized table costs the line, not the function.
 	c.table, _ = readBytes(m, l, le64(hdr, l.CodeLineTable), maxLineTable)
 	return c, nil
 }
-

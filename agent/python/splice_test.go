@@ -85,9 +85,9 @@ func TestSplice(t *testing.T) {
 			want:   []string{"py:f", "main"},
 		},
 		{
-			name:   "no native stack at all",
-			py:     []Frame{pyf("f", 1, false), pyf("g", 2, true)},
-			want:   []string{"py:f", "py:g"},
+			name: "no native stack at all",
+			py:   []Frame{pyf("f", 1, false), pyf("g", 2, true)},
+			want: []string{"py:f", "py:g"},
 		},
 	}
 	for _, c := range cases {
@@ -119,23 +119,27 @@ func TestDecode(t *testing.T) {
 	}{
 		{"3.9: byte offsets, every frame an entry", l9,
 			[]RawFrame{{Code: 1, Lasti: 10, Owner: 3}, {Code: 2, Lasti: -1}},
-			[]CodeFrame{{1, 10, true}, {2, -1, true}}},
+			[]CodeFrame{cfr(1, 10, true), cfr(2, -1, true)}},
 		{"3.10: code units", l10,
 			[]RawFrame{{Code: 1, Lasti: 5}},
-			[]CodeFrame{{1, 10, true}}},
+			[]CodeFrame{cfr(1, 10, true)}},
 		{"3.11: is_entry; instruction pointer less co_code_adaptive", l11,
 			[]RawFrame{{Code: 1, Lasti: 184 + 8}, {Code: 2, Lasti: 184 + 20, IsEntry: 1}, {Code: 3, Lasti: 182, Owner: 3}},
-			[]CodeFrame{{1, 8, false}, {2, 20, true}, {3, -2, false}}},
+			[]CodeFrame{cfr(1, 8, false), cfr(2, 20, true), cfr(3, -2, false)}},
 		{"3.12: shims dropped; the frame inside one is its call's entry", l12,
 			[]RawFrame{{Code: 1, Lasti: 192 + 4}, {Code: 2, Lasti: 192 + 6, IsEntry: 1}, {Code: 9, Owner: 3}, {Code: 3, Lasti: 192}, {Code: 9, Owner: 3}},
-			[]CodeFrame{{1, 4, false}, {2, 6, true}, {3, 0, true}}},
+			[]CodeFrame{cfr(1, 4, false), cfr(2, 6, true), cfr(3, 0, true)}},
 		{"3.12: a shim innermost marks nothing", l12,
 			[]RawFrame{{Code: 9, Owner: 3}, {Code: 1, Lasti: 192 + 2, Owner: 1}},
-			[]CodeFrame{{1, 2, false}}},
+			[]CodeFrame{cfr(1, 2, false)}},
 	}
 	for _, c := range cases {
 		if got := c.l.Decode(c.raw); !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s:\n got %+v\nwant %+v", c.name, got, c.want)
 		}
 	}
+}
+
+func cfr(code uint64, off int, entry bool) CodeFrame {
+	return CodeFrame{Code: code, Offset: off, Entry: entry}
 }

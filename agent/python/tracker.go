@@ -76,10 +76,11 @@ type Stats struct {
 	Skipped map[string]uint64
 	// Code-object cache: hits, misses (each a read of the process), code
 	// objects that failed to read or validate, entries evicted for bytes,
-	// and frames left unresolved because the process's read budget was
-	// spent.
-	CodeHits, CodeMisses, CodeBad, CodeEvicted, ReadBudgetExceeded uint64
-	CodeBytes                                                  int64
+	// frames left unresolved because the process's read budget was spent,
+	// and frames whose code object was gone (freed, its address reused) by
+	// the time they were resolved.
+	CodeHits, CodeMisses, CodeBad, CodeEvicted, ReadBudgetExceeded, CodeGone uint64
+	CodeBytes                                                                int64
 	// Frames resolved, and Python stacks cut at MaxFrames.
 	Frames, Truncated uint64
 }

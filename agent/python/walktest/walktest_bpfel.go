@@ -16,6 +16,7 @@ import (
 type walktestPyFrame struct {
 	_       structs.HostLayout
 	Code    uint64
+	Check   uint64
 	Lasti   int32
 	Owner   uint8
 	IsEntry uint8
@@ -34,7 +35,7 @@ type walktestPyProc struct {
 	Runtime            uint64
 	Flags              uint32
 	RuntimeInterpHead  uint16
-	Pad                uint16
+	CodeCheck          uint16
 	InterpThreadsHead  uint16
 	TstateNext         uint16
 	TstateFrame        uint16
