@@ -7,6 +7,10 @@
 set -euo pipefail
 
 PKGS=(slurm-wlm munge prometheus clang-14 llvm-14 libbpf-dev gcc g++ make procps util-linux curl)
+# The CPython frame tests: Debian's own interpreter (static, stripped, no
+# frame pointers) and its venv module; the arm64 C library headers hold the
+# offset table to CPython's headers for arm64 too.
+PKGS+=(python3.11 python3.11-venv libc6-dev-arm64-cross)
 # The test suite also builds and drives the front end; the demo does not.
 if [[ ${SLURMSCOPE_DEPS_FRONTEND:-} == 1 ]]; then
 	PKGS+=(chromium)

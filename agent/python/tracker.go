@@ -40,6 +40,8 @@ type TrackerOptions struct {
 	Open   Opener     // required
 	Procs  ProcTable  // required
 	Memory func(pid int) Memory
+	// Inspect reads a mapped file; default Inspect (tests fake it).
+	Inspect func(r io.ReaderAt, name string, arch Arch) (*Interpreter, error)
 	// MaxCodeBytes bounds the code-object cache (names, files, line
 	// tables) over all processes. Default 16 MiB.
 	MaxCodeBytes int64
@@ -139,6 +141,9 @@ const (
 func NewTracker(o TrackerOptions) *Tracker {
 	if o.Memory == nil {
 		o.Memory = func(pid int) Memory { return ProcessMemory(pid) }
+	}
+	if o.Inspect == nil {
+		o.Inspect = Inspect
 	}
 	if o.MaxCodeBytes <= 0 {
 		o.MaxCodeBytes = 16 << 20
@@ -306,7 +311,7 @@ func (t *Tracker) inspect(pid int, m Mapping) (*Interpreter, error) {
 	if r, ok := t.files[key]; ok {
 		return r.in, r.err
 	}
-	in, err := Inspect(f, m.Path, t.o.Arch)
+	in, err := t.o.Inspect(f, m.Path, t.o.Arch)
 	if len(t.files) >= maxFileResults {
 		clear(t.files)
 	}

@@ -1,0 +1,303 @@
+package python
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fakeMem is a process's memory: byte ranges at addresses.
+type fakeMem struct{ seg map[uint64][]byte }
+
+func (m *fakeMem) ReadAt(p []byte, addr uint64) error {
+	for base, b := range m.seg {
+		if addr >= base && addr+uint64(len(p)) <= base+uint64(len(b)) {
+			copy(p, b[addr-base:])
+			return nil
+		}
+	}
+	return fmt.Errorf("EFAULT at 0x%x", addr)
+}
+
+func (m *fakeMem) put64(addr, v uint64) { binary.LittleEndian.PutUint64(m.at(addr, 8), v) }
+func (m *fakeMem) put32(addr uint64, v uint32) {
+	binary.LittleEndian.PutUint32(m.at(addr, 4), v)
+}
+
+// at returns the bytes at addr, making a 4 KiB segment there if needed.
+func (m *fakeMem) at(addr uint64, n int) []byte {
+	for base, b := range m.seg {
+		if addr >= base && addr+uint64(n) <= base+uint64(len(b)) {
+			return b[addr-base:]
+		}
+	}
+	base := addr &^ 0xfff
+	m.seg[base] = make([]byte, 8192)
+	return m.seg[base][addr-base:]
+}
+
+// str writes a compact ASCII str object at addr (3.12 layout).
+func (m *fakeMem) str(l *Layout, addr uint64, s string, length uint64) {
+	m.put64(addr+uint64(l.UnicodeLength), length)
+	m.put32(addr+uint64(l.UnicodeState), 1<<2|1<<5|1<<6)
+	copy(m.at(addr+uint64(l.ASCIISize), len(s)), s)
+}
+
+type fakeProcs map[uint32]ProcInfo
+
+func (f fakeProcs) Put(tgid uint32, p ProcInfo) error { f[tgid] = p; return nil }
+func (f fakeProcs) Delete(tgid uint32) error          { delete(f, tgid); return nil }
+
+type fakeMaps struct {
+	maps  map[int][]Mapping
+	reads int
+}
+
+func (f *fakeMaps) Maps(pid int) ([]Mapping, error) {
+	f.reads++
+	if m, ok := f.maps[pid]; ok {
+		return m, nil
+	}
+	return nil, fs.ErrNotExist
+}
+
+type fakeFile struct{ name string }
+
+func (fakeFile) ReadAt([]byte, int64) (int, error) { return 0, io.EOF }
+func (fakeFile) Close() error                      { return nil }
+func (f fakeFile) Stat() (fs.FileInfo, error)      { return fakeInfo{f.name}, nil }
+
+// fakeInfo gives each path its own identity (inode).
+type fakeInfo struct{ name string }
+
+func (i fakeInfo) Name() string     { return i.name }
+func (fakeInfo) Size() int64        { return 1 << 20 }
+func (fakeInfo) Mode() fs.FileMode  { return 0o644 }
+func (fakeInfo) ModTime() time.Time { return time.Unix(1, 0) }
+func (fakeInfo) IsDir() bool        { return false }
+func (i fakeInfo) Sys() any         { return &syscall.Stat_t{Ino: uint64(len(i.name)), Dev: 1} }
+
+type fakeOpener struct{}
+
+func (fakeOpener) OpenMapped(pid int, m Mapping) (File, error) { return fakeFile{m.Path}, nil }
+
+// A 3.12 process: libpython mapped at 0x7f0000000000, _PyRuntime at link
+// address 0x1000, one interpreter, one thread state, one code object.
+const (
+	libBase  = 0x7f0000000000
+	runtime0 = libBase + 0x1000
+	interp0  = 0x20000
+	tstate0  = 0x30000
+	code0    = 0x40000
+	codeType = libBase + 0x5000
+)
+
+type fakeProc struct {
+	mem     *fakeMem
+	maps    *fakeMaps
+	procs   fakeProcs
+	now     time.Time
+	tracker *Tracker
+	l       Layout
+}
+
+func newFakeProc(t *testing.T, inspectErr error) *fakeProc {
+	f := &fakeProc{mem: &fakeMem{seg: map[uint64][]byte{}}, procs: fakeProcs{}, now: time.Unix(1000, 0), l: layouts[12]}
+	f.maps = &fakeMaps{maps: map[int][]Mapping{42: {
+		{Start: 0x400000, End: 0x401000, Perms: "r-xp", Inode: 7, Path: "/usr/bin/app"},
+		{Start: libBase, End: libBase + 0x10000, Perms: "r-xp", Inode: 9, Path: "/usr/lib/libpython3.12.so.1.0"},
+	}}}
+	f.tracker = NewTracker(TrackerOptions{
+		Arch: AMD64, Maps: f.maps, Open: fakeOpener{}, Procs: f.procs,
+		Memory: func(int) Memory { return f.mem },
+		Now:    func() time.Time { return f.now },
+		Inspect: func(r io.ReaderAt, name string, arch Arch) (*Interpreter, error) {
+			if !strings.Contains(name, "libpython") {
+				return nil, ErrNotPython
+			}
+			if inspectErr != nil {
+				return nil, inspectErr
+			}
+			return &Interpreter{Major: 3, Minor: 12, Runtime: 0x1000, CodeType: 0x5000, Layout: layouts[12],
+				loads: []elf.ProgHeader{{Type: elf.PT_LOAD, Off: 0, Vaddr: 0, Filesz: 0x10000}}}, nil
+		},
+	})
+	l := &f.l
+	f.mem.put64(runtime0+uint64(l.RuntimeInterpretersHead), interp0)
+	f.mem.put64(interp0+uint64(l.InterpThreadsHead), tstate0)
+	f.mem.put64(tstate0+uint64(l.TstateInterp), interp0)
+	// The code object: qualname "Model.forward", file "/job/model.py",
+	// first line 10, a location table: line +2 for 2 code units.
+	f.mem.put64(code0+uint64(l.ObType), codeType)
+	f.mem.put64(code0+uint64(l.CodeFilename), 0x60000)
+	f.mem.put64(code0+uint64(l.CodeName), 0x61000)
+	f.mem.put64(code0+uint64(l.CodeQualname), 0x62000)
+	f.mem.put64(code0+uint64(l.CodeLineTable), 0x63000)
+	f.mem.put32(code0+uint64(l.CodeFirstLineNo), 10)
+	f.mem.str(l, 0x60000, "/job/model.py", 13)
+	f.mem.str(l, 0x61000, "forward", 7)
+	f.mem.str(l, 0x62000, "Model.forward", 13)
+	f.mem.put64(0x63000+uint64(l.VarSize), 1)
+	f.mem.at(0x63000+uint64(l.BytesData), 1)[0] = 0x80 | 12<<3 | 1
+	return f
+}
+
+func (f *fakeProc) notify(mm uint64) { f.tracker.Notify(Event{TGID: 42, StartBoottime: 5, MM: mm}) }
+
+func TestTrackerDiscovery(t *testing.T) {
+	f := newFakeProc(t, nil)
+	f.notify(1)
+	info, ok := f.procs[42]
+	if !ok {
+		t.Fatalf("not set up: %+v", f.tracker.Stats())
+	}
+	if info.Runtime != runtime0 || info.StartBoottime != 5 || info.MM != 1 || info.TstateID != f.l.TstateNativeThreadID {
+		t.Errorf("ProcInfo %+v", info)
+	}
+	if got := f.tracker.Stats().Found["3.12"]; got != 1 {
+		t.Errorf("found %d, want 1", got)
+	}
+	// The same process announced again (its entry lost): put back, not
+	// looked at again.
+	delete(f.procs, 42)
+	reads := f.maps.reads
+	f.notify(1)
+	if _, ok := f.procs[42]; !ok || f.maps.reads != reads {
+		t.Errorf("re-announced process: in map %v, maps read %d more times", ok, f.maps.reads-reads)
+	}
+	// exec: same pid and start time, a new mm: looked at afresh.
+	f.notify(2)
+	if f.procs[42].MM != 2 || f.maps.reads != reads+1 {
+		t.Errorf("after exec: mm %d, maps reads %d", f.procs[42].MM, f.maps.reads-reads)
+	}
+	f.tracker.Forget(42)
+	if _, ok := f.procs[42]; ok {
+		t.Error("Forget left the BPF entry")
+	}
+}
+
+func TestTrackerNotInitialisedYet(t *testing.T) {
+	f := newFakeProc(t, nil)
+	f.mem.put64(interp0+uint64(f.l.InterpThreadsHead), 0) // no thread state yet
+	f.notify(1)
+	if _, ok := f.procs[42]; ok {
+		t.Fatal("set up before its runtime was initialised")
+	}
+	f.tracker.Retry()
+	f.now = f.now.Add(time.Second)
+	f.mem.put64(interp0+uint64(f.l.InterpThreadsHead), tstate0)
+	f.tracker.Retry()
+	if _, ok := f.procs[42]; !ok {
+		t.Fatalf("not set up once initialised: %+v", f.tracker.Stats())
+	}
+}
+
+func TestTrackerRefuses(t *testing.T) {
+	// A faked or misidentified runtime: the thread state does not point
+	// back at its interpreter. Native stacks only, counted.
+	f := newFakeProc(t, nil)
+	f.mem.put64(tstate0+uint64(f.l.TstateInterp), 0xdead)
+	f.notify(1)
+	if _, ok := f.procs[42]; ok || f.tracker.Stats().Skipped["bad_interpreter"] != 1 {
+		t.Errorf("bad interpreter: set up %v, stats %+v", ok, f.tracker.Stats().Skipped)
+	}
+	// An unknown version: counted, and looked at again only after a while.
+	f = newFakeProc(t, fmt.Errorf("%w: CPython 3.14", ErrUnsupported))
+	f.notify(1)
+	reads := f.maps.reads
+	f.notify(1)
+	if f.maps.reads != reads {
+		t.Error("an unsupported process was looked at again at once")
+	}
+	f.now = f.now.Add(11 * time.Second)
+	f.notify(1)
+	if f.maps.reads != reads+1 || f.tracker.Stats().Skipped["unsupported"] != 2 {
+		t.Errorf("recheck: maps reads %d, stats %+v", f.maps.reads-reads, f.tracker.Stats().Skipped)
+	}
+	// A process that is gone.
+	f = newFakeProc(t, nil)
+	f.tracker.Notify(Event{TGID: 43})
+	if f.tracker.Stats().Skipped["maps"] != 1 {
+		t.Errorf("gone process: %+v", f.tracker.Stats().Skipped)
+	}
+}
+
+func stackOf(frames ...RawFrame) *RawStack {
+	s := &RawStack{Len: uint32(len(frames))}
+	copy(s.Frames[:], frames)
+	return s
+}
+
+func TestTrackerResolve(t *testing.T) {
+	f := newFakeProc(t, nil)
+	f.notify(1)
+	l := &f.l
+	check := uint64(0x60000) ^ (0x61000<<1 | 0x61000>>63)
+	good := RawFrame{Code: code0, Check: check, Lasti: int32(l.CodeAdaptive) + 2}
+	frames, truncated := f.tracker.Resolve(42, 5, stackOf(good, RawFrame{Owner: FrameOwnedByCStack}))
+	want := []Frame{{Function: "Model.forward", File: "/job/model.py", Line: 12, Entry: true}}
+	if truncated || fmt.Sprint(frames) != fmt.Sprint(want) {
+		t.Fatalf("frames %+v, want %+v", frames, want)
+	}
+	if frames, _ := f.tracker.Resolve(42, 6, stackOf(good)); frames != nil {
+		t.Error("resolved for another start time (a reused pid)")
+	}
+	// The code object the sample saw is gone: another took its address.
+	frames, _ = f.tracker.Resolve(42, 5, stackOf(RawFrame{Code: code0, Check: check + 1}))
+	if frames[0].Function != UnknownFunction || f.tracker.Stats().CodeGone != 1 {
+		t.Errorf("replaced code object: %+v, gone %d", frames, f.tracker.Stats().CodeGone)
+	}
+	// Not a code object; a name that claims a huge length; unreadable.
+	f.mem.put64(0x70000+uint64(l.ObType), 0x1234)
+	f.mem.put64(0x71000+uint64(l.ObType), codeType)
+	f.mem.put64(0x71000+uint64(l.CodeQualname), 0x72000)
+	f.mem.put64(0x71000+uint64(l.CodeFilename), 0x60000)
+	f.mem.str(l, 0x72000, "x", 1<<40)
+	for _, addr := range []uint64{0x70000, 0x71000, 0x9990000} {
+		frames, _ = f.tracker.Resolve(42, 5, stackOf(RawFrame{Code: addr, Check: 1}))
+		if frames[0].Function != UnknownFunction {
+			t.Errorf("bad code object 0x%x: %+v", addr, frames)
+		}
+	}
+	if st := f.tracker.Stats(); st.CodeBad < 3 {
+		t.Errorf("bad code objects counted %d, want 3", st.CodeBad)
+	}
+}
+
+func TestTrackerBounds(t *testing.T) {
+	f := newFakeProc(t, nil)
+	f.tracker.o.ReadBytesPerSecond = 4 << 10 // one code object per second, 4 burst
+	f.tracker.o.MaxProcessCodeBytes = 200    // two entries of a failed read
+	f.notify(1)
+	if _, ok := f.procs[42]; !ok {
+		t.Fatalf("not set up: %+v", f.tracker.Stats())
+	}
+	for i := uint64(0); i < 10; i++ {
+		f.tracker.Resolve(42, 5, stackOf(RawFrame{Code: 0x100000 + i*0x1000, Check: 1}))
+	}
+	st := f.tracker.Stats()
+	if st.ReadBudgetExceeded == 0 || st.CodeMisses > 5 {
+		t.Errorf("read budget: %d misses, %d refused", st.CodeMisses, st.ReadBudgetExceeded)
+	}
+	if st.CodeEvicted == 0 || st.CodeBytes > 200 {
+		t.Errorf("cache bound: %d bytes, %d evicted", st.CodeBytes, st.CodeEvicted)
+	}
+	frames, _ := f.tracker.Resolve(42, 5, stackOf(RawFrame{Code: 0x200000, Check: 1}))
+	if frames[0].Function != BudgetFunction {
+		t.Errorf("over budget: %+v", frames)
+	}
+	f.now = f.now.Add(time.Second)
+	frames, _ = f.tracker.Resolve(42, 5, stackOf(RawFrame{Code: code0, Check: uint64(0x60000) ^ (0x61000 << 1)}))
+	if frames[0].Function != "Model.forward" {
+		t.Errorf("budget refilled: %+v", frames)
+	}
+}
+
+var _ = errors.Is
