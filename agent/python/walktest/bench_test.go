@@ -44,7 +44,7 @@ func BenchmarkBPFPerSample(b *testing.B) {
 	for _, py := range ins {
 		b.Run(py.name, func(b *testing.B) {
 			var pyNs, natNs, pyRuns, natRuns float64
-			for b.Loop() {
+			for i := 0; i < b.N; i++ {
 				p, n, pr, nr := measure(b, py, native, 2*time.Second)
 				pyNs, natNs, pyRuns, natRuns = pyNs+p, natNs+n, pyRuns+pr, natRuns+nr
 			}
@@ -116,7 +116,6 @@ func measure(b *testing.B, py interp, native string, d time.Duration) (pyNs, nat
 		b.Fatal(err)
 	}
 	ni1, _ := natProbe.Program().Stats()
-	b.Logf("%s: python runs %d->%d, native runs %d->%d", py.name, pi0.RunCount, pi1.RunCount, ni0.RunCount, ni1.RunCount)
 	by, _, _, _ := pyProbe.Stats()
 	if by[python.StatusOK] == 0 {
 		b.Fatalf("no Python walks succeeded: %v", by)

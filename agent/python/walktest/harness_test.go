@@ -2,10 +2,8 @@ package walktest
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,8 +14,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/slurmscope/slurmscope/agent/python"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
@@ -128,6 +124,16 @@ func (g got) pyNames() []string {
 		out[i] = f.Function
 	}
 	return out
+}
+
+// hasIn reports whether a sample has function fn of file file.
+func (g got) hasIn(fn, file string) bool {
+	for _, f := range g.py {
+		if f.Function == fn && f.File == file {
+			return true
+		}
+	}
+	return false
 }
 
 func (g got) has(fn string) bool {
@@ -313,9 +319,3 @@ func (s *session) logStats() {
 		s.t.Errorf("%d samples dropped (ring buffer full)", dropped)
 	}
 }
-
-var (
-	_ = errors.Is
-	_ fs.FileInfo
-	_ = ringbuf.ErrClosed
-)

@@ -103,9 +103,10 @@ func TestSplit(t *testing.T) {
 			default:
 				continue
 			}
+			// The def line itself is the function's prologue (RESUME on 3.11+).
 			r := defs[leaf.Function]
-			if leaf.File != script || leaf.Line <= r[0] || leaf.Line >= r[1] {
-				t.Errorf("%s at %s:%d, want %s lines %d-%d", leaf.Function, leaf.File, leaf.Line, script, r[0]+1, r[1]-1)
+			if leaf.File != script || leaf.Line < r[0] || leaf.Line >= r[1] {
+				t.Errorf("%s at %s:%d, want %s lines %d-%d", leaf.Function, leaf.File, leaf.Line, script, r[0], r[1]-1)
 			}
 			if names := g.pyNames(); len(names) != 3 || names[1] != "main" || names[2] != "<module>" {
 				t.Errorf("stack %q, want [%s main <module>]", names, leaf.Function)
@@ -155,8 +156,9 @@ func TestThreads(t *testing.T) {
 		for who, tid := range tids {
 			var n, mine, wrong int
 			for _, g := range s.samples() {
-				if g.tid != tid || (len(g.py) > 0 && g.py[len(g.py)-1].File != script && g.tid == uint32(cmd.Process.Pid)) {
-					// Not this thread, or interpreter start-up on the main thread.
+				if g.tid != tid || (g.tid == uint32(cmd.Process.Pid) && !g.hasIn("main", script)) {
+					// Not this thread, or the main thread before the
+					// script's main (start-up, imports).
 					continue
 				}
 				n++
@@ -169,8 +171,9 @@ func TestThreads(t *testing.T) {
 				}
 			}
 			t.Logf("%s thread %d: %d samples, %d under %s, %d under %s", who, tid, n, mine, own[who], wrong, other[who])
-			if n < 100 || float64(mine) < 0.9*float64(n) {
-				t.Errorf("%s thread: %d of %d samples under %s, want >= 90%% of at least 100", who, mine, n, own[who])
+			if n < 50 || float64(mine) < 0.9*float64(n) {
+				t.Errorf("%s thread: %d of %d samples under %s, want >= 90%% of at least 50", who, mine, n, own[who])
+				logStacks(t, s.samples(), func(g got) bool { return g.tid == tid && !g.has(own[who]) })
 			}
 		}
 		if len(tids) != 2 {
@@ -224,16 +227,13 @@ func TestAsyncio(t *testing.T) {
 		s := newSession(t, testHz)
 		cmd, _ := s.start(py, workload("asyncio_prog.py"), "2")
 		s.wait(cmd)
-		var total, ok int
+		var crunch, ok int
 		callers := map[string]int{}
 		for _, g := range s.samples() {
-			if g.pid != uint32(cmd.Process.Pid) {
+			if g.pid != uint32(cmd.Process.Pid) || len(g.py) < 2 || g.py[0].Function != "crunch" {
 				continue
 			}
-			total++
-			if len(g.py) < 2 || g.py[0].Function != "crunch" {
-				continue
-			}
+			crunch++
 			callers[g.py[1].Function]++
 			loop := false
 			for _, f := range g.py {
@@ -244,12 +244,13 @@ func TestAsyncio(t *testing.T) {
 			}
 		}
 		s.logStats()
-		t.Logf("%d samples, %d in crunch under the event loop; callers %v", total, ok, callers)
+		t.Logf("%d samples in crunch, %d of them under the event loop and <module>; callers %v", crunch, ok, callers)
 		if callers["worker_a"] == 0 || callers["worker_b"] == 0 || len(callers) != 2 {
 			t.Errorf("crunch called from %v, want worker_a and worker_b only", callers)
 		}
-		if float64(ok) < 0.7*float64(total) {
-			t.Errorf("%d of %d samples in crunch under run_forever and <module>, want >= 70%%", ok, total)
+		if crunch < 100 || float64(ok) < 0.95*float64(crunch) {
+			t.Errorf("%d of %d samples in crunch under run_forever and <module>, want >= 95%% of at least 100", ok, crunch)
+			logStacks(t, s.samples(), func(g got) bool { return len(g.py) > 0 && g.py[0].Function == "crunch" })
 		}
 	})
 }
