@@ -35,8 +35,9 @@
 // namespace, on 3.11+) is the sampled thread's. The answer is cached per
 // thread in py_threads and checked again on every hit (one 8-byte read), so a
 // freed and reused thread state is not trusted; a thread with no thread state
-// (a native thread of a Python process) is cached as such for
-// PY_RETRY_NS. Thread-local storage (_Py_tss_tstate) is not used: it exists
+// (a native thread of a Python process) is cached as such, checked against
+// the list's head (where a new thread's state appears) on every sample and
+// walked again after PY_RETRY_NS. Thread-local storage (_Py_tss_tstate) is not used: it exists
 // only on 3.12+ and is a local symbol that stripped builds (Debian's) drop.
 // A thread that released the GIL keeps its thread state and its frames, so
 // it keeps its Python stack.
@@ -66,8 +67,9 @@
 #define PY_MAX_THREADS 128
 // Bytes of a frame copied in one read (user space checks each layout fits).
 #define PY_FRAME_READ 128
-// How long a thread found to have no thread state is believed.
-#define PY_RETRY_NS 100000000ULL
+// How long a thread found to have no thread state is believed while the
+// thread list's head stays the same (see py_thread_state).
+#define PY_RETRY_NS 1000000000ULL
 // How often a process that is not (yet) known is announced again.
 #define PY_ANNOUNCE_NS 1000000000ULL
 #define PY_NO_OFFSET 0xffff
@@ -153,6 +155,7 @@ struct py_thread_val {
 	__u64 tstate;         // 0: none found, until retry_ns
 	__u64 start_boottime; // of the process: an entry of a dead one is ignored
 	__u64 retry_ns;
+	__u64 head;           // head of the thread list when none was found
 };
 
 // Sent to user space for a process not (or no longer) in py_procs; mirrored
@@ -297,8 +300,24 @@ static __always_inline __u32 py_thread_state(struct py_proc *p, struct task_stru
 			}
 			err = 0;
 		} else if (now < cached->retry_ns) {
-			return PY_STATUS_NO_TSTATE;
+			// None last time. A new thread state goes at the head of the
+			// list, and its thread sets its id itself, a little later:
+			// look at the head only, unless the list changed otherwise.
+			__u64 in = py_read_ptr(p->runtime + p->runtime_interp_head, &err);
+			__u64 head = err || !in ? 0 : py_read_ptr(in + p->interp_threads_head, &err);
+			__u64 id = err || !head ? 0 : py_read_ptr(head + p->tstate_id, &err);
+
+			if (!err && head && id == want) {
+				struct py_thread_val val = { .tstate = head, .start_boottime = start };
+
+				bpf_map_update_elem(&py_threads, &key, &val, 0);
+				*out = head;
+				return PY_STATUS_OK;
+			}
+			if (!err && head == cached->head)
+				return PY_STATUS_NO_TSTATE;
 		}
+		err = 0;
 	}
 
 	// Only the main interpreter's threads: subinterpreters are rare, and a
@@ -310,6 +329,8 @@ static __always_inline __u32 py_thread_state(struct py_proc *p, struct task_stru
 
 	if (!err && interp)
 		ts = py_read_ptr(interp + p->interp_threads_head, &err);
+	__u64 head = ts;
+
 	for (int i = 0; i < PY_MAX_THREADS; i++) {
 		if (err || !ts)
 			break;
@@ -326,7 +347,7 @@ static __always_inline __u32 py_thread_state(struct py_proc *p, struct task_stru
 	else if (!found && ts)
 		status = PY_STATUS_THREADS_MAX;
 
-	struct py_thread_val val = { .tstate = found, .start_boottime = start };
+	struct py_thread_val val = { .tstate = found, .start_boottime = start, .head = head };
 
 	if (!found)
 		val.retry_ns = now + PY_RETRY_NS;

@@ -101,6 +101,7 @@ type proc struct {
 	state      procState
 	next       time.Time // when to look again (none, pending)
 	tries      int
+	quick      int // rechecks so far of a process found not to be CPython
 	in         *Interpreter
 	runtime    uint64
 	codeType   uint64
@@ -135,6 +136,9 @@ const (
 	pendingFirst = 10 * time.Millisecond
 	pendingMax   = time.Second
 	pendingTries = 40
+	// Rechecks of a process found not to be CPython: 10, 40, 160, 640 ms.
+	quickFirst    = 10 * time.Millisecond
+	quickRechecks = 4
 )
 
 // NewTracker returns a Tracker.
@@ -188,15 +192,20 @@ func (t *Tracker) Notify(ev Event) {
 }
 
 // Retry looks again at CPython processes whose runtime was not initialised
-// yet; call it every few milliseconds to a second (a 2 s `python -c` must
-// not wait long).
+// yet, and soon after at processes first found not to be CPython (seen
+// mid-exec, or before libpython was mapped); call it every few milliseconds
+// (a 2 s `python -c` must not wait long).
 func (t *Tracker) Retry() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.o.Now()
 	for _, p := range t.procs {
-		if p.state == statePending && !now.Before(p.next) {
+		switch {
+		case now.Before(p.next):
+		case p.state == statePending:
 			t.validate(p, now)
+		case p.state == stateNone && p.quick <= quickRechecks:
+			t.discover(p, now)
 		}
 	}
 }
@@ -219,7 +228,13 @@ func (t *Tracker) dropLocked(p *proc) {
 }
 
 func (t *Tracker) skip(p *proc, now time.Time, reason string) {
+	// A process is often first seen mid-exec or before the dynamic linker
+	// has mapped libpython: look again soon, a few times, then rarely.
+	p.quick++
 	p.state, p.next = stateNone, now.Add(recheckNone)
+	if p.quick <= quickRechecks {
+		p.next = now.Add(quickFirst << (2 * (p.quick - 1)))
+	}
 	t.stats.Skipped[reason]++
 }
 

@@ -199,6 +199,28 @@ func TestTrackerNotInitialisedYet(t *testing.T) {
 	}
 }
 
+// A process first seen before the dynamic linker mapped libpython (or
+// mid-exec) is looked at again soon, without waiting to be announced.
+func TestTrackerQuickRecheck(t *testing.T) {
+	f := newFakeProc(t, nil)
+	all := f.maps.maps[42]
+	f.maps.maps[42] = all[:1]
+	f.notify(1)
+	if _, ok := f.procs[42]; ok {
+		t.Fatal("set up without libpython")
+	}
+	f.maps.maps[42] = all
+	f.tracker.Retry()
+	if _, ok := f.procs[42]; ok {
+		t.Fatal("looked at again before its time")
+	}
+	f.now = f.now.Add(10 * time.Millisecond)
+	f.tracker.Retry()
+	if _, ok := f.procs[42]; !ok {
+		t.Fatalf("not set up on the quick recheck: %+v", f.tracker.Stats())
+	}
+}
+
 func TestTrackerRefuses(t *testing.T) {
 	// A faked or misidentified runtime: the thread state does not point
 	// back at its interpreter. Native stacks only, counted.

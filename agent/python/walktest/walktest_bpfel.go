@@ -78,6 +78,7 @@ type walktestPyThreadVal struct {
 	Tstate        uint64
 	StartBoottime uint64
 	RetryNs       uint64
+	Head          uint64
 }
 
 type walktestSample struct {
