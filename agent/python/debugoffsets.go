@@ -51,8 +51,9 @@ const (
 // process). It checks the cookie, that the version it records is 3.13, that
 // the build is not free-threaded (whose frames and thread states this
 // package does not read), and that every offset fits the BPF side's 16-bit
-// fields. base is the table's 3.13 layout, which supplies what the debug
-// offsets do not describe (the compact-unicode size).
+// fields. The table's 3.13 layout supplies what the debug offsets do not
+// describe (the frame model, the line-table format, the compact-unicode
+// header beyond PyASCIIObject).
 func ParseDebugOffsets(b []byte) (Layout, error) {
 	if len(b) < DebugOffsetsSize {
 		return Layout{}, fmt.Errorf("%w: _Py_DebugOffsets: %d bytes, want %d", ErrBadInterpreter, len(b), DebugOffsetsSize)
