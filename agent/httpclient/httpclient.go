@@ -124,8 +124,8 @@ func New(name, scheme string, tc TLSConfig, a Auth, base http.RoundTripper) (htt
 // NewTransport wraps base so that every request carries a's tenant and
 // credentials. It reads the secret file once now, so that a wrong path fails
 // at start-up; name starts its errors ("pyroscope" gives "pyroscope
-// credentials: ..."). Requests whose context comes from RecordStatus get the
-// response's status recorded.
+// credentials: ..."). Requests whose context comes from RecordResponse get
+// the response's status recorded.
 func NewTransport(name string, base http.RoundTripper, a Auth) (http.RoundTripper, error) {
 	if err := a.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -145,13 +145,20 @@ func NewTransport(name string, base http.RoundTripper, a Auth) (http.RoundTrippe
 	return t, nil
 }
 
-type statusKey struct{}
+type responseKey struct{}
 
-// RecordStatus returns a context that makes the transport store the HTTP
-// status of the response in *status (left alone when none came back). Some
-// protocols' errors (connect's) cannot tell a proxy's 400 from a server's 500.
-func RecordStatus(ctx context.Context, status *int) context.Context {
-	return context.WithValue(ctx, statusKey{}, status)
+// Response is what the transport records of a response for RecordResponse.
+type Response struct {
+	Status     int           // the HTTP status
+	RetryAfter time.Duration // the Retry-After header, 0 when absent or unusable
+}
+
+// RecordResponse returns a context that makes the transport store the
+// status and Retry-After of the response in *r (left alone when none came
+// back). Some protocols' errors (connect's) cannot tell a proxy's 400 from a
+// server's 500, and carry no headers.
+func RecordResponse(ctx context.Context, r *Response) context.Context {
+	return context.WithValue(ctx, responseKey{}, r)
 }
 
 // transport adds the tenant and credentials to every request and records
@@ -182,8 +189,8 @@ func (t *transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	resp, err := t.next.RoundTrip(r)
 	if resp != nil {
-		if p, ok := r.Context().Value(statusKey{}).(*int); ok {
-			*p = resp.StatusCode
+		if p, ok := r.Context().Value(responseKey{}).(*Response); ok {
+			*p = Response{Status: resp.StatusCode, RetryAfter: ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
 		}
 	}
 	return resp, err

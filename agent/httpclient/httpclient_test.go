@@ -10,6 +10,8 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
 	"log"
 	"math/big"
@@ -40,9 +42,10 @@ func writeFile(t *testing.T, dir, name, content string) string {
 // with status (200 when 0).
 type recorder struct {
 	*httptest.Server
-	mu      sync.Mutex
-	headers []http.Header
-	status  int
+	mu         sync.Mutex
+	headers    []http.Header
+	status     int
+	retryAfter string
 }
 
 func newRecorder(t *testing.T) *recorder {
@@ -50,8 +53,11 @@ func newRecorder(t *testing.T) *recorder {
 	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		r.mu.Lock()
 		r.headers = append(r.headers, req.Header.Clone())
-		status := r.status
+		status, retryAfter := r.status, r.retryAfter
 		r.mu.Unlock()
+		if retryAfter != "" {
+			w.Header().Set("Retry-After", retryAfter)
+		}
 		if status != 0 {
 			w.WriteHeader(status)
 		}
@@ -222,23 +228,123 @@ func TestAuthValidate(t *testing.T) {
 	}
 }
 
-func TestRecordStatus(t *testing.T) {
+func TestRecordResponse(t *testing.T) {
 	srv := newRecorder(t)
 	srv.status = http.StatusTeapot
+	srv.retryAfter = "7"
 	rt := newTransport(t, httpclient.Auth{})
-	var status int
-	req, _ := http.NewRequestWithContext(httpclient.RecordStatus(context.Background(), &status), http.MethodGet, srv.URL, nil)
+	var got httpclient.Response
+	req, _ := http.NewRequestWithContext(httpclient.RecordResponse(context.Background(), &got), http.MethodGet, srv.URL, nil)
 	resp, err := (&http.Client{Transport: rt}).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if status != http.StatusTeapot {
-		t.Errorf("recorded %d", status)
+	if got.Status != http.StatusTeapot || got.RetryAfter != 7*time.Second {
+		t.Errorf("recorded %+v, want 418 and 7s", got)
 	}
-	// Without RecordStatus nothing is recorded, and nothing breaks.
+	// Without RecordResponse nothing is recorded, and nothing breaks.
 	if err := get(t, rt, srv.URL); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	for v, want := range map[string]time.Duration{
+		"7":     7 * time.Second,
+		" 120 ": 2 * time.Minute,
+		"86400": time.Hour, // capped
+		// The HTTP-date forms (RFC 9110 section 10.2.3 names three).
+		"Wed, 04 Mar 2026 05:06:37 GMT":     30 * time.Second,
+		"Wednesday, 04-Mar-26 05:07:07 GMT": time.Minute,
+		"Wed Mar  4 05:06:17 2026":          10 * time.Second,
+		"Thu, 05 Mar 2026 05:06:07 GMT":     time.Hour, // a day: capped
+		// Nothing usable: the caller's backoff applies.
+		"": 0, "0": 0, "-1": 0, "soon": 0, "1.5": 0, "99999999999999999999": 0,
+		"Wed, 21 Oct 2015 07:28:00 GMT": 0, // in the past
+		"Wed, 04 Mar 2026 05:06:07 GMT": 0, // now
+	} {
+		if got := httpclient.ParseRetryAfter(v, now); got != want {
+			t.Errorf("ParseRetryAfter(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
+func TestClassifyStatus(t *testing.T) {
+	for status, want := range map[int]string{
+		429: "rate_limited true", 408: "timeout true", 401: "auth true", 403: "auth true",
+		500: "unavailable true", 502: "unavailable true", 503: "unavailable true",
+		400: "rejected false", 404: "rejected false", 413: "rejected false", 301: "rejected false",
+	} {
+		retry, reason := httpclient.ClassifyStatus(status)
+		if got := fmt.Sprint(reason, " ", retry); got != want {
+			t.Errorf("%d: %s, want %s", status, got, want)
+		}
+	}
+}
+
+func TestRegisterFlags(t *testing.T) {
+	dir := t.TempDir()
+	for _, prefix := range []string{"pyroscope", "prometheus-remote-write"} {
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		var c httpclient.Config
+		httpclient.RegisterFlags(fs, prefix, &c, "the backend", "where to send")
+		if c.Timeout != httpclient.DefaultTimeout {
+			t.Errorf("%s: default timeout %v", prefix, c.Timeout)
+		}
+		pw := writeFile(t, dir, prefix+"-pw", "pw")
+		args := []string{
+			"--" + prefix + "-url=https://backend.test/x",
+			"--" + prefix + "-tenant=hpc",
+			"--" + prefix + "-basic-auth-user=agent",
+			"--" + prefix + "-basic-auth-password-file=" + pw,
+			"--" + prefix + "-bearer-token-file=/tok",
+			"--" + prefix + "-ca-file=/ca.pem",
+			"--" + prefix + "-cert-file=/cert.pem",
+			"--" + prefix + "-key-file=/key.pem",
+			"--" + prefix + "-server-name=other.test",
+			"--" + prefix + "-insecure-skip-verify",
+			"--" + prefix + "-timeout=7s",
+		}
+		if err := fs.Parse(args); err != nil {
+			t.Fatalf("%s: %v", prefix, err)
+		}
+		want := httpclient.Config{URL: "https://backend.test/x", Tenant: "hpc",
+			BasicAuthUser: "agent", BasicAuthPasswordFile: pw, BearerTokenFile: "/tok",
+			TLS:     httpclient.TLSConfig{CAFile: "/ca.pem", CertFile: "/cert.pem", KeyFile: "/key.pem", ServerName: "other.test", InsecureSkipVerify: true},
+			Timeout: 7 * time.Second}
+		if fmt.Sprintf("%+v", c) != fmt.Sprintf("%+v", want) {
+			t.Errorf("%s: parsed %+v\nwant %+v", prefix, c, want)
+		}
+		n := 0
+		fs.VisitAll(func(f *flag.Flag) {
+			n++
+			if !strings.HasPrefix(f.Name, prefix+"-") || f.Usage == "" {
+				t.Errorf("%s: flag %q (%q)", prefix, f.Name, f.Usage)
+			}
+		})
+		if n != len(args) {
+			t.Errorf("%s: %d flags, want %d", prefix, n, len(args))
+		}
+		// The settings reach Build: both auths set is the first error.
+		if _, _, err := c.Build("backend", "a URL"); err == nil || !strings.Contains(err.Error(), "not both") {
+			t.Errorf("%s: Build: %v", prefix, err)
+		}
+	}
+}
+
+func TestBuildChecksTheURL(t *testing.T) {
+	for _, u := range []string{"", "backend:4040", "ftp://x/y", "http:///path"} {
+		_, _, err := httpclient.Config{URL: u}.Build("backend", "http(s)://host")
+		if err == nil || !strings.HasPrefix(err.Error(), "backend URL ") || !strings.HasSuffix(err.Error(), "want http(s)://host") {
+			t.Errorf("%q: %v", u, err)
+		}
+	}
+	u, rt, err := httpclient.Config{URL: "http://host:1/prefix/"}.Build("backend", "")
+	if err != nil || rt == nil || u.Host != "host:1" || u.Path != "/prefix/" {
+		t.Errorf("good URL: %v %v %v", u, rt, err)
 	}
 }
 

@@ -1,14 +1,12 @@
 // Package pyroscope pushes job-labelled pprof profiles to Grafana Pyroscope
 // through push.v1.PusherService/Push, and ships them from the agent's
-// on-disk spool in order, with retries, so that a backend outage loses
-// nothing while the spool has room.
+// on-disk spool in order, with retries (package ship), so that a backend
+// outage loses nothing while the spool has room.
 package pyroscope
 
 import (
 	"context"
-	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -23,28 +21,10 @@ import (
 // Grafana Enterprise / Cloud gateway).
 const TenantHeader = httpclient.TenantHeader
 
-// Config is how the agent reaches Pyroscope.
+// Config is how the agent reaches Pyroscope. Its URL is the server's base
+// URL, e.g. https://pyroscope:4040; a path prefix (a gateway's) is kept.
 type Config struct {
-	// URL is the server's base URL, e.g. https://pyroscope:4040. A path
-	// prefix (a gateway's) is kept.
-	URL string
-	// Tenant is sent as X-Scope-OrgID when not empty.
-	Tenant string
-
-	// BasicAuthUser and BasicAuthPasswordFile enable basic auth. The file is
-	// re-read when it changes, so credentials rotate without a restart.
-	BasicAuthUser         string
-	BasicAuthPasswordFile string
-	// BearerTokenFile enables bearer auth; re-read when it changes.
-	// Exclusive with basic auth.
-	BearerTokenFile string
-
-	TLS TLSConfig
-
-	// Timeout bounds one push, connection included. Default 30 s.
-	Timeout time.Duration
-	// Transport replaces the HTTP transport (tests); TLS is then ignored.
-	Transport http.RoundTripper
+	httpclient.Config
 }
 
 // TLSConfig configures TLS to the server.
@@ -56,6 +36,8 @@ type Pusher interface {
 	Push(ctx context.Context, req *pushv1.PushRequest) error
 }
 
+var _ Pusher = (*Client)(nil)
+
 // Client is a Pyroscope push client. It is safe for concurrent use.
 type Client struct {
 	push    pushv1connect.PusherServiceClient
@@ -65,25 +47,14 @@ type Client struct {
 // NewClient validates cfg and builds a client. It reads the credential and
 // TLS files once now, so that a wrong path fails at start-up.
 func NewClient(cfg Config) (*Client, error) {
-	u, err := url.Parse(cfg.URL)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("pyroscope URL %q: want http(s)://host[:port][/prefix]", cfg.URL)
-	}
-	rt, err := httpclient.New("pyroscope", u.Scheme, cfg.TLS, httpclient.Auth{
-		Tenant: cfg.Tenant, BasicAuthUser: cfg.BasicAuthUser,
-		BasicAuthPasswordFile: cfg.BasicAuthPasswordFile, BearerTokenFile: cfg.BearerTokenFile,
-	}, cfg.Transport)
+	u, rt, err := cfg.Build("pyroscope", "http(s)://host[:port][/prefix]")
 	if err != nil {
 		return nil, err
-	}
-	timeout := cfg.Timeout
-	if timeout <= 0 {
-		timeout = 30 * time.Second
 	}
 	base := strings.TrimSuffix(u.String(), "/")
 	return &Client{
 		push:    pushv1connect.NewPusherServiceClient(&http.Client{Transport: rt}, base),
-		timeout: timeout,
+		timeout: cfg.RequestTimeout(),
 	}, nil
 }
 
@@ -91,13 +62,13 @@ func NewClient(cfg Config) (*Client, error) {
 func (c *Client) Push(ctx context.Context, req *pushv1.PushRequest) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	// The transport records the HTTP status here: connect's error codes
-	// alone cannot tell a proxy's 400 from a server's 500.
-	var status int
-	ctx = httpclient.RecordStatus(ctx, &status)
+	// The transport records the HTTP status and Retry-After here: connect's
+	// errors alone cannot tell a proxy's 400 from a server's 500.
+	var resp httpclient.Response
+	ctx = httpclient.RecordResponse(ctx, &resp)
 	_, err := c.push.Push(ctx, connect.NewRequest(req))
 	if err == nil {
 		return nil
 	}
-	return classify(err, status)
+	return classify(err, resp)
 }

@@ -27,6 +27,7 @@ import (
 	typesv1 "github.com/grafana/pyroscope/api/gen/proto/go/types/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/slurmscope/slurmscope/agent/httpclient"
 	"github.com/slurmscope/slurmscope/agent/pyroscope"
 	"github.com/slurmscope/slurmscope/agent/spool"
 	"github.com/slurmscope/slurmscope/internal/testenv/pyrostandin"
@@ -209,7 +210,7 @@ next:
 // the server back. Everything the server accepts arrives once and in order.
 func TestFailureMatrix(t *testing.T) {
 	srv := startStandin(t)
-	client := newClient(t, pyroscope.Config{URL: srv.URL()})
+	client := newClient(t, pyroscope.Config{Config: httpclient.Config{URL: srv.URL()}})
 	dir := t.TempDir()
 
 	// Down: connection refused; pushes wait in the spool.
@@ -272,7 +273,7 @@ func nonzero(m map[string]uint64) map[string]uint64 {
 
 func TestStatus400IsDroppedAndCounted(t *testing.T) {
 	srv := startStandin(t)
-	a := startAgent(t, t.TempDir(), 1<<20, newClient(t, pyroscope.Config{URL: srv.URL()}))
+	a := startAgent(t, t.TempDir(), 1<<20, newClient(t, pyroscope.Config{Config: httpclient.Config{URL: srv.URL()}}))
 	srv.SetMode(pyrostandin.Status400)
 	enqueue(t, a, 1, 2)
 	waitFor(t, "both dropped", func() bool { return a.sh.Stats().Dropped[pyroscope.DropRejected] == 2 })
@@ -295,7 +296,7 @@ func TestSpoolFullDropsOldest(t *testing.T) {
 	srv.SetMode(pyrostandin.Down)
 	raw, _ := proto.Marshal(request(t, 1))
 	size := int64(len(raw) + 12) // entry header
-	a := startAgent(t, t.TempDir(), 4*size+size/2, newClient(t, pyroscope.Config{URL: srv.URL()}))
+	a := startAgent(t, t.TempDir(), 4*size+size/2, newClient(t, pyroscope.Config{Config: httpclient.Config{URL: srv.URL()}}))
 	enqueue(t, a, 1, 1)
 	waitFor(t, "the head to be in delivery", func() bool { return a.sh.Stats().Retries >= 1 })
 	enqueue(t, a, 2, 10)
@@ -312,7 +313,7 @@ func TestSpoolFullDropsOldest(t *testing.T) {
 
 func TestPushThenQueryFlamegraph(t *testing.T) {
 	srv := startStandin(t)
-	c := newClient(t, pyroscope.Config{URL: srv.URL()})
+	c := newClient(t, pyroscope.Config{Config: httpclient.Config{URL: srv.URL()}})
 	req, err := pyroscope.NewPushRequest(
 		pyroscope.Series{Name: "process_cpu", ServiceName: "train-llama",
 			Labels:   map[string]string{schema.JobID.Label: "77", schema.HostName.Label: "node-a"},
@@ -385,7 +386,7 @@ func TestClientValidatesLikeTheServer(t *testing.T) {
 
 func TestErrorClassification(t *testing.T) {
 	srv := startStandin(t)
-	c := newClient(t, pyroscope.Config{URL: srv.URL()})
+	c := newClient(t, pyroscope.Config{Config: httpclient.Config{URL: srv.URL()}})
 	for _, tc := range []struct {
 		mode      pyrostandin.Mode
 		retryable bool
@@ -413,7 +414,7 @@ func TestErrorClassification(t *testing.T) {
 	// A server that does not answer in time is retryable.
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	defer ln.Close()
-	slow := newClient(t, pyroscope.Config{URL: "http://" + ln.Addr().String(), Timeout: 20 * time.Millisecond})
+	slow := newClient(t, pyroscope.Config{Config: httpclient.Config{URL: "http://" + ln.Addr().String(), Timeout: 20 * time.Millisecond}})
 	if err := slow.Push(context.Background(), request(t, 1)); !pyroscope.IsRetryable(err) {
 		t.Errorf("timeout: %v", err)
 	}
@@ -431,15 +432,15 @@ func writeFile(t *testing.T, dir, name, content string) string {
 func TestTenantAndBasicAuthReachTheServer(t *testing.T) {
 	srv := startStandin(t, pyrostandin.WithTenant("hpc"), pyrostandin.WithBasicAuth("agent", "s3cret"))
 	dir := t.TempDir()
-	good := newClient(t, pyroscope.Config{URL: srv.URL(), Tenant: "hpc", BasicAuthUser: "agent",
-		BasicAuthPasswordFile: writeFile(t, dir, "pw", "s3cret\n")})
+	good := newClient(t, pyroscope.Config{Config: httpclient.Config{URL: srv.URL(), Tenant: "hpc", BasicAuthUser: "agent",
+		BasicAuthPasswordFile: writeFile(t, dir, "pw", "s3cret\n")}})
 	if err := good.Push(context.Background(), request(t, 1)); err != nil {
 		t.Fatal(err)
 	}
-	noTenant := newClient(t, pyroscope.Config{URL: srv.URL(), BasicAuthUser: "agent",
-		BasicAuthPasswordFile: writeFile(t, dir, "pw2", "s3cret")})
-	wrongPw := newClient(t, pyroscope.Config{URL: srv.URL(), Tenant: "hpc", BasicAuthUser: "agent",
-		BasicAuthPasswordFile: writeFile(t, dir, "pw3", "guess")})
+	noTenant := newClient(t, pyroscope.Config{Config: httpclient.Config{URL: srv.URL(), BasicAuthUser: "agent",
+		BasicAuthPasswordFile: writeFile(t, dir, "pw2", "s3cret")}})
+	wrongPw := newClient(t, pyroscope.Config{Config: httpclient.Config{URL: srv.URL(), Tenant: "hpc", BasicAuthUser: "agent",
+		BasicAuthPasswordFile: writeFile(t, dir, "pw3", "guess")}})
 	for name, c := range map[string]*pyroscope.Client{"no tenant": noTenant, "wrong password": wrongPw} {
 		err := c.Push(context.Background(), request(t, 2))
 		var pe *pyroscope.PushError
@@ -454,12 +455,12 @@ func TestTenantAndBasicAuthReachTheServer(t *testing.T) {
 
 func TestConfigErrors(t *testing.T) {
 	for _, cfg := range []pyroscope.Config{
-		{URL: "pyroscope:4040"},
-		{URL: "http://p", BasicAuthUser: "u"},
-		{URL: "http://p", BasicAuthUser: "u", BasicAuthPasswordFile: "/x", BearerTokenFile: "/y"},
-		{URL: "http://p", BearerTokenFile: "/does/not/exist"},
-		{URL: "https://p", TLS: pyroscope.TLSConfig{CAFile: "/does/not/exist"}},
-		{URL: "https://p", TLS: pyroscope.TLSConfig{CertFile: "/only/cert"}},
+		{Config: httpclient.Config{URL: "pyroscope:4040"}},
+		{Config: httpclient.Config{URL: "http://p", BasicAuthUser: "u"}},
+		{Config: httpclient.Config{URL: "http://p", BasicAuthUser: "u", BasicAuthPasswordFile: "/x", BearerTokenFile: "/y"}},
+		{Config: httpclient.Config{URL: "http://p", BearerTokenFile: "/does/not/exist"}},
+		{Config: httpclient.Config{URL: "https://p", TLS: pyroscope.TLSConfig{CAFile: "/does/not/exist"}}},
+		{Config: httpclient.Config{URL: "https://p", TLS: pyroscope.TLSConfig{CertFile: "/only/cert"}}},
 	} {
 		if _, err := pyroscope.NewClient(cfg); err == nil || !strings.HasPrefix(err.Error(), "pyroscope ") && !strings.HasPrefix(err.Error(), "pyroscope: ") {
 			t.Errorf("%+v: %v, want an error that names pyroscope", cfg, err)
@@ -478,12 +479,12 @@ func TestBearerTokenOverTLS(t *testing.T) {
 	dir := t.TempDir()
 	ca := writeFile(t, dir, "ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})))
 	tok := writeFile(t, dir, "token", "tok\n")
-	good := newClient(t, pyroscope.Config{URL: srv.URL(), BearerTokenFile: tok, TLS: pyroscope.TLSConfig{CAFile: ca}})
+	good := newClient(t, pyroscope.Config{Config: httpclient.Config{URL: srv.URL(), BearerTokenFile: tok, TLS: pyroscope.TLSConfig{CAFile: ca}}})
 	if err := good.Push(context.Background(), request(t, 1)); err != nil {
 		t.Fatal(err)
 	}
 	// The system roots do not know the test certificate.
-	untrusted := newClient(t, pyroscope.Config{URL: srv.URL(), BearerTokenFile: tok})
+	untrusted := newClient(t, pyroscope.Config{Config: httpclient.Config{URL: srv.URL(), BearerTokenFile: tok}})
 	if err := untrusted.Push(context.Background(), request(t, 2)); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("untrusted server: %v", err)
 	}

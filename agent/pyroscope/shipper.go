@@ -2,88 +2,83 @@ package pyroscope
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"sync"
+	"slices"
 	"time"
 
 	pushv1 "github.com/grafana/pyroscope/api/gen/proto/go/push/v1"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/slurmscope/slurmscope/agent/ship"
 	"github.com/slurmscope/slurmscope/agent/spool"
 )
 
 // Drop reasons, as counted by Stats.Dropped and exported as the reason label.
 const (
-	DropRejected  = "rejected"   // the server refused the request (4xx, InvalidArgument, ...)
-	DropSpoolFull = "spool_full" // evicted from the full spool to make room for newer data
-	DropCorrupt   = "corrupt"    // a spool entry that could not be read or decoded
-	DropTooLarge  = "too_large"  // a request bigger than the whole spool
-	DropInvalid   = "invalid"    // a request that failed validation before it was spooled
+	DropRejected   = ship.DropRejected   // the server refused the request (4xx, InvalidArgument, ...)
+	DropSpoolFull  = ship.DropSpoolFull  // evicted from the full spool to make room for newer data
+	DropCorrupt    = ship.DropCorrupt    // a spool entry that could not be read or decoded
+	DropTooLarge   = ship.DropTooLarge   // a request bigger than the whole spool
+	DropSpoolWrite = ship.DropSpoolWrite // the spool could not store the request (disk error)
+	DropInvalid    = "invalid"           // a request that failed validation before it was spooled
 )
 
+// dropReasons lists every reason, so that each is exported from the start.
+var dropReasons = append(slices.Clone(ship.Reasons), DropInvalid)
+
 // ShipperOption configures a Shipper.
-type ShipperOption func(*Shipper)
+type ShipperOption func(*ship.Options)
 
 // WithBackoff sets the first and the largest delay between retries of the
-// head request. Defaults: 1 s and 2 min.
+// head request (the largest also caps the server's Retry-After). Defaults:
+// 1 s and 2 min.
 func WithBackoff(initial, max time.Duration) ShipperOption {
-	return func(s *Shipper) { s.backoffMin, s.backoffMax = initial, max }
+	return func(o *ship.Options) { o.MinBackoff, o.MaxBackoff = initial, max }
 }
 
-// WithFlushTimeout bounds the final flush after Run's context is done.
+// WithFlushTimeout bounds the stop after Run's context is done: the push in
+// flight may finish and what is queued is flushed, for at most this long.
 // Default 5 s; 0 disables the flush.
 func WithFlushTimeout(d time.Duration) ShipperOption {
-	return func(s *Shipper) { s.flushTimeout = d }
+	return func(o *ship.Options) { o.FlushTimeout = d }
 }
 
 // WithLogger sets the logger.
-func WithLogger(l *slog.Logger) ShipperOption { return func(s *Shipper) { s.log = l } }
+func WithLogger(l *slog.Logger) ShipperOption { return func(o *ship.Options) { o.Log = l } }
 
-// Shipper moves push requests from the spool to Pyroscope, oldest first. A
-// retryable failure holds the queue (head-of-line) and retries with capped,
-// jittered exponential backoff, so data arrives in order; a permanent failure
-// drops that one request and counts it. Delivery is exactly-once while the
-// agent runs and at-least-once across a crash (see package spool).
+// Shipper moves push requests from the spool to Pyroscope, oldest first,
+// with the retries, Retry-After, two-step stop and drop accounting of
+// package ship.
 type Shipper struct {
-	spool  *spool.Spool
-	pusher Pusher
-	log    *slog.Logger
-
-	backoffMin, backoffMax time.Duration
-	flushTimeout           time.Duration
-
-	mu          sync.Mutex
-	pushed      uint64
-	pushedBytes uint64
-	retries     uint64
-	dropped     map[string]uint64
-	logged      map[string]bool // drop reasons already logged
-	lastErr     string
+	ship *ship.Shipper[*pushv1.PushRequest]
 }
 
 // NewShipper ships from sp through p.
 func NewShipper(sp *spool.Spool, p Pusher, opts ...ShipperOption) *Shipper {
-	s := &Shipper{
-		spool: sp, pusher: p, log: slog.Default(),
-		backoffMin: time.Second, backoffMax: 2 * time.Minute,
-		flushTimeout: 5 * time.Second,
-		dropped:      map[string]uint64{},
-		logged:       map[string]bool{},
+	o := ship.Options{Name: "pyroscope", What: "profiles",
+		MinBackoff: time.Second, MaxBackoff: 2 * time.Minute, FlushTimeout: 5 * time.Second}
+	for _, opt := range opts {
+		opt(&o)
 	}
-	for _, o := range opts {
-		o(s)
-	}
-	if s.backoffMin <= 0 {
-		s.backoffMin = time.Millisecond
-	}
-	if s.backoffMax < s.backoffMin {
-		s.backoffMax = s.backoffMin
-	}
-	return s
+	return &Shipper{ship: ship.New[*pushv1.PushRequest](sp, sender{p}, o)}
 }
+
+// sender is Pyroscope's part of the shipper: spool entries are marshalled
+// push requests.
+type sender struct{ p Pusher }
+
+var _ ship.Sender[*pushv1.PushRequest] = sender{}
+
+func (sender) Decode(payload []byte) (*pushv1.PushRequest, ship.Size, error) {
+	req := &pushv1.PushRequest{}
+	if err := proto.Unmarshal(payload, req); err != nil {
+		return nil, ship.Size{}, err
+	}
+	return req, ship.Size{Bytes: len(payload)}, nil
+}
+
+func (s sender) Send(ctx context.Context, req *pushv1.PushRequest) error { return s.p.Push(ctx, req) }
 
 // Enqueue validates req and spools it for shipping. It is what producers
 // call each interval. A request that is invalid or could never fit is
@@ -91,7 +86,7 @@ func NewShipper(sp *spool.Spool, p Pusher, opts ...ShipperOption) *Shipper {
 func (s *Shipper) Enqueue(req *pushv1.PushRequest) error {
 	for _, series := range req.GetSeries() {
 		if err := ValidateLabels(series.Labels); err != nil {
-			s.drop(DropInvalid, err)
+			s.ship.Discard(DropInvalid, err)
 			return err
 		}
 	}
@@ -99,149 +94,14 @@ func (s *Shipper) Enqueue(req *pushv1.PushRequest) error {
 	if err != nil {
 		return fmt.Errorf("encoding push request: %w", err)
 	}
-	if err := s.spool.Append(b); err != nil {
-		if errors.Is(err, spool.ErrTooLarge) {
-			s.drop(DropTooLarge, err)
-		} else if errors.Is(err, spool.ErrFull) {
-			s.drop(DropSpoolFull, err)
-		}
-		return err
-	}
-	return nil
+	return s.ship.Enqueue(b)
 }
 
-// Run ships until ctx is done, then tries for at most the flush timeout to
-// deliver what is left, stopping at the first failure: what is not delivered
-// stays in the spool for the next start. Run returns nil after a clean stop.
-func (s *Shipper) Run(ctx context.Context) error {
-	for {
-		e, err := s.spool.Next(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				s.flush()
-				return nil
-			}
-			return err
-		}
-		if !s.deliver(ctx, e) {
-			s.flush()
-			return nil
-		}
-	}
-}
-
-// deliver pushes e until it is delivered or dropped (true), or ctx is done
-// (false; e stays queued).
-func (s *Shipper) deliver(ctx context.Context, e spool.Entry) bool {
-	req := &pushv1.PushRequest{}
-	if err := proto.Unmarshal(e.Payload, req); err != nil {
-		s.drop(DropCorrupt, fmt.Errorf("spool entry %d: %w", e.Seq, err))
-		s.ack(e.Seq)
-		return true
-	}
-	for attempt := 0; ; attempt++ {
-		err := s.pusher.Push(ctx, req)
-		if err == nil {
-			s.ack(e.Seq)
-			s.mu.Lock()
-			s.pushed++
-			s.pushedBytes += uint64(len(e.Payload))
-			s.lastErr = ""
-			s.mu.Unlock()
-			return true
-		}
-		if ctx.Err() != nil {
-			return false
-		}
-		if !IsRetryable(err) {
-			s.drop(DropRejected, err)
-			s.ack(e.Seq)
-			return true
-		}
-		s.mu.Lock()
-		s.retries++
-		first := s.lastErr == ""
-		s.lastErr = err.Error()
-		s.mu.Unlock()
-		if first {
-			// Once per outage, not once per retry.
-			s.log.Warn("pyroscope unreachable; keeping profiles in the spool and retrying", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(s.backoff(attempt)):
-		}
-	}
-}
-
-// flush delivers what it can within the flush timeout, giving up at the
-// first failure instead of retrying.
-func (s *Shipper) flush() {
-	if s.flushTimeout <= 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.flushTimeout)
-	defer cancel()
-	for ctx.Err() == nil {
-		e, err := s.spool.Peek()
-		if err != nil {
-			return
-		}
-		req := &pushv1.PushRequest{}
-		if err := proto.Unmarshal(e.Payload, req); err != nil {
-			s.drop(DropCorrupt, fmt.Errorf("spool entry %d: %w", e.Seq, err))
-			s.ack(e.Seq)
-			continue
-		}
-		err = s.pusher.Push(ctx, req)
-		switch {
-		case err == nil:
-			s.ack(e.Seq)
-			s.mu.Lock()
-			s.pushed++
-			s.pushedBytes += uint64(len(e.Payload))
-			s.mu.Unlock()
-		case !IsRetryable(err):
-			s.drop(DropRejected, err)
-			s.ack(e.Seq)
-		default:
-			return
-		}
-	}
-}
-
-// backoff is the delay before retry attempt+1: exponential from backoffMin,
-// capped at backoffMax, with "equal jitter" (half fixed, half random) so a
-// cluster of agents does not retry in lockstep after an outage.
-func (s *Shipper) backoff(attempt int) time.Duration {
-	d := s.backoffMin
-	for i := 0; i < attempt && d < s.backoffMax; i++ {
-		d *= 2
-	}
-	d = min(d, s.backoffMax)
-	half := d / 2
-	return half + rand.N(half+1)
-}
-
-func (s *Shipper) ack(seq uint64) {
-	if err := s.spool.Ack(seq); err != nil {
-		s.log.Error("spool: ack failed; the entry will be sent again", "seq", seq, "err", err)
-	}
-}
-
-func (s *Shipper) drop(reason string, err error) {
-	s.mu.Lock()
-	s.dropped[reason]++
-	first := !s.logged[reason]
-	s.logged[reason] = true
-	s.mu.Unlock()
-	if first {
-		// Once per reason: a misbehaving producer must not flood the log.
-		// The counters carry the rest.
-		s.log.Error("dropping profiles", "reason", reason, "err", err)
-	}
-}
+// Run ships until ctx is done, then lets the push in flight finish and
+// flushes what is queued, for at most the flush timeout and stopping at the
+// first failure: what is not delivered stays in the spool for the next
+// start. Run returns nil after a clean stop.
+func (s *Shipper) Run(ctx context.Context) error { return s.ship.Run(ctx) }
 
 // Stats is a snapshot of the shipper's and its spool's counters.
 type Stats struct {
@@ -258,20 +118,7 @@ type Stats struct {
 
 // Stats returns a snapshot of the counters.
 func (s *Shipper) Stats() Stats {
-	sp := s.spool.Stats()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := Stats{
-		Pushed: s.pushed, PushedBytes: s.pushedBytes, Retries: s.retries,
-		Dropped:      map[string]uint64{},
-		SpoolEntries: sp.Entries, SpoolBytes: sp.Bytes,
-		LastError: s.lastErr,
-	}
-	for k, v := range s.dropped {
-		st.Dropped[k] = v
-	}
-	st.Dropped[DropSpoolFull] += sp.DroppedOldest
-	// Entries the spool itself found corrupt never reach the shipper.
-	st.Dropped[DropCorrupt] += sp.Corrupt
-	return st
+	st := s.ship.Stats()
+	return Stats{Pushed: st.Sent, PushedBytes: st.SentBytes, Retries: st.Retries, Dropped: st.Dropped,
+		SpoolEntries: st.SpoolEntries, SpoolBytes: st.SpoolBytes, LastError: st.LastError}
 }

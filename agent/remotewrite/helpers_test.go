@@ -12,6 +12,7 @@ import (
 
 	"github.com/golang/snappy"
 
+	"github.com/slurmscope/slurmscope/agent/httpclient"
 	"github.com/slurmscope/slurmscope/agent/spool"
 )
 
@@ -129,7 +130,7 @@ func quietLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
 // Run gathers at start and at stop, and tests call CollectOnce in between.
 func testConfig(url string) Config {
 	return Config{
-		URL:        url,
+		Config:     httpclient.Config{URL: url},
 		Interval:   time.Hour,
 		MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond,
 		FlushTimeout: 5 * time.Second,

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/slurmscope/slurmscope/agent/httpclient"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -219,11 +220,10 @@ func TestIntegrationPrometheus(t *testing.T) {
 	pg := &phaseGatherer{g: reg, gauge: phase, counts: map[float64]int{}}
 
 	cfg := Config{
-		URL:        p.base() + "/api/v1/write",
+		Config:     httpclient.Config{URL: p.base() + "/api/v1/write", Timeout: 10 * time.Second},
 		Interval:   100 * time.Millisecond,
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 		FlushTimeout: 5 * time.Second,
-		Timeout:      10 * time.Second,
 	}
 	spoolDir := filepath.Join(tmp, "spool")
 	run := func() (*Writer, func()) {

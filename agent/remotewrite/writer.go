@@ -20,8 +20,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math/rand/v2"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -33,52 +31,39 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/slurmscope/slurmscope/agent/httpclient"
+	"github.com/slurmscope/slurmscope/agent/ship"
 	"github.com/slurmscope/slurmscope/agent/spool"
 )
 
 // Drop reasons, as counted in Stats.Dropped and exported as the reason label.
 const (
-	DropRejected   = "rejected"    // the receiver refused the request (4xx other than 401/403/408/429)
-	DropSpoolFull  = "spool_full"  // evicted from the full spool to make room for newer data
-	DropCorrupt    = "corrupt"     // a spool entry that could not be read or decoded
-	DropTooLarge   = "too_large"   // a request bigger than the whole spool
-	DropSpoolWrite = "spool_write" // the spool could not store the request (disk error)
+	DropRejected   = ship.DropRejected   // the receiver refused the request (4xx other than 401/403/408/429)
+	DropSpoolFull  = ship.DropSpoolFull  // evicted from the full spool to make room for newer data
+	DropCorrupt    = ship.DropCorrupt    // a spool entry that could not be read or decoded
+	DropTooLarge   = ship.DropTooLarge   // a request bigger than the whole spool
+	DropSpoolWrite = ship.DropSpoolWrite // the spool could not store the request (disk error)
 )
 
 // dropReasons lists every reason, so that each is exported from the start.
-var dropReasons = []string{DropRejected, DropSpoolFull, DropCorrupt, DropTooLarge, DropSpoolWrite}
+var dropReasons = ship.Reasons
 
 // Defaults for the zero values of Config.
 const (
 	DefaultInterval             = 15 * time.Second
-	DefaultTimeout              = 30 * time.Second
+	DefaultTimeout              = httpclient.DefaultTimeout
 	DefaultMaxSamplesPerRequest = 2000
 	DefaultMinBackoff           = time.Second
 	DefaultMaxBackoff           = time.Minute
 	DefaultFlushTimeout         = 5 * time.Second
 )
 
-// Config is how the agent remote-writes.
+// Config is how the agent remote-writes. Its URL is the receiver's write
+// endpoint, e.g. http://prometheus:9090/api/v1/write (Prometheus started
+// with --web.enable-remote-write-receiver) or https://mimir/api/v1/push.
 type Config struct {
-	// URL is the receiver's write endpoint, e.g.
-	// http://prometheus:9090/api/v1/write (Prometheus started with
-	// --web.enable-remote-write-receiver) or https://mimir/api/v1/push.
-	URL string
-	// Tenant is sent as X-Scope-OrgID when not empty.
-	Tenant string
+	httpclient.Config
 
-	// BasicAuthUser and BasicAuthPasswordFile enable basic auth. The file
-	// is re-read when it changes, so credentials rotate without a restart.
-	BasicAuthUser         string
-	BasicAuthPasswordFile string
-	// BearerTokenFile enables bearer auth; re-read when it changes.
-	// Exclusive with basic auth.
-	BearerTokenFile string
-
-	TLS TLSConfig
-
-	// Timeout bounds one request, connection included. Default 30 s.
-	Timeout time.Duration
 	// Interval is the time between two gathers. Default 15 s.
 	Interval time.Duration
 	// MaxSamplesPerRequest bounds one request. Default 2000.
@@ -98,24 +83,20 @@ type Config struct {
 
 	// UserAgent is sent with every request. Default "slurmscope-agent".
 	UserAgent string
-	// Transport replaces the HTTP transport (tests); TLS is then ignored.
-	Transport http.RoundTripper
 }
 
 // Writer gathers, spools and ships metrics. Create one with New and start it
 // with Run.
 type Writer struct {
 	spool    *spool.Spool
+	ship     *ship.Shipper[[]byte]
 	gatherer prometheus.Gatherer
 	client   *client
-	log      *slog.Logger
 	ext      []Label
 
-	interval               time.Duration
-	maxSamples             int
-	backoffMin, backoffMax time.Duration
-	flushTimeout           time.Duration
-	now                    func() time.Time // tests replace it
+	interval   time.Duration
+	maxSamples int
+	now        func() time.Time // tests replace it
 
 	running atomic.Bool
 
@@ -124,15 +105,8 @@ type Writer struct {
 	lastTS    int64 // last gather's timestamp (ms)
 
 	mu           sync.Mutex
-	requests     uint64
-	samples      uint64
-	bytes        uint64
-	retries      uint64
 	gatherErrors uint64
 	skipped      uint64
-	dropped      map[string]uint64
-	logged       map[string]bool // reasons already logged
-	lastErr      string
 }
 
 // New validates cfg and builds a Writer that spools to sp and gathers from
@@ -142,40 +116,32 @@ func New(cfg Config, sp *spool.Spool, g prometheus.Gatherer, log *slog.Logger) (
 	if sp == nil || g == nil {
 		return nil, errors.New("remote write: a spool and a gatherer are required")
 	}
-	if log == nil {
-		log = slog.Default()
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultTimeout
-	}
 	c, err := newClient(cfg)
 	if err != nil {
 		return nil, err
 	}
+	o := ship.Options{Name: op, What: "metrics", Log: log,
+		MinBackoff: cfg.MinBackoff, MaxBackoff: cfg.MaxBackoff, FlushTimeout: cfg.FlushTimeout}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = DefaultMinBackoff
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = max(DefaultMaxBackoff, o.MinBackoff)
+	}
+	if o.FlushTimeout == 0 {
+		o.FlushTimeout = DefaultFlushTimeout
+	}
 	w := &Writer{
-		spool: sp, gatherer: g, client: c, log: log,
+		spool: sp, gatherer: g, client: c,
+		ship:     ship.New[[]byte](sp, sender{c}, o),
 		interval: cfg.Interval, maxSamples: cfg.MaxSamplesPerRequest,
-		backoffMin: cfg.MinBackoff, backoffMax: cfg.MaxBackoff,
-		flushTimeout: cfg.FlushTimeout,
-		now:          time.Now,
-		dropped:      map[string]uint64{},
-		logged:       map[string]bool{},
+		now: time.Now,
 	}
 	if w.interval <= 0 {
 		w.interval = DefaultInterval
 	}
 	if w.maxSamples <= 0 {
 		w.maxSamples = DefaultMaxSamplesPerRequest
-	}
-	if w.backoffMin <= 0 {
-		w.backoffMin = DefaultMinBackoff
-	}
-	if w.backoffMax <= 0 {
-		w.backoffMax = max(DefaultMaxBackoff, w.backoffMin)
-	}
-	w.backoffMax = max(w.backoffMax, w.backoffMin)
-	if w.flushTimeout == 0 {
-		w.flushTimeout = DefaultFlushTimeout
 	}
 	w.lastTS = readLastTimestamp(sp.Dir())
 	for _, name := range slices.Sorted(maps.Keys(cfg.ExternalLabels)) {
@@ -186,6 +152,19 @@ func New(cfg Config, sp *spool.Spool, g prometheus.Gatherer, log *slog.Logger) (
 	}
 	return w, nil
 }
+
+// sender is remote write's part of the shipper: a spool entry holds the
+// compressed body and its sample count (see encodeEntry).
+type sender struct{ c *client }
+
+var _ ship.Sender[[]byte] = sender{}
+
+func (sender) Decode(entry []byte) ([]byte, ship.Size, error) {
+	body, samples, err := decodeEntry(entry)
+	return body, ship.Size{Bytes: len(body), Samples: samples}, err
+}
+
+func (s sender) Send(ctx context.Context, body []byte) error { return s.c.send(ctx, body) }
 
 // Run gathers every interval (the first time at once) and ships until ctx
 // is done. Then it gathers one last time and, for at most the flush
@@ -202,17 +181,12 @@ func (w *Writer) Run(ctx context.Context) error {
 	// depend on goroutine scheduling.
 	w.CollectOnce()
 
-	// The shipper outlives ctx by design. Stopping has two steps: soft
-	// (no more waiting or retrying; flush) right after the last gather,
-	// and hard (abandon the request in flight) a flush timeout later.
-	// Cutting a request short at once would often cut it after the
-	// receiver stored it, and the flush would then send it twice.
-	soft, stopSoft := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopSoft()
-	hard, stopHard := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopHard()
+	// The shipper outlives ctx until the last gather is spooled, so that
+	// its stop flushes that one too.
+	shipCtx, stopShip := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopShip()
 	shipped := make(chan error, 1)
-	go func() { shipped <- w.ship(soft, hard) }()
+	go func() { shipped <- w.ship.Run(shipCtx) }()
 
 	t := time.NewTicker(w.interval)
 	defer t.Stop()
@@ -220,12 +194,7 @@ func (w *Writer) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			w.CollectOnce()
-			stopSoft()
-			if w.flushTimeout > 0 {
-				defer time.AfterFunc(w.flushTimeout, stopHard).Stop()
-			} else {
-				stopHard()
-			}
+			stopShip()
 			return <-shipped
 		case <-t.C:
 			w.CollectOnce()
@@ -250,7 +219,7 @@ func (w *Writer) CollectOnce() {
 	}
 	w.lastTS = at.UnixMilli()
 	if err := writeLastTimestamp(w.spool.Dir(), w.lastTS); err != nil {
-		w.logOnce("timestamp", "cannot record the last timestamp; a restart within the same millisecond may be rejected", "err", err)
+		w.ship.LogOnce("timestamp", "cannot record the last timestamp; a restart within the same millisecond may be rejected", "err", err)
 	}
 
 	series, skipped, err := FromGatherer(w.gatherer, at)
@@ -261,10 +230,10 @@ func (w *Writer) CollectOnce() {
 	}
 	w.mu.Unlock()
 	if err != nil {
-		w.logOnce("gather", "gathering metrics failed; sending what was gathered", "err", err)
+		w.ship.LogOnce("gather", "gathering metrics failed; sending what was gathered", "err", err)
 	}
 	if skipped > 0 {
-		w.logOnce("skipped", "left out series no receiver would accept (bad label names)", "series", skipped)
+		w.ship.LogOnce("skipped", "left out series no receiver would accept (bad label names)", "series", skipped)
 	}
 	series = withExternalLabels(series, w.ext)
 	for _, batch := range split(series, w.maxSamples) {
@@ -274,164 +243,7 @@ func (w *Writer) CollectOnce() {
 
 func (w *Writer) enqueue(batch []TimeSeries) {
 	entry, _ := encodeEntry(batch)
-	err := w.spool.Append(entry)
-	switch {
-	case err == nil:
-	case errors.Is(err, spool.ErrTooLarge):
-		w.drop(DropTooLarge, fmt.Errorf("%w (lower MaxSamplesPerRequest or raise the spool bound)", err))
-	case errors.Is(err, spool.ErrFull):
-		w.drop(DropSpoolFull, err)
-	default: // a disk error, or the spool was closed under us
-		w.drop(DropSpoolWrite, err)
-	}
-}
-
-// ship delivers the spool in order until soft is done, then flushes until
-// hard is done.
-func (w *Writer) ship(soft, hard context.Context) error {
-	for {
-		e, err := w.spool.Next(soft)
-		if err != nil {
-			if soft.Err() != nil {
-				w.flush(hard)
-				return nil
-			}
-			return fmt.Errorf("remote write spool: %w", err)
-		}
-		if !w.deliver(soft, hard, e) {
-			w.flush(hard)
-			return nil
-		}
-	}
-}
-
-// deliver sends e until it is delivered or dropped (true), or the shipper
-// is stopping and e failed (false; e stays queued).
-func (w *Writer) deliver(soft, hard context.Context, e spool.Entry) bool {
-	body, samples, err := decodeEntry(e.Payload)
-	if err != nil {
-		w.drop(DropCorrupt, fmt.Errorf("spool entry %d: %w", e.Seq, err))
-		w.ack(e.Seq)
-		return true
-	}
-	for attempt := 0; ; attempt++ {
-		err := w.client.send(hard, body)
-		if err == nil {
-			w.delivered(e.Seq, samples, len(body))
-			return true
-		}
-		if hard.Err() != nil {
-			return false
-		}
-		if !IsRetryable(err) {
-			w.drop(DropRejected, err)
-			w.ack(e.Seq)
-			return true
-		}
-		if soft.Err() != nil {
-			return false
-		}
-		w.mu.Lock()
-		w.retries++
-		first := w.lastErr == ""
-		w.lastErr = err.Error()
-		w.mu.Unlock()
-		if first {
-			// Once per outage, not once per retry.
-			w.log.Warn("remote write receiver unavailable; keeping metrics in the spool and retrying", "err", err)
-		}
-		d := w.backoff(attempt)
-		var se *SendError
-		if errors.As(err, &se) && se.RetryAfter > d {
-			d = min(se.RetryAfter, w.backoffMax)
-		}
-		select {
-		case <-soft.Done():
-			return false
-		case <-time.After(d):
-		}
-	}
-}
-
-// flush delivers what it can until ctx is done, giving up at the first
-// retryable failure instead of retrying.
-func (w *Writer) flush(ctx context.Context) {
-	for ctx.Err() == nil {
-		e, err := w.spool.Peek()
-		if err != nil {
-			return
-		}
-		body, samples, err := decodeEntry(e.Payload)
-		if err != nil {
-			w.drop(DropCorrupt, fmt.Errorf("spool entry %d: %w", e.Seq, err))
-			w.ack(e.Seq)
-			continue
-		}
-		err = w.client.send(ctx, body)
-		switch {
-		case err == nil:
-			w.delivered(e.Seq, samples, len(body))
-		case ctx.Err() != nil:
-			return
-		case !IsRetryable(err):
-			w.drop(DropRejected, err)
-			w.ack(e.Seq)
-		default:
-			return
-		}
-	}
-}
-
-func (w *Writer) delivered(seq uint64, samples, bytes int) {
-	w.ack(seq)
-	w.mu.Lock()
-	w.requests++
-	w.samples += uint64(samples)
-	w.bytes += uint64(bytes)
-	recovered := w.lastErr != ""
-	w.lastErr = ""
-	w.mu.Unlock()
-	if recovered {
-		w.log.Info("remote write receiver reachable again; delivering the spool")
-	}
-}
-
-// backoff is the delay before retry attempt+1: exponential from backoffMin,
-// capped at backoffMax, with "equal jitter" (half fixed, half random) so a
-// cluster of agents does not retry in lockstep after an outage.
-func (w *Writer) backoff(attempt int) time.Duration {
-	d := w.backoffMin
-	for i := 0; i < attempt && d < w.backoffMax; i++ {
-		d *= 2
-	}
-	d = min(d, w.backoffMax)
-	half := d / 2
-	return half + rand.N(half+1)
-}
-
-func (w *Writer) ack(seq uint64) {
-	if err := w.spool.Ack(seq); err != nil {
-		w.log.Error("spool: ack failed; the request will be sent again", "seq", seq, "err", err)
-	}
-}
-
-func (w *Writer) drop(reason string, err error) {
-	w.mu.Lock()
-	w.dropped[reason]++
-	w.mu.Unlock()
-	w.logOnce("drop:"+reason, "dropping metrics", "reason", reason, "err", err)
-}
-
-// logOnce logs the first occurrence of key only: a misbehaving collector or
-// receiver must not flood the log. The counters carry the rest.
-func (w *Writer) logOnce(key, msg string, args ...any) {
-	w.mu.Lock()
-	first := !w.logged[key]
-	w.logged[key] = true
-	w.mu.Unlock()
-	if first {
-		w.log.Error("remote write: "+msg, args...)
-	}
+	_ = w.ship.Enqueue(entry) // counted as dropped there
 }
 
 // Stats is a snapshot of the writer's and its spool's counters.
@@ -453,19 +265,16 @@ type Stats struct {
 
 // Stats returns a snapshot of the counters.
 func (w *Writer) Stats() Stats {
-	sp := w.spool.Stats()
+	st := w.ship.Stats()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	st := Stats{
-		RequestsSent: w.requests, SamplesSent: w.samples, BytesSent: w.bytes, Retries: w.retries,
-		Dropped:      maps.Clone(w.dropped),
+	return Stats{
+		RequestsSent: st.Sent, SamplesSent: st.SentSamples, BytesSent: st.SentBytes, Retries: st.Retries,
+		Dropped:      st.Dropped,
 		GatherErrors: w.gatherErrors, SkippedSeries: w.skipped,
-		SpoolRequests: sp.Entries, SpoolBytes: sp.Bytes,
-		LastError: w.lastErr,
+		SpoolRequests: st.SpoolEntries, SpoolBytes: st.SpoolBytes,
+		LastError: st.LastError,
 	}
-	st.Dropped[DropSpoolFull] += sp.DroppedOldest
-	st.Dropped[DropCorrupt] += sp.Corrupt
-	return st
 }
 
 // lastTSFile keeps the last gather's timestamp beside the spool (the spool

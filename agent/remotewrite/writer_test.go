@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/slurmscope/slurmscope/agent/httpclient"
 	"github.com/slurmscope/slurmscope/agent/spool"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -172,7 +173,7 @@ func TestClassification(t *testing.T) {
 		_, _ = w.Write([]byte("why:\nbecause"))
 	}))
 	defer srv.Close()
-	c, err := newClient(Config{URL: srv.URL, Timeout: ceiling})
+	c, err := newClient(Config{Config: httpclient.Config{URL: srv.URL, Timeout: ceiling}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,11 +215,12 @@ func TestClassification(t *testing.T) {
 	if err := c.send(context.Background(), []byte{0}); !errors.As(err, &se) || se.RetryAfter != 7*time.Second {
 		t.Errorf("Retry-After: %v", err)
 	}
-	for _, v := range []string{"", "-1", "soon", "Wed, 21 Oct 2015 07:28:00 GMT", "99999999999999999999"} {
-		if d := parseRetryAfter(v); d != 0 {
-			t.Errorf("parseRetryAfter(%q) = %v, want 0", v, d)
-		}
+	// The HTTP-date form too (its parsing is tested in agent/httpclient).
+	retryAfter = time.Now().Add(30 * time.Second).UTC().Format(http.TimeFormat)
+	if err := c.send(context.Background(), []byte{0}); !errors.As(err, &se) || se.RetryAfter <= 20*time.Second || se.RetryAfter > 30*time.Second {
+		t.Errorf("Retry-After %s: %v", retryAfter, err)
 	}
+	retryAfter = ""
 
 	// No server at all: a connection error is retryable.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -227,7 +229,7 @@ func TestClassification(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	c, _ = newClient(Config{URL: "http://" + addr + "/api/v1/write", Timeout: ceiling})
+	c, _ = newClient(Config{Config: httpclient.Config{URL: "http://" + addr + "/api/v1/write", Timeout: ceiling}})
 	if err := c.send(context.Background(), []byte{0}); !IsRetryable(err) {
 		t.Errorf("connection refused must be retryable: %v", err)
 	}
@@ -242,14 +244,14 @@ func TestConfigErrors(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "missing")
 	for name, cfg := range map[string]Config{
 		"no URL":            {},
-		"bad scheme":        {URL: "ftp://x/y"},
-		"no host":           {URL: "http:///api/v1/write"},
-		"both auths":        {URL: "http://x", BasicAuthUser: "u", BasicAuthPasswordFile: missing, BearerTokenFile: missing},
-		"user, no password": {URL: "http://x", BasicAuthUser: "u"},
-		"missing token":     {URL: "http://x", BearerTokenFile: missing},
-		"half a cert":       {URL: "https://x", TLS: TLSConfig{CertFile: missing}},
-		"missing CA":        {URL: "https://x", TLS: TLSConfig{CAFile: missing}},
-		"bad external":      {URL: "http://x", ExternalLabels: map[string]string{"": "v"}},
+		"bad scheme":        {Config: httpclient.Config{URL: "ftp://x/y"}},
+		"no host":           {Config: httpclient.Config{URL: "http:///api/v1/write"}},
+		"both auths":        {Config: httpclient.Config{URL: "http://x", BasicAuthUser: "u", BasicAuthPasswordFile: missing, BearerTokenFile: missing}},
+		"user, no password": {Config: httpclient.Config{URL: "http://x", BasicAuthUser: "u"}},
+		"missing token":     {Config: httpclient.Config{URL: "http://x", BearerTokenFile: missing}},
+		"half a cert":       {Config: httpclient.Config{URL: "https://x", TLS: TLSConfig{CertFile: missing}}},
+		"missing CA":        {Config: httpclient.Config{URL: "https://x", TLS: TLSConfig{CAFile: missing}}},
+		"bad external":      {Config: httpclient.Config{URL: "http://x"}, ExternalLabels: map[string]string{"": "v"}},
 	} {
 		if _, err := New(cfg, sp, reg, nil); err == nil {
 			t.Errorf("%s: New accepted %+v", name, cfg)
@@ -257,7 +259,7 @@ func TestConfigErrors(t *testing.T) {
 			t.Errorf("%s: the error must name remote write: %v", name, err)
 		}
 	}
-	if _, err := New(Config{URL: "http://x"}, nil, reg, nil); err == nil {
+	if _, err := New(Config{Config: httpclient.Config{URL: "http://x"}}, nil, reg, nil); err == nil {
 		t.Error("New accepted a nil spool")
 	}
 }
@@ -322,18 +324,6 @@ func equal(a, b []float64) bool {
 		}
 	}
 	return true
-}
-
-func TestBackoffIsCappedAndGrows(t *testing.T) {
-	w := &Writer{backoffMin: 10 * time.Millisecond, backoffMax: 80 * time.Millisecond}
-	for attempt := range 10 {
-		want := min(10*time.Millisecond<<attempt, 80*time.Millisecond)
-		for range 50 {
-			if d := w.backoff(attempt); d < want/2 || d > want {
-				t.Fatalf("attempt %d: %v outside [%v, %v]", attempt, d, want/2, want)
-			}
-		}
-	}
 }
 
 // TestRejectedIsDroppedOnce: a 400 drops that request (sent once, counted
@@ -596,7 +586,7 @@ func TestTimestampsIncreaseAcrossRestarts(t *testing.T) {
 	var last int64
 	for run := 0; run < 3; run++ {
 		sp := openSpool(t, dir, 1<<20)
-		w, err := New(Config{URL: "http://127.0.0.1:1/api/v1/write"}, sp, g, quietLog())
+		w, err := New(Config{Config: httpclient.Config{URL: "http://127.0.0.1:1/api/v1/write"}}, sp, g, quietLog())
 		if err != nil {
 			t.Fatal(err)
 		}
