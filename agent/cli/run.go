@@ -24,6 +24,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/daemon"
 	"github.com/slurmscope/slurmscope/agent/gpu"
 	"github.com/slurmscope/slurmscope/agent/gputrace"
+	"github.com/slurmscope/slurmscope/agent/httpclient"
 	"github.com/slurmscope/slurmscope/agent/jobinfo"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/pyroscope"
@@ -74,17 +75,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.metricsAddr, "metrics-addr", ":9810", "address for the agent's own /metrics; empty disables it")
 	fs.StringVar(&f.spoolDir, "spool-dir", "/var/lib/slurmscope/spool", "on-disk queue of pushes waiting for Pyroscope")
 	fs.Int64Var(&f.spoolMax, "spool-max-bytes", 256<<20, "bound of the spool; the oldest pushes are dropped (and counted) past it")
-	fs.StringVar(&f.pyro.URL, "pyroscope-url", "", "Pyroscope base URL to push to (push.v1.PusherService/Push)")
-	fs.StringVar(&f.pyro.Tenant, "pyroscope-tenant", "", "tenant id, sent as X-Scope-OrgID")
-	fs.StringVar(&f.pyro.BasicAuthUser, "pyroscope-basic-auth-user", "", "basic auth user")
-	fs.StringVar(&f.pyro.BasicAuthPasswordFile, "pyroscope-basic-auth-password-file", "", "file holding the basic auth password (re-read when it changes)")
-	fs.StringVar(&f.pyro.BearerTokenFile, "pyroscope-bearer-token-file", "", "file holding a bearer token (re-read when it changes)")
-	fs.StringVar(&f.pyro.TLS.CAFile, "pyroscope-ca-file", "", "PEM CA bundle to verify the server with")
-	fs.StringVar(&f.pyro.TLS.CertFile, "pyroscope-cert-file", "", "client certificate for mutual TLS")
-	fs.StringVar(&f.pyro.TLS.KeyFile, "pyroscope-key-file", "", "client key for mutual TLS")
-	fs.StringVar(&f.pyro.TLS.ServerName, "pyroscope-server-name", "", "server name to verify instead of the URL's host")
-	fs.BoolVar(&f.pyro.TLS.InsecureSkipVerify, "pyroscope-insecure-skip-verify", false, "do not verify the server's certificate (testing only)")
-	fs.DurationVar(&f.pyro.Timeout, "pyroscope-timeout", 30*time.Second, "timeout of one push")
+	httpclient.RegisterFlags(fs, "pyroscope", &f.pyro.Config, "Pyroscope", "Pyroscope base URL to push to (push.v1.PusherService/Push)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.webConfig, "web.config.file", "", "exporter-toolkit web config (TLS, basic auth) for --metrics-addr")
 	fs.BoolVar(&f.cpuProfiling, "cpu-profiling", true, "profile CPU stacks with eBPF")
@@ -92,14 +83,9 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.gpuInterval, "gpu-interval", 10*time.Second, "how often GPUs are polled")
 	fs.StringVar(&f.nvmlLibrary, "nvml-library", "", "path of libnvidia-ml.so.1 (default: the dynamic linker's search)")
 	fs.StringVar(&f.gpuInjectLib, "gpu-inject-lib", "", "the installed libslurmscope_inject.so (the path jobs get in CUDA_INJECTION64_PATH): trace the GPU kernels of jobs that load it and write gpu profiles")
-	fs.StringVar(&f.rw.URL, "prometheus-remote-write-url", "", "also push the agent's metrics with Prometheus remote-write 1.0 to this URL (e.g. http://prometheus:9090/api/v1/write)")
+	httpclient.RegisterFlags(fs, "prometheus-remote-write", &f.rw.Config, "the remote-write endpoint",
+		"also push the agent's metrics with Prometheus remote-write 1.0 to this URL (e.g. http://prometheus:9090/api/v1/write)")
 	fs.DurationVar(&f.rw.Interval, "prometheus-remote-write-interval", 15*time.Second, "how often metrics are remote-written")
-	fs.StringVar(&f.rw.Tenant, "prometheus-remote-write-tenant", "", "tenant id for remote write, sent as X-Scope-OrgID (Mimir, Cortex)")
-	fs.StringVar(&f.rw.BasicAuthUser, "prometheus-remote-write-basic-auth-user", "", "basic auth user for remote write")
-	fs.StringVar(&f.rw.BasicAuthPasswordFile, "prometheus-remote-write-basic-auth-password-file", "", "file holding the remote-write basic auth password")
-	fs.StringVar(&f.rw.BearerTokenFile, "prometheus-remote-write-bearer-token-file", "", "file holding a remote-write bearer token")
-	fs.StringVar(&f.rw.TLS.CAFile, "prometheus-remote-write-ca-file", "", "PEM CA bundle to verify the remote-write endpoint with")
-	fs.BoolVar(&f.rw.TLS.InsecureSkipVerify, "prometheus-remote-write-insecure-skip-verify", false, "do not verify the remote-write endpoint's certificate (testing only)")
 	fs.StringVar(&f.rwSpoolDir, "remote-write-spool-dir", "/var/lib/slurmscope/remote-write", "on-disk queue of metric batches waiting for the remote-write endpoint")
 	fs.Int64Var(&f.rwSpoolMax, "remote-write-spool-max-bytes", 64<<20, "bound of the remote-write spool; the oldest batches are dropped (and counted) past it")
 }
