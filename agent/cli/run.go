@@ -264,7 +264,7 @@ type profiler struct {
 
 func newProfiler(f runFlags, res *attribution.Resolver, coll *gpu.Collector, reg *prometheus.Registry, log *slog.Logger) (*profiler, error) {
 	p := &profiler{}
-	var sinks multiSink
+	var sinks sink.Multi
 	if f.pyro.URL != "" {
 		client, err := pyroscope.NewClient(f.pyro)
 		if err != nil {
@@ -382,15 +382,4 @@ func metricsMux(reg *prometheus.Registry) *http.ServeMux {
 		fmt.Fprintln(w, "slurmscope-agent: see /metrics")
 	})
 	return mux
-}
-
-// multiSink writes to every sink and reports every failure.
-type multiSink []daemon.Sink
-
-func (m multiSink) Write(ctx context.Context, outs []daemon.Output) error {
-	var errs []error
-	for _, s := range m {
-		errs = append(errs, s.Write(ctx, outs))
-	}
-	return errors.Join(errs...)
 }

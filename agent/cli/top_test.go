@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/slurmscope/slurmscope/agent/sink"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -131,7 +132,7 @@ func writeTwoJobs(t *testing.T) string {
 		write(t, filepath.Join(dir, "7", "process_cpu-1700000000.pb.gz"))
 	newTopProfile(lbl(schema.HostName.Label, "node-a"), lbl(schema.ServiceName, "sshd")).
 		add(1, "poll").
-		write(t, filepath.Join(dir, noJobDir, "process_cpu-1700000000.pb.gz"))
+		write(t, filepath.Join(dir, sink.NoJobDir, "process_cpu-1700000000.pb.gz"))
 	return dir
 }
 
@@ -143,7 +144,7 @@ func TestTopMergesPerJob(t *testing.T) {
 	}
 	got := topJSONLines(t, out)
 	if len(got) != 3 {
-		t.Fatalf("want jobs 12, 7 and %s, got %v", noJobDir, out)
+		t.Fatalf("want jobs 12, 7 and %s, got %v", sink.NoJobDir, out)
 	}
 	j := got["12"]
 	if j.Files != 2 || j.Samples != 100 || !near(j.CPUSeconds, 1.0) {
@@ -173,8 +174,8 @@ func TestTopMergesPerJob(t *testing.T) {
 	if f := got["7"].Functions; len(f) != 1 || f[0].Name != "inner" {
 		t.Errorf("job 7: %+v, want the inlined callee as the leaf", f)
 	}
-	if got[noJobDir].Attributes[schema.ServiceName] != "sshd" {
-		t.Errorf("%s: %+v", noJobDir, got[noJobDir])
+	if got[sink.NoJobDir].Attributes[schema.ServiceName] != "sshd" {
+		t.Errorf("%s: %+v", sink.NoJobDir, got[sink.NoJobDir])
 	}
 	// Busiest first.
 	if first, _, _ := strings.Cut(out, "\n"); !strings.Contains(first, `"dir":"12"`) {

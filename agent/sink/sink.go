@@ -1,6 +1,6 @@
 // Package sink delivers the agent's profiles: to files on disk (the default
-// with no server, readable by go tool pprof) or to Pyroscope through the
-// bounded spool.
+// with no server, readable by go tool pprof, and summarised by ReadDir) or
+// to Pyroscope through the bounded spool.
 package sink
 
 import (
@@ -126,6 +126,20 @@ func (p *Push) Write(_ context.Context, outs []daemon.Output) error {
 		if err := p.Shipper.Enqueue(req); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	return errors.Join(errs...)
+}
+
+// Multi writes to every sink and reports every failure.
+type Multi []daemon.Sink
+
+var _ daemon.Sink = Multi(nil)
+
+// Write implements daemon.Sink.
+func (m Multi) Write(ctx context.Context, outs []daemon.Output) error {
+	var errs []error
+	for _, s := range m {
+		errs = append(errs, s.Write(ctx, outs))
 	}
 	return errors.Join(errs...)
 }

@@ -1,0 +1,253 @@
+package sink
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/google/pprof/profile"
+)
+
+// MaxFileBytes bounds what ReadDir reads of one file: a profile is a few
+// hundred kilobytes, and a stray multi-gigabyte file must not exhaust memory.
+const MaxFileBytes = 256 << 20
+
+// Job is one job directory's CPU profiles merged: the labels found in the
+// files' comments and CPU time per function.
+type Job struct {
+	Dir     string // the directory's name: the job id, or NoJobDir
+	Files   int    // profiles read
+	CPU     int64  // nanoseconds
+	Samples int64
+
+	labels map[string]map[string]bool // wire label -> values seen
+	self   map[string]int64           // function -> nanoseconds with it as the leaf
+	cum    map[string]int64           // function -> nanoseconds with it anywhere on the stack
+}
+
+// Values returns the values the job's files carry for a wire label, sorted
+// (a job on several hosts has several host names).
+func (j *Job) Values(label string) []string {
+	var vs []string
+	for v := range j.labels[label] {
+		vs = append(vs, v)
+	}
+	sort.Strings(vs)
+	return vs
+}
+
+// Value is Values joined with commas.
+func (j *Job) Value(label string) string { return strings.Join(j.Values(label), ",") }
+
+// ReadDir reads what Dir wrote under dir, DIR/<job>/*.pb.gz (only
+// DIR/only/ when only is set), busiest job first. A file that cannot be read
+// or parsed, or has no CPU time in it, goes to skip and is left out: one bad
+// file must not hide every other job.
+func ReadDir(dir, only string, skip func(string, error)) ([]*Job, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var jobs []*Job
+	found := false
+	for _, e := range entries {
+		if !e.IsDir() || (only != "" && e.Name() != only) {
+			continue
+		}
+		found = true
+		j := &Job{Dir: e.Name(), labels: map[string]map[string]bool{}, self: map[string]int64{}, cum: map[string]int64{}}
+		files, err := filepath.Glob(filepath.Join(dir, e.Name(), "*.pb.gz"))
+		if err != nil {
+			return nil, err
+		}
+		sort.Strings(files)
+		for _, f := range files {
+			if err := j.add(f); err != nil {
+				skip(f, err)
+				continue
+			}
+			j.Files++
+		}
+		if j.Files > 0 {
+			jobs = append(jobs, j)
+		}
+	}
+	if only != "" && !found {
+		return nil, fmt.Errorf("no directory for job %s under %s", only, dir)
+	}
+	// Busiest job first; ties (and empty profiles) by job id, numerically
+	// where both are numbers, so the order is stable.
+	sort.Slice(jobs, func(a, b int) bool {
+		if jobs[a].CPU != jobs[b].CPU {
+			return jobs[a].CPU > jobs[b].CPU
+		}
+		return lessJobID(jobs[a].Dir, jobs[b].Dir)
+	})
+	return jobs, nil
+}
+
+func lessJobID(a, b string) bool {
+	na, ea := strconv.ParseUint(a, 10, 64)
+	nb, eb := strconv.ParseUint(b, 10, 64)
+	if ea == nil && eb == nil {
+		return na < nb
+	}
+	if (ea == nil) != (eb == nil) {
+		return ea == nil // numbered jobs before _nojob and the like
+	}
+	return a < b
+}
+
+// add folds one file into the job. It reads the whole file before changing
+// anything, so a file that fails half way leaves no trace.
+func (j *Job) add(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return err
+	}
+	if len(data) > MaxFileBytes {
+		return fmt.Errorf("larger than %d MiB", MaxFileBytes>>20)
+	}
+	p, err := profile.ParseData(data)
+	if err != nil {
+		return err
+	}
+	cpuIdx, countIdx := -1, -1
+	for i, st := range p.SampleType {
+		switch {
+		case st.Type == "cpu" && st.Unit == "nanoseconds":
+			cpuIdx = i
+		case st.Type == "samples" && st.Unit == "count":
+			countIdx = i
+		}
+	}
+	// A profile with only sample counts still says how much CPU they stand
+	// for when its period is CPU time.
+	perSample := int64(0)
+	if cpuIdx < 0 {
+		if countIdx < 0 || p.PeriodType == nil || p.PeriodType.Type != "cpu" || p.PeriodType.Unit != "nanoseconds" || p.Period <= 0 {
+			return errors.New("no cpu/nanoseconds sample type: not a CPU profile")
+		}
+		perSample = p.Period
+	}
+	var cpu, count int64
+	self := map[string]int64{}
+	cum := map[string]int64{}
+	seen := map[string]bool{}
+	for _, s := range p.Sample {
+		var ns, n int64
+		if countIdx >= 0 {
+			n = s.Value[countIdx]
+		}
+		if cpuIdx >= 0 {
+			ns = s.Value[cpuIdx]
+		} else {
+			ns = n * perSample
+		}
+		if ns < 0 || n < 0 || ns > math.MaxInt64-cpu || n > math.MaxInt64-count {
+			return errors.New("negative or overflowing sample values")
+		}
+		cpu += ns
+		count += n
+		if len(s.Location) == 0 {
+			self["[no stack]"] += ns
+			cum["[no stack]"] += ns
+			continue
+		}
+		self[leafName(s.Location[0])] += ns
+		clear(seen)
+		for _, loc := range s.Location {
+			for _, name := range frameNames(loc) {
+				// Recursion must not count a sample twice.
+				if !seen[name] {
+					seen[name] = true
+					cum[name] += ns
+				}
+			}
+		}
+	}
+	if cpu > math.MaxInt64-j.CPU || count > math.MaxInt64-j.Samples {
+		return errors.New("sample values overflow the job's total")
+	}
+	j.CPU += cpu
+	j.Samples += count
+	for k, v := range self {
+		j.self[k] += v
+	}
+	for k, v := range cum {
+		j.cum[k] += v
+	}
+	for _, c := range p.Comments {
+		name, value, ok := strings.Cut(c, "=")
+		if !ok || name == "" {
+			continue // a comment that is not a label
+		}
+		if j.labels[name] == nil {
+			j.labels[name] = map[string]bool{}
+		}
+		j.labels[name][value] = true
+	}
+	return nil
+}
+
+// leafName is the innermost function of a location: pprof lists inlined
+// frames innermost first.
+func leafName(loc *profile.Location) string {
+	if names := frameNames(loc); len(names) > 0 {
+		return names[0]
+	}
+	return "[unknown]"
+}
+
+func frameNames(loc *profile.Location) []string {
+	var names []string
+	for _, l := range loc.Line {
+		if l.Function != nil && l.Function.Name != "" {
+			names = append(names, l.Function.Name)
+		}
+	}
+	if len(names) == 0 {
+		// Unsymbolised: keep the module visible, as pprof does.
+		m := "?"
+		if loc.Mapping != nil && loc.Mapping.File != "" {
+			m = filepath.Base(loc.Mapping.File)
+		}
+		names = append(names, fmt.Sprintf("%s+%#x", m, loc.Address))
+	}
+	return names
+}
+
+// Func is one function's CPU time in a job, in nanoseconds.
+type Func struct {
+	Name      string
+	Self, Cum int64 // as the leaf; anywhere on the stack
+}
+
+// Top returns the n functions with the most self time, most first.
+func (j *Job) Top(n int) []Func {
+	rows := make([]Func, 0, len(j.self))
+	for name, v := range j.self {
+		rows = append(rows, Func{name, v, j.cum[name]})
+	}
+	sort.Slice(rows, func(a, b int) bool {
+		if rows[a].Self != rows[b].Self {
+			return rows[a].Self > rows[b].Self
+		}
+		return rows[a].Name < rows[b].Name
+	})
+	if len(rows) > n {
+		rows = rows[:n]
+	}
+	return rows
+}
