@@ -1,0 +1,84 @@
+package unwind
+
+import (
+	"encoding/binary"
+
+	"github.com/slurmscope/slurmscope/agent/unwind/cfi"
+)
+
+// encode lays a table out as its BPF inner map (bpf/unwind.h): element 0
+// the header {pages, rows}, then the page index (pages+1 __u32 entries, two
+// to an element: entry p < pages is the row covering page p's first byte,
+// entry pages the last row), then the rows. Row 0 is always at pc 0 (a gap
+// row is put there if the table starts later), so every pc at or after
+// the base has a row at or before it. It also returns the page count,
+// which the mappings carry.
+func encode(t *cfi.Table) ([]uint64, uint32) {
+	rows := t.Rows
+	if len(rows) == 0 || rows[0].PC != 0 {
+		lead := cfi.Row{PC: 0, Flags: uint8(t.GapKind)}
+		rows = append([]cfi.Row{lead}, rows...)
+	}
+	pages := int(rows[len(rows)-1].PC>>pageShift) + 1
+	ixElems := (pages + 2) / 2
+	out := make([]uint64, 1+ixElems+len(rows))
+	out[0] = uint64(pages) | uint64(len(rows))<<32
+	index := make([]uint32, 2*ixElems)
+	j := 0 // the last row at or before the current page's start
+	for p := 0; p < pages; p++ {
+		start := uint32(p) << pageShift
+		for j+1 < len(rows) && rows[j+1].PC <= start {
+			j++
+		}
+		index[p] = uint32(j)
+	}
+	index[pages] = uint32(len(rows) - 1)
+	for i := range ixElems {
+		out[1+i] = uint64(index[2*i]) | uint64(index[2*i+1])<<32
+	}
+	for i, r := range rows {
+		out[1+ixElems+i] = rowWord(r)
+	}
+	return out, uint32(pages)
+}
+
+// rowWord is a row as the 8 little-endian bytes of struct unwind_row.
+func rowWord(r cfi.Row) uint64 {
+	var b [8]byte
+	binary.LittleEndian.PutUint32(b[0:], r.PC)
+	binary.LittleEndian.PutUint16(b[4:], uint16(r.CFA))
+	b[6] = r.Flags
+	b[7] = uint8(r.RBP)
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+// lookupEncoded is the BPF search (unwind_find_row) in Go, for tests: the
+// row covering table pc off, or false.
+func lookupEncoded(elems []uint64, pages uint32, off uint64) (cfi.Row, bool) {
+	entry := func(p uint64) uint32 { return uint32(elems[1+p/2] >> (32 * (p & 1))) }
+	p := min(off>>pageShift, uint64(pages))
+	lo, hi := entry(p), entry(p)
+	if p < uint64(pages) {
+		hi = entry(p + 1)
+	}
+	first := 1 + (uint64(pages)+2)/2
+	row := func(i uint32) cfi.Row {
+		w := elems[first+uint64(i)]
+		return cfi.Row{PC: uint32(w), CFA: int16(w >> 32), Flags: uint8(w >> 48), RBP: int8(w >> 56)}
+	}
+	for i := 0; i < searchSteps && lo < hi; i++ {
+		mid := lo + (hi-lo+1)/2
+		if uint64(row(mid).PC) <= off {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	if lo < hi || uint64(row(lo).PC) > off {
+		return cfi.Row{}, false
+	}
+	return row(lo), true
+}
+
+// searchSteps is UNWIND_SEARCH_STEPS.
+const searchSteps = 10

@@ -1,0 +1,429 @@
+package unwind_test
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/slurmscope/slurmscope/agent/symbolize"
+	"github.com/slurmscope/slurmscope/agent/unwind"
+	"github.com/slurmscope/slurmscope/agent/unwind/unwindtest"
+)
+
+// needIntegration skips unless the test can load BPF. With
+// SLURMSCOPE_INTEGRATION=1 nothing is skipped: a missing prerequisite is a
+// failure, so CI cannot pass by not testing.
+func needIntegration(t testing.TB) {
+	t.Helper()
+	if os.Getenv("SLURMSCOPE_INTEGRATION") != "1" && os.Geteuid() != 0 {
+		t.Skip("needs root (or SLURMSCOPE_INTEGRATION=1)")
+	}
+}
+
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+// workloads builds internal/testenv/workloads' unwinder workloads without
+// frame pointers, once per test binary.
+func workloads(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "unwind-workloads")
+		if buildErr != nil {
+			return
+		}
+		src := filepath.Join("..", "..", "internal", "testenv", "workloads")
+		for _, c := range [][]string{
+			{"gcc", "-O2", "-fomit-frame-pointer", "-o", filepath.Join(binDir, "unwindc"), filepath.Join(src, "unwindc.c")},
+			{"g++", "-O2", "-fomit-frame-pointer", "-o", filepath.Join(binDir, "unwindcxx"), filepath.Join(src, "unwindcxx.cc")},
+		} {
+			if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("%v: %v\n%s", c, err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binDir
+}
+
+type workload struct {
+	cmd   *exec.Cmd
+	pid   int
+	ticks uint64
+	bin   string
+}
+
+// start runs a workload for secs and waits for its "ready".
+func start(t testing.TB, bin, mode string, secs int) *workload {
+	t.Helper()
+	cmd := exec.Command(bin, mode, strconv.Itoa(secs))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w := &workload{cmd: cmd, pid: cmd.Process.Pid, bin: bin}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("%s %s: %q %v", bin, mode, line, err)
+	}
+	w.ticks = startTicks(t, w.pid)
+	return w
+}
+
+// startTicks is field 22 of /proc/<pid>/stat.
+func startTicks(t testing.TB, pid int) uint64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	v, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// stack is one symbolised sample.
+type stack struct {
+	funcs   []string // innermost first, one per native frame ("" unknown)
+	modules []string
+	end     uint32
+	n       int
+}
+
+func (s stack) has(fn string) bool {
+	for _, f := range s.funcs {
+		if f == fn {
+			return true
+		}
+	}
+	return false
+}
+
+// profile samples a running workload for d with the unwinder (and, with
+// fp, bpf_get_stack side by side) and symbolises every stack while the
+// process is alive.
+type profile struct {
+	unwound, fp []stack
+	counters    unwind.Counters
+	loader      *unwind.Loader
+	// BPF run time and runs of the unwinding and frame-pointer programs
+	// (zero unless kernel.bpf_stats_enabled).
+	unwindRun, fpRun   time.Duration
+	unwindRuns, fpRuns uint64
+}
+
+func sample(t testing.TB, w *workload, d time.Duration, fp bool, uprobe string) profile {
+	t.Helper()
+	l, err := unwind.NewLoader(unwind.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l.Close)
+	if err := l.SyncProcess(w.pid, w.ticks); err != nil {
+		t.Fatal(err)
+	}
+	p, err := unwindtest.Load(w.pid, l.Maps().Replace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	out := profile{loader: l}
+	if uprobe != "" {
+		if err := p.AttachUprobe(w.bin, uprobe); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		if err := p.AttachPerf(w.pid, 997, false); err != nil {
+			t.Fatal(err)
+		}
+		if fp {
+			if err := p.AttachPerf(w.pid, 997, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	time.Sleep(d)
+	p.Detach()
+	up, fpp := p.Programs()
+	if st, err := up.Stats(); err == nil {
+		out.unwindRun, out.unwindRuns = st.Runtime, st.RunCount
+	}
+	if st, err := fpp.Stats(); err == nil {
+		out.fpRun, out.fpRuns = st.Runtime, st.RunCount
+	}
+	time.Sleep(100 * time.Millisecond) // the ring buffer reader catches up
+	if out.counters, err = l.Counters(); err != nil {
+		t.Fatal(err)
+	}
+	sym := symbolize.New(symbolize.Options{})
+	for _, s := range p.Samples() {
+		n := int(min(s.Len, uint32(len(s.Ips))))
+		frames := sym.User(w.pid, w.ticks, s.Ips[:n])
+		st := stack{end: s.End, n: n}
+		for _, f := range frames {
+			if f.Inlined {
+				continue
+			}
+			st.funcs = append(st.funcs, f.Function)
+			st.modules = append(st.modules, filepath.Base(f.Module))
+		}
+		if s.How == unwindtest.HowFramePointer {
+			out.fp = append(out.fp, st)
+		} else {
+			out.unwound = append(out.unwound, st)
+		}
+	}
+	return out
+}
+
+// leafStacks returns the stacks whose innermost frame is leaf.
+func leafStacks(stacks []stack, leaf string) []stack {
+	var out []stack
+	for _, s := range stacks {
+		if len(s.funcs) > 0 && s.funcs[0] == leaf {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func share(stacks []stack, pred func(stack) bool) float64 {
+	if len(stacks) == 0 {
+		return 0
+	}
+	n := 0
+	for _, s := range stacks {
+		if pred(s) {
+			n++
+		}
+	}
+	return float64(n) / float64(len(stacks))
+}
+
+func caller(s stack) string {
+	if len(s.funcs) < 2 {
+		return ""
+	}
+	return s.funcs[1]
+}
+
+// TestSplit: a leaf called from two callers with a 70/30 split of its work,
+// in a C program built without frame pointers. The unwinder must recover
+// the callers and main; bpf_get_stack, side by side, shows what frame
+// pointers get of the same process.
+func TestSplit(t *testing.T) {
+	needIntegration(t)
+	w := start(t, filepath.Join(workloads(t), "unwindc"), "split", 30)
+	p := sample(t, w, 4*time.Second, true, "")
+	leaf := leafStacks(p.unwound, "leaf")
+	if len(leaf) < 500 {
+		t.Fatalf("%d leaf samples of %d", len(leaf), len(p.unwound))
+	}
+	reachMain := share(leaf, func(s stack) bool { return s.has("main") })
+	a := share(leaf, func(s stack) bool { return caller(s) == "caller_a" })
+	b := share(leaf, func(s stack) bool { return caller(s) == "caller_b" })
+	fpMain := share(leafStacks(p.fp, "leaf"), func(s stack) bool { return s.has("main") })
+	clean := share(p.unwound, func(s stack) bool { return s.end == unwind.EndStack })
+	t.Logf("leaf samples %d: reach main %.1f%% (frame pointers: %.1f%% of %d), caller_a %.1f%%, caller_b %.1f%%, clean ends %.1f%%; %+v",
+		len(leaf), 100*reachMain, 100*fpMain, len(leafStacks(p.fp, "leaf")), 100*a, 100*b, 100*clean, p.counters)
+	if reachMain < 0.95 {
+		t.Errorf("%.1f%% of leaf samples reach main, want >= 95%%", 100*reachMain)
+	}
+	if a < 0.65 || a > 0.75 || a+b < 0.95 {
+		t.Errorf("split caller_a %.1f%% / caller_b %.1f%%, want 70/30 within 5 points", 100*a, 100*b)
+	}
+	if clean < 0.95 {
+		t.Errorf("only %.1f%% of walks end at the end of the stack", 100*clean)
+	}
+	if p.counters.FramesTable == 0 || p.counters.Walks < uint64(len(p.unwound)) {
+		t.Errorf("counters %+v", p.counters)
+	}
+}
+
+// TestQsortComparator: a comparator called back through glibc's qsort
+// reaches its caller (through libc's frames) and main.
+func TestQsortComparator(t *testing.T) {
+	needIntegration(t)
+	w := start(t, filepath.Join(workloads(t), "unwindc"), "qsort", 30)
+	p := sample(t, w, 3*time.Second, false, "")
+	cmp := leafStacks(p.unwound, "cmp_items")
+	if len(cmp) < 200 {
+		t.Fatalf("%d comparator samples of %d", len(cmp), len(p.unwound))
+	}
+	reach := share(cmp, func(s stack) bool { return s.has("sort_rounds") && s.has("main") })
+	viaLibc := share(cmp, func(s stack) bool { return len(s.modules) > 1 && strings.HasPrefix(s.modules[1], "libc.so") })
+	t.Logf("comparator samples %d: reach sort_rounds and main %.1f%%, called from libc %.1f%%; e.g. %q", len(cmp), 100*reach, 100*viaLibc, cmp[0].funcs)
+	if reach < 0.95 || viaLibc < 0.95 {
+		t.Errorf("%.1f%% reach sort_rounds and main, %.1f%% are called from libc; want >= 95%% both", 100*reach, 100*viaLibc)
+	}
+}
+
+// TestSignalFrame: a SIGPROF handler's leaf unwinds through the kernel's
+// signal frame (__restore_rt) into the interrupted code and main.
+func TestSignalFrame(t *testing.T) {
+	needIntegration(t)
+	w := start(t, filepath.Join(workloads(t), "unwindc"), "signal", 30)
+	p := sample(t, w, 3*time.Second, false, "")
+	leaf := leafStacks(p.unwound, "sig_leaf")
+	if len(leaf) < 200 {
+		t.Fatalf("%d handler samples of %d", len(leaf), len(p.unwound))
+	}
+	reach := share(leaf, func(s stack) bool { return s.has("on_prof") && s.has("spin_main") && s.has("main") })
+	t.Logf("handler samples %d: through the signal frame to main %.1f%%; e.g. %q; %+v", len(leaf), 100*reach, leaf[0].funcs, p.counters)
+	if reach < 0.90 {
+		t.Errorf("%.1f%% of handler samples reach spin_main and main, want >= 90%%", 100*reach)
+	}
+	if p.counters.SignalFrames == 0 {
+		t.Error("no signal frame counted")
+	}
+}
+
+// TestDeepRecursion: 300 levels of recursion are cut at the frame limit,
+// cleanly and counted as such.
+func TestDeepRecursion(t *testing.T) {
+	needIntegration(t)
+	w := start(t, filepath.Join(workloads(t), "unwindcxx"), "deep", 30)
+	p := sample(t, w, 3*time.Second, false, "")
+	leaf := leafStacks(p.unwound, "deep_leaf")
+	if len(leaf) < 200 {
+		t.Fatalf("%d deep_leaf samples of %d", len(leaf), len(p.unwound))
+	}
+	cut := share(leaf, func(s stack) bool {
+		if s.end != unwind.EndFrameLimit || s.n != 127 {
+			return false
+		}
+		for _, f := range s.funcs[1:] {
+			if f != "recurse" {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("deep_leaf samples %d: cut at 127 frames of recurse %.1f%%; ends %v", len(leaf), 100*cut, p.counters.Ends)
+	if cut < 0.95 {
+		t.Errorf("%.1f%% cut cleanly at the frame limit, want >= 95%%; e.g. %d frames, end %d: %q", 100*cut, leaf[0].n, leaf[0].end, leaf[0].funcs)
+	}
+	if p.counters.Ends[unwind.EndFrameLimit] < uint64(len(leaf)) {
+		t.Errorf("frame-limit ends %d < %d samples", p.counters.Ends[unwind.EndFrameLimit], len(leaf))
+	}
+}
+
+// TestExceptions: time spent throwing and catching C++ exceptions (in
+// libstdc++'s and libgcc's unwinder, with inlined template frames in the
+// thrower) still unwinds to main.
+func TestExceptions(t *testing.T) {
+	needIntegration(t)
+	w := start(t, filepath.Join(workloads(t), "unwindcxx"), "except", 30)
+	p := sample(t, w, 3*time.Second, false, "")
+	var in []stack
+	for _, s := range p.unwound {
+		if s.has("catcher") {
+			in = append(in, s)
+		}
+	}
+	if len(in) < 200 {
+		t.Fatalf("%d samples under catcher of %d", len(in), len(p.unwound))
+	}
+	reach := share(in, func(s stack) bool { return s.has("except_rounds") && s.has("main") })
+	runtime := share(in, func(s stack) bool {
+		return strings.HasPrefix(s.modules[0], "libgcc_s") || strings.HasPrefix(s.modules[0], "libstdc++")
+	})
+	t.Logf("samples under catcher %d: reach main %.1f%%, leaf in libgcc_s/libstdc++ %.1f%%", len(in), 100*reach, 100*runtime)
+	if reach < 0.95 {
+		t.Errorf("%.1f%% reach main, want >= 95%%", 100*reach)
+	}
+	if runtime < 0.2 {
+		t.Errorf("only %.1f%% of samples in the exception runtime: the workload does not exercise it", 100*runtime)
+	}
+}
+
+// TestUprobeEntry: a uprobe at a function's first instruction (as on the
+// GPU marker) sees its direct caller, which a frame-pointer walk skips.
+func TestUprobeEntry(t *testing.T) {
+	needIntegration(t)
+	w := start(t, filepath.Join(workloads(t), "unwindc"), "split", 30)
+	p := sample(t, w, 2*time.Second, false, "leaf")
+	if len(p.unwound) < 200 {
+		t.Fatalf("%d uprobe samples", len(p.unwound))
+	}
+	ok := share(p.unwound, func(s stack) bool {
+		return s.funcs[0] == "leaf" && (caller(s) == "caller_a" || caller(s) == "caller_b") && s.has("run_split") && s.has("main")
+	})
+	t.Logf("uprobe samples %d: leaf <- caller <- run_split <- main %.1f%%", len(p.unwound), 100*ok)
+	if ok < 0.99 {
+		t.Errorf("%.1f%% of entries show leaf's caller and main, want >= 99%%", 100*ok)
+	}
+}
+
+// TestAgainstPerfDwarf runs perf record --call-graph dwarf (Debian's
+// linux-perf: it copies the stack and unwinds it with libdw afterwards, the
+// reference for code without frame pointers) on the same process at the
+// same time as the unwinder: the callers' shares of the leaf must agree
+// within 5 points.
+func TestAgainstPerfDwarf(t *testing.T) {
+	needIntegration(t)
+	perf, err := exec.LookPath("perf")
+	if err != nil {
+		t.Fatal("perf not installed (scripts/deps.sh installs linux-perf)")
+	}
+	w := start(t, filepath.Join(workloads(t), "unwindc"), "split", 30)
+	data := filepath.Join(t.TempDir(), "perf.data")
+	rec := exec.Command(perf, "record", "-q", "-F", "997", "--call-graph", "dwarf", "-p", strconv.Itoa(w.pid), "-o", data, "--", "sleep", "4")
+	recOut := &strings.Builder{}
+	rec.Stdout, rec.Stderr = recOut, recOut
+	if err := rec.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := sample(t, w, 4*time.Second, false, "")
+	if err := rec.Wait(); err != nil {
+		t.Fatalf("perf record: %v\n%s", err, recOut)
+	}
+	out, err := exec.Command(perf, "script", "-i", data, "-F", "ip,sym").Output()
+	if err != nil {
+		t.Fatalf("perf script: %v", err)
+	}
+	var perfStacks []stack
+	for _, block := range strings.Split(string(out), "\n\n") {
+		var st stack
+		for _, line := range strings.Split(strings.TrimSpace(block), "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 2 {
+				st.funcs = append(st.funcs, f[1])
+			}
+		}
+		if len(st.funcs) > 0 {
+			perfStacks = append(perfStacks, st)
+		}
+	}
+	ours, theirs := leafStacks(p.unwound, "leaf"), leafStacks(perfStacks, "leaf")
+	if len(ours) < 500 || len(theirs) < 500 {
+		t.Fatalf("leaf samples: ours %d, perf %d", len(ours), len(theirs))
+	}
+	for _, c := range []string{"caller_a", "caller_b"} {
+		a := share(ours, func(s stack) bool { return caller(s) == c })
+		b := share(theirs, func(s stack) bool { return caller(s) == c })
+		t.Logf("%s: unwinder %.1f%% of %d leaf samples, perf --call-graph dwarf %.1f%% of %d", c, 100*a, len(ours), 100*b, len(theirs))
+		if a-b > 0.05 || b-a > 0.05 {
+			t.Errorf("%s: unwinder %.1f%%, perf %.1f%%: more than 5 points apart", c, 100*a, 100*b)
+		}
+	}
+}

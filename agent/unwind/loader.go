@@ -1,0 +1,611 @@
+package unwind
+
+import (
+	"bytes"
+	"container/list"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/slurmscope/slurmscope/agent/unwind/cfi"
+)
+
+// DefaultMaxTableBytes is the default budget of table memory in BPF maps:
+// the tables of a node running a typical training job's libraries (the
+// README's cost section has the measurements) with room for a few jobs.
+const DefaultMaxTableBytes = 256 << 20
+
+// Options configures a Loader. Zero fields take defaults.
+type Options struct {
+	// MaxTableBytes bounds the bytes of tables loaded (rows and page index
+	// in BPF maps). Over it, the least recently used tables are evicted,
+	// even of files still mapped: their frames are unwound by frame
+	// pointers, and counted (Counters.FramesEvictedTable).
+	MaxTableBytes int64
+	MaxTables     int // files with a table at once (default 4096)
+	MaxMappings   int // LPM entries in all (default 512Ki)
+	// MaxMappingsPerProcess bounds one process's LPM entries, so that a
+	// process with thousands of executable mappings cannot take the map
+	// from the others (default 8192).
+	MaxMappingsPerProcess int
+	MaxProcesses          int // default 8192
+	Limits                cfi.Limits
+	Maps                  MapsReader // default ProcFS{}
+	Opener                FileOpener // default ProcFS{}
+	// NoVDSO leaves the vDSO to frame pointers instead of reading the
+	// agent's own (the same image in every 64-bit process of this kernel).
+	NoVDSO bool
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxTableBytes <= 0 {
+		o.MaxTableBytes = DefaultMaxTableBytes
+	}
+	if o.MaxTables <= 0 {
+		o.MaxTables = 4096
+	}
+	if o.MaxMappings <= 0 {
+		o.MaxMappings = 512 << 10
+	}
+	if o.MaxMappingsPerProcess <= 0 {
+		o.MaxMappingsPerProcess = 8192
+	}
+	if o.MaxProcesses <= 0 {
+		o.MaxProcesses = 8192
+	}
+	if o.Maps == nil {
+		o.Maps = ProcFS{}
+	}
+	if o.Opener == nil {
+		o.Opener = ProcFS{}
+	}
+	return o
+}
+
+// fileID identifies file contents without reading them (as in
+// agent/symbolize): a file replaced on disk gets a new inode or mtime. Never
+// a build id, which a job can copy into a file of its own.
+type fileID struct {
+	dev, ino    uint64
+	size, mtime int64
+}
+
+// vdsoID stands for the vDSO, which is no file.
+var vdsoID = fileID{dev: ^uint64(0), ino: ^uint64(0)}
+
+// file is one file mapped by loaded processes.
+type file struct {
+	id   fileID
+	refs int // loaded processes mapping it
+	// fp: unwound by frame pointers as a whole (no table, or it failed).
+	fp       bool
+	base     uint64
+	segs     []cfi.Segment
+	pages    uint32 // of its encoded table
+	slot     uint32
+	hasSlot  bool
+	loaded   bool
+	bytes    int64
+	lruElem  *list.Element // in Loader.lru while loaded
+	needLoad bool          // evicted, or never loaded: load when next built
+}
+
+type proc struct {
+	start uint64
+	files map[fileID]bool
+	keys  map[[mappingKeySize]byte]bool
+}
+
+// Loader builds the unwind tables of processes' mapped files, loads them
+// into the shared BPF maps, and keeps them while a process maps them.
+// It is safe for concurrent use; files are read and tables built outside
+// its lock, so one process's large or slow file does not hold up another.
+type Loader struct {
+	opts Options
+	maps *Maps
+
+	mu    sync.Mutex
+	files map[fileID]*file
+	lru   *list.List // loaded files, front = most recently used
+	free  []uint32
+	next  uint32
+	procs map[int]*proc
+	stats Stats
+	vdso  *cfi.Table // built once; nil until then
+	vdsoB []byte
+}
+
+// NewLoader creates the BPF maps (it needs CAP_BPF) and an empty loader.
+func NewLoader(o Options) (*Loader, error) {
+	o = o.withDefaults()
+	m, err := newMaps(o)
+	if err != nil {
+		return nil, err
+	}
+	return &Loader{
+		opts: o, maps: m, files: map[fileID]*file{}, lru: list.New(), procs: map[int]*proc{},
+		stats: Stats{TableBudgetBytes: o.MaxTableBytes},
+	}, nil
+}
+
+// Maps returns the shared maps, for Maps.Replace.
+func (l *Loader) Maps() *Maps { return l.maps }
+
+// Close closes the maps (loaded programs keep them alive).
+func (l *Loader) Close() { l.maps.Close() }
+
+// Stats returns the loader's gauges and counters.
+func (l *Loader) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.stats
+	s.Processes = len(l.procs)
+	s.Files = len(l.files)
+	s.Tables = l.lru.Len()
+	return s
+}
+
+// Counters reads the BPF side's counters.
+func (l *Loader) Counters() (Counters, error) { return readCounters(l.maps.stats) }
+
+// built is a table built outside the lock, ready to load.
+type built struct {
+	id    fileID
+	table *cfi.Table // nil: frame pointers
+	inner *ebpf.Map  // filled inner map, nil for frame pointers
+	bytes int64
+	pages uint32
+}
+
+// entry is an LPM entry to insert.
+type entry struct {
+	key [mappingKeySize]byte
+	val [mappingValSize]byte
+}
+
+// SyncProcess loads (or reloads) the tables of every executable mapping of
+// pid. startTicks is field 22 of /proc/<pid>/stat (the process's start
+// time in clock ticks, as agent/symbolize takes it): it ties the loaded
+// mappings to this process and not to a later one with the same pid.
+func (l *Loader) SyncProcess(pid int, startTicks uint64) error {
+	ms, err := l.opts.Maps.Mappings(pid)
+	if err != nil {
+		l.count(func(s *Stats) { s.MapsErrors++ })
+		return fmt.Errorf("unwind: maps of %d: %w", pid, err)
+	}
+	type target struct {
+		m  Mapping
+		id fileID
+		fp bool
+	}
+	var targets []target
+	var builds []*built
+	seen := map[fileID]bool{} // a file with two executable mappings is built once
+	prep := func(id fileID, build func() (*cfi.Table, error)) {
+		if seen[id] {
+			return
+		}
+		seen[id] = true
+		if b := l.prepare(id, build); b != nil {
+			builds = append(builds, b)
+		}
+	}
+	for _, m := range ms {
+		if !m.Exec {
+			continue
+		}
+		switch {
+		case m.Path == "[vdso]" && !l.opts.NoVDSO:
+			t, err := l.vdsoTable()
+			if err != nil || uint64(len(l.vdsoB)) != m.End-m.Start || m.Offset != 0 {
+				targets = append(targets, target{m: m, fp: true})
+				continue
+			}
+			id := vdsoID
+			id.size = int64(len(l.vdsoB))
+			prep(id, func() (*cfi.Table, error) { return t, nil })
+			targets = append(targets, target{m: m, id: id})
+		case m.FileBacked():
+			f, err := l.opts.Opener.OpenMapping(pid, m)
+			if err != nil {
+				l.count(func(s *Stats) { s.OpenErrors++ })
+				targets = append(targets, target{m: m, fp: true})
+				continue
+			}
+			id, ok := identity(f)
+			if !ok {
+				f.Close()
+				targets = append(targets, target{m: m, fp: true})
+				continue
+			}
+			prep(id, func() (*cfi.Table, error) { return cfi.Build(f, id.size, l.opts.Limits) })
+			f.Close()
+			targets = append(targets, target{m: m, id: id})
+		default:
+			// Anonymous executable memory (JIT code, with perf maps) and
+			// [vsyscall]: frame pointers, as before.
+			targets = append(targets, target{m: m, fp: true})
+		}
+	}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.procs[pid]
+	if p != nil && p.start != startTicks {
+		// Another process under the same pid: nothing of the old one holds.
+		l.dropProcLocked(pid, p)
+		p = nil
+	}
+	if p == nil {
+		if len(l.procs) >= l.opts.MaxProcesses {
+			l.stats.ProcessesDiscarded++
+			for _, b := range builds {
+				if b.inner != nil {
+					b.inner.Close()
+				}
+			}
+			return fmt.Errorf("unwind: %d processes loaded already", len(l.procs))
+		}
+		p = &proc{start: startTicks, files: map[fileID]bool{}, keys: map[[mappingKeySize]byte]bool{}}
+		l.procs[pid] = p
+	}
+	// Files the process no longer maps go first, so that their bytes are
+	// free before new tables are loaded.
+	for id := range p.files {
+		if !seen[id] {
+			l.decref(id)
+			delete(p.files, id)
+		}
+	}
+	for _, b := range builds {
+		l.install(b)
+	}
+	files := map[fileID]bool{}
+	var entries []entry
+	for _, t := range targets {
+		kind, bias, slot, pages := uint32(mappingFramePointer), uint64(0), uint32(0), uint32(0)
+		if !t.fp {
+			f := l.files[t.id]
+			if f == nil {
+				continue // never: prepare made it
+			}
+			if !files[t.id] {
+				files[t.id] = true
+				if !p.files[t.id] {
+					f.refs++
+				}
+			}
+			if f.loaded {
+				l.lru.MoveToFront(f.lruElem)
+			}
+			if !f.fp && f.hasSlot {
+				if start, ok := mappingVaddr(f.segs, t.m); ok {
+					kind, bias, slot, pages = mappingTable, t.m.Start-start+f.base, f.slot, f.pages
+				}
+			}
+		}
+		var val [mappingValSize]byte
+		binary.LittleEndian.PutUint64(val[0:], t.m.Start)
+		binary.LittleEndian.PutUint64(val[8:], t.m.End)
+		binary.LittleEndian.PutUint64(val[16:], bias)
+		binary.LittleEndian.PutUint32(val[24:], slot)
+		binary.LittleEndian.PutUint32(val[28:], kind)
+		binary.LittleEndian.PutUint32(val[32:], pages)
+		prefixes(t.m.Start, t.m.End, func(addr uint64, n int) {
+			var key [mappingKeySize]byte
+			binary.LittleEndian.PutUint32(key[0:], uint32(32+n))
+			binary.BigEndian.PutUint32(key[4:], uint32(pid))
+			binary.BigEndian.PutUint64(key[8:], addr)
+			entries = append(entries, entry{key: key, val: val})
+		})
+	}
+	p.files = files
+
+	keys := map[[mappingKeySize]byte]bool{}
+	for i, e := range entries {
+		if i >= l.opts.MaxMappingsPerProcess {
+			l.stats.MappingsDropped += uint64(len(entries) - i)
+			break
+		}
+		if err := l.maps.mappings.Update(e.key[:], e.val[:], ebpf.UpdateAny); err != nil {
+			l.stats.MappingsDropped++
+			continue
+		}
+		keys[e.key] = true
+	}
+	for k := range p.keys {
+		if !keys[k] {
+			l.maps.mappings.Delete(k[:])
+		}
+	}
+	l.stats.MappingEntries += len(keys) - len(p.keys)
+	p.keys = keys
+	var pv [procValSize]byte
+	binary.LittleEndian.PutUint64(pv[:], startTicks)
+	if err := l.maps.procs.Update(uint32(pid), pv[:], ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("unwind: process %d: %w", pid, err)
+	}
+	return nil
+}
+
+// RemoveProcess unloads a process: its mappings, and the tables of files
+// no other loaded process maps.
+func (l *Loader) RemoveProcess(pid int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p := l.procs[pid]; p != nil {
+		l.dropProcLocked(pid, p)
+	}
+}
+
+func (l *Loader) dropProcLocked(pid int, p *proc) {
+	l.maps.procs.Delete(uint32(pid))
+	for k := range p.keys {
+		l.maps.mappings.Delete(k[:])
+	}
+	l.stats.MappingEntries -= len(p.keys)
+	for id := range p.files {
+		l.decref(id)
+	}
+	delete(l.procs, pid)
+}
+
+func (l *Loader) count(fn func(*Stats)) {
+	l.mu.Lock()
+	fn(&l.stats)
+	l.mu.Unlock()
+}
+
+// prepare builds the table of a file the loader does not have loaded, and
+// its filled inner map, outside the lock. It returns nil when the file is
+// known and loaded (or known to need frame pointers).
+func (l *Loader) prepare(id fileID, build func() (*cfi.Table, error)) *built {
+	l.mu.Lock()
+	f := l.files[id]
+	need := f == nil || (f.needLoad && !f.fp)
+	l.mu.Unlock()
+	if !need {
+		return nil
+	}
+	t0 := time.Now()
+	t, err := build()
+	b := &built{id: id, table: t}
+	l.mu.Lock()
+	l.stats.TablesBuilt++
+	l.stats.BuildSeconds += time.Since(t0).Seconds()
+	switch {
+	case err != nil:
+		l.stats.BuildErrors++
+		b.table = nil
+	case t.FramePointer:
+		l.stats.FramePointerFiles++
+		b.table = nil
+	}
+	l.mu.Unlock()
+	if b.table == nil {
+		return b
+	}
+	elems, pages := encode(t)
+	b.bytes, b.pages = int64(len(elems))*8, pages
+	if b.bytes > l.opts.MaxTableBytes {
+		// Never fits: frame pointers, without rebuilding it at every sync.
+		l.count(func(s *Stats) { s.TablesOverBudget++ })
+		b.table = nil
+		return b
+	}
+	inner, err := fillInner(elems)
+	if err != nil {
+		l.count(func(s *Stats) { s.BuildErrors++ })
+		b.table = nil
+		return b
+	}
+	b.inner = inner
+	return b
+}
+
+// fillInner creates a table's inner map and writes its elements in
+// batches.
+func fillInner(elems []uint64) (*ebpf.Map, error) {
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "unwind_table", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: uint32(len(elems)), Flags: bpfFInnerMap})
+	if err != nil {
+		return nil, err
+	}
+	const batch = 1 << 16
+	keys := make([]uint32, min(batch, len(elems)))
+	for off := 0; off < len(elems); off += batch {
+		n := min(batch, len(elems)-off)
+		for i := range n {
+			keys[i] = uint32(off + i)
+		}
+		if _, err := m.BatchUpdate(keys[:n], elems[off:off+n], nil); err != nil {
+			if !errors.Is(err, ebpf.ErrNotSupported) {
+				m.Close()
+				return nil, err
+			}
+			for i := range n {
+				if err := m.Update(keys[i], elems[off+i], ebpf.UpdateAny); err != nil {
+					m.Close()
+					return nil, err
+				}
+			}
+		}
+	}
+	return m, nil
+}
+
+// install records a built table and loads it, evicting least recently
+// used tables over the budget. Called with the lock held.
+func (l *Loader) install(b *built) {
+	f := l.files[b.id]
+	if f == nil {
+		f = &file{id: b.id, needLoad: true}
+		l.files[b.id] = f
+	}
+	if b.table == nil {
+		f.fp = true
+		return
+	}
+	f.base, f.segs, f.pages = b.table.Base, b.table.Segments, b.pages
+	if !f.hasSlot {
+		if len(l.free) > 0 {
+			f.slot, l.free = l.free[len(l.free)-1], l.free[:len(l.free)-1]
+			f.hasSlot = true
+		} else if int(l.next) < l.opts.MaxTables {
+			f.slot, f.hasSlot = l.next, true
+			l.next++
+		}
+	}
+	if b.inner == nil || f.loaded || !f.hasSlot {
+		if b.inner != nil {
+			b.inner.Close() // another sync loaded it first, or no slot
+		}
+		if !f.hasSlot {
+			l.stats.TablesOverBudget++
+		}
+		return
+	}
+	defer b.inner.Close() // the outer map holds its own reference
+	for l.stats.TableBytes+b.bytes > l.opts.MaxTableBytes && l.lru.Len() > 0 {
+		l.evict(l.lru.Back().Value.(*file))
+		l.stats.TablesEvicted++
+	}
+	if err := l.maps.tables.Update(f.slot, b.inner, ebpf.UpdateAny); err != nil {
+		l.stats.BuildErrors++
+		return
+	}
+	f.loaded, f.needLoad, f.bytes = true, false, b.bytes
+	f.lruElem = l.lru.PushFront(f)
+	l.stats.TableBytes += b.bytes
+}
+
+// evict unloads a table but keeps the file (and its slot, which mappings
+// still name) while processes map it.
+func (l *Loader) evict(f *file) {
+	if !f.loaded {
+		return
+	}
+	l.maps.tables.Delete(f.slot)
+	l.lru.Remove(f.lruElem)
+	f.lruElem, f.loaded, f.needLoad = nil, false, true
+	l.stats.TableBytes -= f.bytes
+	f.bytes = 0
+}
+
+func (l *Loader) decref(id fileID) {
+	f := l.files[id]
+	if f == nil {
+		return
+	}
+	if f.refs--; f.refs > 0 {
+		return
+	}
+	if f.loaded {
+		l.evict(f)
+		l.stats.TablesUnloaded++
+	}
+	if f.hasSlot {
+		l.free = append(l.free, f.slot)
+	}
+	delete(l.files, id)
+}
+
+// vdsoTable builds the table of the agent's own vDSO, once.
+func (l *Loader) vdsoTable() (*cfi.Table, error) {
+	l.mu.Lock()
+	t, b := l.vdso, l.vdsoB
+	l.mu.Unlock()
+	if t != nil {
+		return t, nil
+	}
+	b, err := readSelfVDSO()
+	if err != nil {
+		return nil, err
+	}
+	t, err = cfi.Build(bytes.NewReader(b), int64(len(b)), l.opts.Limits)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	l.vdso, l.vdsoB = t, b
+	l.mu.Unlock()
+	return t, nil
+}
+
+// readSelfVDSO copies this process's vDSO image out of its own memory.
+func readSelfVDSO() ([]byte, error) {
+	ms, err := ProcFS{Root: "/proc"}.Mappings(os.Getpid())
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range ms {
+		if m.Path != "[vdso]" {
+			continue
+		}
+		if m.End-m.Start > 1<<20 {
+			return nil, errors.New("vdso larger than 1 MiB")
+		}
+		mem, err := os.Open("/proc/self/mem")
+		if err != nil {
+			return nil, err
+		}
+		defer mem.Close()
+		b := make([]byte, m.End-m.Start)
+		if _, err := mem.ReadAt(b, int64(m.Start)); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	return nil, errors.New("no vdso")
+}
+
+func identity(f *os.File) (fileID, bool) {
+	fi, err := f.Stat()
+	if err != nil {
+		return fileID{}, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || !fi.Mode().IsRegular() {
+		return fileID{}, false
+	}
+	return fileID{dev: uint64(st.Dev), ino: st.Ino, size: fi.Size(), mtime: fi.ModTime().UnixNano()}, true
+}
+
+// mappingVaddr returns the ELF virtual address the mapping's first byte
+// stands for: through the executable segment the mapping covers. A
+// segment need not start on a page, the mapping does, so the mapping may
+// begin a little before the segment.
+func mappingVaddr(segs []cfi.Segment, m Mapping) (uint64, bool) {
+	size := m.End - m.Start
+	for _, s := range segs {
+		if m.Offset < s.Off+s.Filesz && m.Offset+size > s.Off {
+			return s.Vaddr + m.Offset - s.Off, true
+		}
+	}
+	return 0, false
+}
+
+// prefixes splits [start, end) into the aligned power-of-two blocks an LPM
+// trie can hold, calling fn with each block's address and prefix length.
+func prefixes(start, end uint64, fn func(addr uint64, prefixLen int)) {
+	for start < end {
+		k := 64
+		if start != 0 {
+			k = bits.TrailingZeros64(start)
+		}
+		for k > 0 && (k >= 64 || start+1<<k > end || start+1<<k < start) {
+			k--
+		}
+		fn(start, 64-k)
+		if start+1<<k < start {
+			return
+		}
+		start += 1 << k
+	}
+}

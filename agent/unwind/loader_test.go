@@ -1,0 +1,139 @@
+package unwind
+
+import (
+	"encoding/binary"
+	"errors"
+	"os"
+	"syscall"
+	"testing"
+
+	"github.com/cilium/ebpf"
+)
+
+// fakeProcs serves made-up processes whose executable mappings are real
+// libraries, so that the loader builds real tables without real processes.
+type fakeProcs struct {
+	maps  map[int][]Mapping
+	opens int
+}
+
+var (
+	_ MapsReader = (*fakeProcs)(nil)
+	_ FileOpener = (*fakeProcs)(nil)
+)
+
+func (f *fakeProcs) Mappings(pid int) ([]Mapping, error) {
+	ms, ok := f.maps[pid]
+	if !ok {
+		return nil, os.ErrNotExist
+	}
+	return ms, nil
+}
+
+func (f *fakeProcs) OpenMapping(pid int, m Mapping) (*os.File, error) {
+	f.opens++
+	if m.Path == "/nonexistent" {
+		return nil, errors.New("refused")
+	}
+	return os.Open(m.Path)
+}
+
+// libMapping maps path's first executable segment at base.
+func libMapping(t *testing.T, path string, base uint64) Mapping {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Skip(err)
+	}
+	return Mapping{Start: base, End: base + 0x100000, Offset: 0, Exec: true, Inode: fi.Sys().(*syscall.Stat_t).Ino, Path: path}
+}
+
+func lpmLen(t *testing.T, m *ebpf.Map) int {
+	t.Helper()
+	n := 0
+	var key [mappingKeySize]byte
+	it := m.Iterate()
+	var val [mappingValSize]byte
+	for it.Next(&key, &val) {
+		n++
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestLoaderLifecycle: tables are shared by the processes that map a file,
+// evicted by bytes over the budget, unloaded with the last process, and a
+// reused pid starts afresh.
+func TestLoaderLifecycle(t *testing.T) {
+	if os.Getenv("SLURMSCOPE_INTEGRATION") != "1" && os.Geteuid() != 0 {
+		t.Skip("needs root (or SLURMSCOPE_INTEGRATION=1)")
+	}
+	libc := "/usr/lib/x86_64-linux-gnu/libc.so.6"
+	cxx := "/usr/lib/x86_64-linux-gnu/libstdc++.so.6"
+	fp := &fakeProcs{maps: map[int][]Mapping{
+		100: {libMapping(t, libc, 0x7f0000000000), {Start: 0x7f1000000000, End: 0x7f1000001000, Exec: true}, {Start: 0x7f2000000000, End: 0x7f2000001000, Exec: true, Inode: 1, Path: "/nonexistent"}},
+		101: {libMapping(t, libc, 0x7f3000000000), libMapping(t, cxx, 0x7f4000000000)},
+	}}
+	// A budget that holds libc's table (~190 KB) or libstdc++'s, not both.
+	l, err := NewLoader(Options{MaxTableBytes: 300 << 10, Maps: fp, Opener: fp, NoVDSO: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := l.SyncProcess(100, 1); err != nil {
+		t.Fatal(err)
+	}
+	s := l.Stats()
+	if s.Tables != 1 || s.TablesBuilt != 1 || s.OpenErrors != 1 || s.Processes != 1 || s.TableBytes == 0 || s.TableBytes > s.TableBudgetBytes {
+		t.Fatalf("after one process: %+v", s)
+	}
+	if got := lpmLen(t, l.maps.mappings); got != s.MappingEntries || got < 3 {
+		t.Fatalf("%d LPM entries, stats say %d", got, s.MappingEntries)
+	}
+	libcBytes := s.TableBytes
+	// The second process shares libc's table and brings libstdc++'s, which
+	// evicts libc's (least recently used... both are touched by this sync,
+	// libc first) to stay within the budget.
+	if err := l.SyncProcess(101, 1); err != nil {
+		t.Fatal(err)
+	}
+	s = l.Stats()
+	if s.TablesBuilt != 2 || s.TableBytes > s.TableBudgetBytes || s.TablesEvicted != 1 || s.Files != 2 {
+		t.Fatalf("after two processes: %+v (libc %d bytes)", s, libcBytes)
+	}
+	// Removing both unloads everything.
+	l.RemoveProcess(100)
+	l.RemoveProcess(101)
+	s = l.Stats()
+	if s.Tables != 0 || s.Files != 0 || s.TableBytes != 0 || s.MappingEntries != 0 || s.TablesUnloaded != 1 {
+		t.Fatalf("after removal: %+v", s)
+	}
+	if got := lpmLen(t, l.maps.mappings); got != 0 {
+		t.Fatalf("%d LPM entries left", got)
+	}
+	var slot uint32
+	var inner ebpf.MapID
+	it := l.maps.tables.Iterate()
+	for it.Next(&slot, &inner) {
+		t.Errorf("table slot %d still loaded", slot)
+	}
+
+	// A reused pid (another start time) drops what the old process had.
+	if err := l.SyncProcess(100, 1); err != nil {
+		t.Fatal(err)
+	}
+	fp.maps[100] = []Mapping{libMapping(t, cxx, 0x7f5000000000)}
+	if err := l.SyncProcess(100, 2); err != nil {
+		t.Fatal(err)
+	}
+	s = l.Stats()
+	if s.Files != 1 || s.Tables != 1 || s.TablesUnloaded != 2 {
+		t.Fatalf("after pid reuse: %+v", s)
+	}
+	var pv [procValSize]byte
+	if err := l.maps.procs.Lookup(uint32(100), &pv); err != nil || binary.LittleEndian.Uint64(pv[:]) != 2 {
+		t.Fatalf("process entry %v %x", err, pv)
+	}
+}
