@@ -6,7 +6,8 @@
 # and package.json name the versions).
 set -euo pipefail
 
-PKGS=(slurm-wlm munge prometheus clang-14 llvm-14 libbpf-dev gcc g++ make procps util-linux curl)
+# linux-perf: agent/unwind compares its stacks with perf record --call-graph dwarf.
+PKGS=(slurm-wlm munge prometheus clang-14 llvm-14 libbpf-dev gcc g++ make procps util-linux curl linux-perf)
 # The CPython frame tests: Debian's own interpreter (static, stripped, no
 # frame pointers) and its venv module; the arm64 C library headers hold the
 # offset table to CPython's headers for arm64 too.
