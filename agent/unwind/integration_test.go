@@ -2,7 +2,10 @@ package unwind_test
 
 import (
 	"bufio"
+	"bytes"
+	"debug/elf"
 	"fmt"
+	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -138,6 +141,11 @@ func sample(t testing.TB, w *workload, d time.Duration, fp bool, uprobe string) 
 		t.Fatal(err)
 	}
 	t.Cleanup(l.Close)
+	return sampleWith(t, l, w, d, fp, uprobe)
+}
+
+func sampleWith(t testing.TB, l *unwind.Loader, w *workload, d time.Duration, fp bool, uprobe string) profile {
+	t.Helper()
 	if err := l.SyncProcess(w.pid, w.ticks); err != nil {
 		t.Fatal(err)
 	}
@@ -297,6 +305,28 @@ func TestSignalFrame(t *testing.T) {
 	}
 }
 
+// TestVDSO: time in the vDSO (clock_gettime), whose table is built from
+// the agent's own vDSO image, unwinds to its caller and main.
+func TestVDSO(t *testing.T) {
+	needIntegration(t)
+	w := start(t, filepath.Join(workloads(t), "unwindc"), "vdso", 30)
+	p := sample(t, w, 3*time.Second, false, "")
+	var in []stack
+	for _, s := range p.unwound {
+		if len(s.modules) > 0 && s.modules[0] == "[vdso]" {
+			in = append(in, s)
+		}
+	}
+	if len(in) < 200 {
+		t.Fatalf("%d samples in the vDSO of %d", len(in), len(p.unwound))
+	}
+	reach := share(in, func(s stack) bool { return s.has("clock_rounds") && s.has("main") })
+	t.Logf("vDSO samples %d: reach clock_rounds and main %.1f%%; e.g. %q", len(in), 100*reach, in[0].funcs)
+	if reach < 0.95 {
+		t.Errorf("%.1f%% of vDSO samples reach clock_rounds and main, want >= 95%%", 100*reach)
+	}
+}
+
 // TestDeepRecursion: 300 levels of recursion are cut at the frame limit,
 // cleanly and counted as such.
 func TestDeepRecursion(t *testing.T) {
@@ -425,5 +455,74 @@ func TestAgainstPerfDwarf(t *testing.T) {
 		if a-b > 0.05 || b-a > 0.05 {
 			t.Errorf("%s: unwinder %.1f%%, perf %.1f%%: more than 5 points apart", c, 100*a, 100*b)
 		}
+	}
+}
+
+// TestHostileTable: a copy of the split workload whose .eh_frame has been
+// corrupted (one byte in eight overwritten) runs beside an intact one,
+// both loaded into one loader. The corrupt table may spoil the copy's
+// stacks, but every walk of it must end (with a counted reason, within
+// the frame limit), and the intact process's stacks must not suffer.
+func TestHostileTable(t *testing.T) {
+	needIntegration(t)
+	bin := filepath.Join(workloads(t), "unwindc")
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.NewFile(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eh := f.Section(".eh_frame")
+	rng := rand.New(rand.NewSource(14))
+	for off := eh.Offset + 24; off < eh.Offset+eh.Size; off += 8 {
+		data[off+uint64(rng.Intn(8))%(eh.Offset+eh.Size-off)] = byte(rng.Intn(256))
+	}
+	hostileBin := filepath.Join(t.TempDir(), "unwindc-hostile")
+	if err := os.WriteFile(hostileBin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l, err := unwind.NewLoader(unwind.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	hostile := start(t, hostileBin, "split", 30)
+	intact := start(t, bin, "split", 30)
+	var hp profile
+	done := make(chan struct{})
+	go func() { defer close(done); hp = sampleWith(t, l, hostile, 3*time.Second, false, "") }()
+	ip := sampleWith(t, l, intact, 3*time.Second, false, "")
+	<-done
+	// Both probes are detached now: every walk started has ended.
+	c, err := l.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ends uint64
+	for _, n := range c.Ends {
+		ends += n
+	}
+	if ends != c.Walks || c.Walks < uint64(len(hp.unwound)+len(ip.unwound)) {
+		t.Errorf("%d walks, %d ends, %d samples: a walk did not end cleanly", c.Walks, ends, len(hp.unwound)+len(ip.unwound))
+	}
+	for _, s := range hp.unwound {
+		if s.n > 127 || s.end >= uint32(len(unwind.EndReasons)) {
+			t.Fatalf("hostile walk of %d frames, end %d", s.n, s.end)
+		}
+	}
+	byEnd := map[string]int{}
+	for _, s := range hp.unwound {
+		byEnd[unwind.EndReasons[s.end]]++
+	}
+	leaf := leafStacks(ip.unwound, "leaf")
+	reach := share(leaf, func(s stack) bool { return s.has("main") })
+	t.Logf("corrupt process: %d walks by end %v; intact process: %d leaf samples, %.1f%% reach main", len(hp.unwound), byEnd, len(leaf), 100*reach)
+	if len(hp.unwound) < 200 || len(leaf) < 200 {
+		t.Fatalf("too few samples: %d, %d", len(hp.unwound), len(leaf))
+	}
+	if reach < 0.95 {
+		t.Errorf("the intact process's stacks suffered: %.1f%% reach main", 100*reach)
 	}
 }

@@ -18,6 +18,8 @@
  *   signal  main -> spin_main -> spin, interrupted every millisecond by
  *           SIGPROF, whose handler on_prof -> sig_leaf burns most of the
  *           time: a stack through the kernel's signal frame (__restore_rt).
+ *   vdso    main -> clock_rounds -> clock_gettime in the vDSO, which is no
+ *           file: its table comes from the agent's own copy.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -152,6 +154,18 @@ __attribute__((noinline)) void spin_main(double secs)
 		sink += spin(sink);
 }
 
+__attribute__((noinline)) void clock_rounds(double secs)
+{
+	double end = now() + secs;
+	struct timespec ts;
+
+	while (now() < end)
+		for (int i = 0; i < 1000; i++) {
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			sink += ts.tv_nsec;
+		}
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "split";
@@ -166,6 +180,8 @@ int main(int argc, char **argv)
 		sort_rounds(secs);
 	else if (strcmp(mode, "signal") == 0)
 		spin_main(secs);
+	else if (strcmp(mode, "vdso") == 0)
+		clock_rounds(secs);
 	else
 		return 2;
 	return 0;
