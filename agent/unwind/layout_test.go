@@ -20,7 +20,7 @@ func TestLayoutMatchesHeader(t *testing.T) {
 	}
 	for name, want := range map[string]uint32{
 		"unwind_mapping_key": mappingKeySize, "unwind_mapping": mappingValSize, "unwind_proc": procValSize,
-		"unwind_scratch": scratchSize, "unwind_row": 8, "unwind_table_header": 8,
+		"unwind_scratch": scratchSize, "unwind_row": 8, "unwind_cache_entry": cacheEntrySize, "unwind_table_header": 8,
 	} {
 		var s *btf.Struct
 		if err := spec.Types.TypeByName(name, &s); err != nil {
@@ -51,7 +51,7 @@ func TestLayoutMatchesHeader(t *testing.T) {
 	for name, want := range map[string]int{
 		"WALKS": statWalks, "FRAMES_TABLE": statFramesTable, "FRAMES_FP": statFramesFP, "FRAMES_UNKNOWN": statFramesUnknown,
 		"FRAMES_EVICTED": statFramesEvicted, "FRAMES_SIGNAL": statFramesSignal, "PROC_UNKNOWN": statProcUnknown,
-		"KERNEL_REGS": statKernelRegs, "MAX": statMax,
+		"KERNEL_REGS": statKernelRegs, "CACHE_HITS": statCacheHits, "MAX": statMax,
 	} {
 		if got := stats["UNWIND_STAT_"+name]; got != uint64(want) {
 			t.Errorf("UNWIND_STAT_%s = %d, Go %d", name, got, want)

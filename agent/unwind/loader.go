@@ -120,6 +120,14 @@ type Loader struct {
 	stats Stats
 	vdso  *cfi.Table // built once; nil until then
 	vdsoB []byte
+	gen   uint32 // unwind_gen: bumped on every change of mappings
+}
+
+// bumpGen invalidates the BPF row cache: its entries name (process, pc)
+// pairs, whose rows are stale once a mapping changed.
+func (l *Loader) bumpGen() {
+	l.gen++
+	l.maps.gen.Update(uint32(0), l.gen, ebpf.UpdateAny)
 }
 
 // NewLoader creates the BPF maps (it needs CAP_BPF) and an empty loader.
@@ -327,6 +335,7 @@ func (l *Loader) SyncProcess(pid int, startTicks uint64) error {
 	}
 	l.stats.MappingEntries += len(keys) - len(p.keys)
 	p.keys = keys
+	l.bumpGen()
 	var pv [procValSize]byte
 	binary.LittleEndian.PutUint64(pv[:], startTicks)
 	if err := l.maps.procs.Update(uint32(pid), pv[:], ebpf.UpdateAny); err != nil {
@@ -355,6 +364,7 @@ func (l *Loader) dropProcLocked(pid int, p *proc) {
 		l.decref(id)
 	}
 	delete(l.procs, pid)
+	l.bumpGen()
 }
 
 func (l *Loader) count(fn func(*Stats)) {

@@ -15,6 +15,8 @@ const (
 	mapProcs    = "unwind_procs"
 	mapStats    = "unwind_stats"
 	mapScratch  = "unwind_scratch_map"
+	mapCache    = "unwind_cache"
+	mapGen      = "unwind_gen"
 )
 
 // Flags of bpf(2) (include/uapi/linux/bpf.h).
@@ -29,8 +31,10 @@ const (
 	mappingKeySize = 16   // struct unwind_mapping_key
 	mappingValSize = 40   // struct unwind_mapping
 	procValSize    = 8    // struct unwind_proc
-	scratchSize    = 1104 // struct unwind_scratch
-	pageShift      = 9    // UNWIND_PAGE_SHIFT
+	scratchSize    = 1112 // struct unwind_scratch
+	cacheEntrySize = 24   // struct unwind_cache_entry
+	cacheEntries   = 1 << 10
+	pageShift      = 9 // UNWIND_PAGE_SHIFT
 )
 
 // Mapping kinds (enum unwind_mapping_kind).
@@ -52,20 +56,30 @@ func mapSpecs(o Options) map[string]*ebpf.MapSpec {
 		mapProcs:    {Name: mapProcs, Type: ebpf.Hash, KeySize: 4, ValueSize: procValSize, MaxEntries: uint32(o.MaxProcesses)},
 		mapStats:    {Name: mapStats, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: statMax},
 		mapScratch:  {Name: mapScratch, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: scratchSize, MaxEntries: 1},
+		mapCache:    {Name: mapCache, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: cacheEntrySize, MaxEntries: cacheEntries},
+		mapGen:      {Name: mapGen, Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1},
 	}
 }
 
 // Maps are the unwinder's BPF maps, shared by every program that includes
 // bpf/unwind.h.
 type Maps struct {
-	tables, mappings, procs, stats, scratch *ebpf.Map
+	tables, mappings, procs, stats, scratch, cache, gen *ebpf.Map
+}
+
+func (m *Maps) all() map[string]*ebpf.Map {
+	return map[string]*ebpf.Map{
+		mapTables: m.tables, mapMappings: m.mappings, mapProcs: m.procs, mapStats: m.stats,
+		mapScratch: m.scratch, mapCache: m.cache, mapGen: m.gen,
+	}
 }
 
 func newMaps(o Options) (*Maps, error) {
 	specs := mapSpecs(o)
 	m := &Maps{}
 	for name, dst := range map[string]**ebpf.Map{
-		mapTables: &m.tables, mapMappings: &m.mappings, mapProcs: &m.procs, mapStats: &m.stats, mapScratch: &m.scratch,
+		mapTables: &m.tables, mapMappings: &m.mappings, mapProcs: &m.procs, mapStats: &m.stats,
+		mapScratch: &m.scratch, mapCache: &m.cache, mapGen: &m.gen,
 	} {
 		mp, err := ebpf.NewMap(specs[name])
 		if err != nil {
@@ -83,9 +97,7 @@ func newMaps(o Options) (*Maps, error) {
 // any replacements of the program's own).
 func (m *Maps) Replace(spec *ebpf.CollectionSpec) (map[string]*ebpf.Map, error) {
 	out := map[string]*ebpf.Map{}
-	for name, mp := range map[string]*ebpf.Map{
-		mapTables: m.tables, mapMappings: m.mappings, mapProcs: m.procs, mapStats: m.stats, mapScratch: m.scratch,
-	} {
+	for name, mp := range m.all() {
 		ms, ok := spec.Maps[name]
 		if !ok {
 			return nil, fmt.Errorf("unwind: program has no map %s: does it include bpf/unwind.h?", name)
@@ -101,7 +113,7 @@ func (m *Maps) Replace(spec *ebpf.CollectionSpec) (map[string]*ebpf.Map, error) 
 
 // Close closes the maps; programs that use them keep them alive.
 func (m *Maps) Close() {
-	for _, mp := range []*ebpf.Map{m.tables, m.mappings, m.procs, m.stats, m.scratch} {
+	for _, mp := range m.all() {
 		if mp != nil {
 			mp.Close()
 		}

@@ -29,6 +29,7 @@ const (
 	statFramesSignal
 	statProcUnknown
 	statKernelRegs
+	statCacheHits
 	statMax
 )
 
@@ -47,6 +48,8 @@ type Counters struct {
 	// loaded (frame pointers only); KernelRegs walks that took the user
 	// registers from the task because the sample hit kernel mode.
 	ProcessUnknown, KernelRegs uint64
+	// RowCacheHits counts frames whose row came from the per-CPU row cache.
+	RowCacheHits uint64
 }
 
 func readCounters(m *ebpf.Map) (Counters, error) {
@@ -79,6 +82,8 @@ func readCounters(m *ebpf.Map) (Counters, error) {
 			c.ProcessUnknown = sum
 		case i == statKernelRegs:
 			c.KernelRegs = sum
+		case i == statCacheHits:
+			c.RowCacheHits = sum
 		}
 	}
 	return c, nil

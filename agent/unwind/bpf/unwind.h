@@ -182,6 +182,7 @@ enum unwind_stat {
 	UNWIND_STAT_FRAMES_SIGNAL,          // signal frames crossed
 	UNWIND_STAT_PROC_UNKNOWN,           // walks of processes not loaded (or a reused pid): frame pointers only
 	UNWIND_STAT_KERNEL_REGS,            // walks whose user registers came from the task (sample in kernel mode)
+	UNWIND_STAT_CACHE_HITS,             // frames whose row came from the per-CPU row cache
 	UNWIND_STAT_MAX,
 };
 
@@ -210,7 +211,24 @@ struct unwind_scratch {
 	__u8 exact;    // pc is not a return address: look it up as is
 	__u8 table_ok; // the process is loaded: tables apply
 	__u8 pad;
+	__u32 gen;               // unwind_gen at the walk's start
+	__u32 pad2;
 	struct unwind_mapping m; // the last frame's mapping (m.end == 0: none)
+};
+
+// The per-CPU row cache: the rows of recently unwound (process, pc)
+// pairs. A program's stacks repeat from sample to sample above the leaf
+// (main, the loop that calls the hot function), and a hit costs one cache
+// line where a miss reads the trie, the table's page index and its rows,
+// each cold by the next sample. Entries are valid only for the generation
+// of the mappings they were made under: agent/unwind bumps unwind_gen
+// whenever it changes any process's mappings.
+#define UNWIND_CACHE_BITS 10
+struct unwind_cache_entry {
+	__u64 pc;
+	__u32 tgid;
+	__u32 gen;
+	struct unwind_row row;
 };
 
 // The user-space image of the kernel's struct pt_regs on x86-64 (UAPI
@@ -270,6 +288,20 @@ struct {
 	__type(key, __u32);
 	__type(value, struct unwind_scratch);
 } unwind_scratch_map SEC(".maps");
+
+struct {
+	__uint(type, UNWIND_BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1 << UNWIND_CACHE_BITS);
+	__type(key, __u32);
+	__type(value, struct unwind_cache_entry);
+} unwind_cache SEC(".maps");
+
+struct {
+	__uint(type, UNWIND_BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} unwind_gen SEC(".maps");
 
 static __always_inline void unwind_stat(__u32 idx)
 {
@@ -420,7 +452,15 @@ static long unwind_step(__u32 i, void *ctx)
 	}
 
 	__u64 look = s->exact ? s->pc : s->pc - 1;
+	__u32 ci = (__u32)(((look ^ ((__u64)s->tgid << 40)) * 0x9e3779b97f4a7c15ULL) >> (64 - UNWIND_CACHE_BITS));
+	struct unwind_cache_entry *ce = bpf_map_lookup_elem(&unwind_cache, &ci);
+	struct unwind_row r;
 
+	if (ce && ce->pc == look && ce->tgid == s->tgid && ce->gen == s->gen) {
+		r = ce->row;
+		unwind_stat(UNWIND_STAT_CACHE_HITS);
+		goto have_row;
+	}
 	// Callers are often in the same file as their callee: the trie, whose
 	// walk costs a cache miss per level, is asked only on a change.
 	if (look < s->m.start || look >= s->m.end) {
@@ -456,8 +496,16 @@ static long unwind_step(__u32 i, void *ctx)
 		s->stack.end = end;
 		return 1;
 	}
-	__u8 flags = row->flags;
-	__s64 off = row->cfa;
+	r = *row;
+	if (ce) {
+		ce->pc = look;
+		ce->tgid = s->tgid;
+		ce->gen = s->gen;
+		ce->row = r;
+	}
+have_row:;
+	__u8 flags = r.flags;
+	__s64 off = r.cfa;
 	__u64 cfa;
 
 	if (flags & UNWIND_ROW_CFA_SCALED)
@@ -475,7 +523,7 @@ static long unwind_step(__u32 i, void *ctx)
 		break;
 	case UNWIND_KIND_PLT:
 		// The pc itself: a PLT entry is only ever a leaf.
-		cfa = s->sp + off + ((s->pc & 15) >= (__u64)row->rbp ? 8 : 0);
+		cfa = s->sp + off + ((s->pc & 15) >= (__u64)r.rbp ? 8 : 0);
 		break;
 	case UNWIND_KIND_DEREF_RBP:
 		if (!s->bp_valid || bpf_probe_read_user(&cfa, sizeof(cfa), (void *)(s->bp + off)) != 0) {
@@ -533,11 +581,11 @@ static long unwind_step(__u32 i, void *ctx)
 	}
 	switch ((flags & UNWIND_ROW_RBP_MASK) >> UNWIND_ROW_RBP_SHIFT) {
 	case UNWIND_RBP_AT_CFA:
-		if (bpf_probe_read_user(&s->bp, sizeof(s->bp), (void *)(cfa + (__s64)row->rbp * 8)) != 0)
+		if (bpf_probe_read_user(&s->bp, sizeof(s->bp), (void *)(cfa + (__s64)r.rbp * 8)) != 0)
 			s->bp_valid = 0;
 		break;
 	case UNWIND_RBP_AT_RBP:
-		if (!s->bp_valid || bpf_probe_read_user(&s->bp, sizeof(s->bp), (void *)(s->bp + (__s64)row->rbp * 8)) != 0)
+		if (!s->bp_valid || bpf_probe_read_user(&s->bp, sizeof(s->bp), (void *)(s->bp + (__s64)r.rbp * 8)) != 0)
 			s->bp_valid = 0;
 		break;
 	case UNWIND_RBP_UNDEFINED:
@@ -575,6 +623,9 @@ static __always_inline struct unwind_stack *unwind_user(const struct unwind_regs
 	s->exact = 1;
 	s->m.start = 0;
 	s->m.end = 0;
+	__u32 *gen = bpf_map_lookup_elem(&unwind_gen, &zero);
+
+	s->gen = gen ? *gen : 0;
 	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &tgid);
 
 	s->table_ok = p && p->start_ticks == start_boottime_ns / UNWIND_NSEC_PER_TICK;

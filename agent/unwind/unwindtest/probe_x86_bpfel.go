@@ -22,6 +22,14 @@ type probeSample struct {
 	Ips [127]uint64
 }
 
+type probeUnwindCacheEntry struct {
+	_    structs.HostLayout
+	Pc   uint64
+	Tgid uint32
+	Gen  uint32
+	Row  probeUnwindRow
+}
+
 type probeUnwindEnd uint32
 
 const (
@@ -92,6 +100,8 @@ type probeUnwindScratch struct {
 	Exact   uint8
 	TableOk uint8
 	Pad     uint8
+	Gen     uint32
+	Pad2    uint32
 	M       probeUnwindMapping
 }
 
@@ -115,7 +125,8 @@ const (
 	probeUnwindStatUNWIND_STAT_FRAMES_SIGNAL  probeUnwindStat = 13
 	probeUnwindStatUNWIND_STAT_PROC_UNKNOWN   probeUnwindStat = 14
 	probeUnwindStatUNWIND_STAT_KERNEL_REGS    probeUnwindStat = 15
-	probeUnwindStatUNWIND_STAT_MAX            probeUnwindStat = 16
+	probeUnwindStatUNWIND_STAT_CACHE_HITS     probeUnwindStat = 16
+	probeUnwindStatUNWIND_STAT_MAX            probeUnwindStat = 17
 )
 
 type probeUnwindTableHeader struct {
@@ -130,6 +141,8 @@ type probeUnwindTableHeader struct {
 const (
 	probeMapFpScratch        = "fp_scratch"
 	probeMapSamples          = "samples"
+	probeMapUnwindCache      = "unwind_cache"
+	probeMapUnwindGen        = "unwind_gen"
 	probeMapUnwindMappings   = "unwind_mappings"
 	probeMapUnwindProcs      = "unwind_procs"
 	probeMapUnwindScratchMap = "unwind_scratch_map"
@@ -203,6 +216,8 @@ type probeProgramSpecs struct {
 type probeMapSpecs struct {
 	FpScratch        *ebpf.MapSpec `ebpf:"fp_scratch"`
 	Samples          *ebpf.MapSpec `ebpf:"samples"`
+	UnwindCache      *ebpf.MapSpec `ebpf:"unwind_cache"`
+	UnwindGen        *ebpf.MapSpec `ebpf:"unwind_gen"`
 	UnwindMappings   *ebpf.MapSpec `ebpf:"unwind_mappings"`
 	UnwindProcs      *ebpf.MapSpec `ebpf:"unwind_procs"`
 	UnwindScratchMap *ebpf.MapSpec `ebpf:"unwind_scratch_map"`
@@ -248,6 +263,8 @@ func (o *probeObjects) Close() error {
 type probeMaps struct {
 	FpScratch        *ebpf.Map `ebpf:"fp_scratch"`
 	Samples          *ebpf.Map `ebpf:"samples"`
+	UnwindCache      *ebpf.Map `ebpf:"unwind_cache"`
+	UnwindGen        *ebpf.Map `ebpf:"unwind_gen"`
 	UnwindMappings   *ebpf.Map `ebpf:"unwind_mappings"`
 	UnwindProcs      *ebpf.Map `ebpf:"unwind_procs"`
 	UnwindScratchMap *ebpf.Map `ebpf:"unwind_scratch_map"`
@@ -259,6 +276,8 @@ func (m *probeMaps) Close() error {
 	return _ProbeClose(
 		m.FpScratch,
 		m.Samples,
+		m.UnwindCache,
+		m.UnwindGen,
 		m.UnwindMappings,
 		m.UnwindProcs,
 		m.UnwindScratchMap,
