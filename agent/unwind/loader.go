@@ -111,16 +111,16 @@ type Loader struct {
 	opts Options
 	maps *Maps
 
-	mu    sync.Mutex
-	files map[fileID]*file
-	lru   *list.List // loaded files, front = most recently used
-	free  []uint32
-	next  uint32
-	procs map[int]*proc
-	stats Stats
-	vdso  *cfi.Table // built once; nil until then
-	vdsoB []byte
-	gen   uint32 // unwind_gen: bumped on every change of mappings
+	mu       sync.Mutex
+	files    map[fileID]*file
+	lru      *list.List // loaded files, front = most recently used
+	free     []uint32
+	next     uint32
+	procs    map[int]*proc
+	stats    Stats
+	vdso     *cfi.Table // built once; nil until then
+	vdsoSize int64
+	gen      uint32 // unwind_gen: bumped on every change of mappings
 }
 
 // bumpGen invalidates the BPF row cache: its entries name (process, pc)
@@ -211,13 +211,13 @@ func (l *Loader) SyncProcess(pid int, startTicks uint64) error {
 		}
 		switch {
 		case m.Path == "[vdso]" && !l.opts.NoVDSO:
-			t, err := l.vdsoTable()
-			if err != nil || uint64(len(l.vdsoB)) != m.End-m.Start || m.Offset != 0 {
+			t, size, err := l.vdsoTable()
+			if err != nil || uint64(size) != m.End-m.Start || m.Offset != 0 {
 				targets = append(targets, target{m: m, fp: true})
 				continue
 			}
 			id := vdsoID
-			id.size = int64(len(l.vdsoB))
+			id.size = size
 			prep(id, func() (*cfi.Table, error) { return t, nil })
 			targets = append(targets, target{m: m, id: id})
 		case m.FileBacked():
@@ -526,26 +526,27 @@ func (l *Loader) decref(id fileID) {
 	delete(l.files, id)
 }
 
-// vdsoTable builds the table of the agent's own vDSO, once.
-func (l *Loader) vdsoTable() (*cfi.Table, error) {
+// vdsoTable builds the table of the agent's own vDSO, once, and returns
+// it with the image's size.
+func (l *Loader) vdsoTable() (*cfi.Table, int64, error) {
 	l.mu.Lock()
-	t, b := l.vdso, l.vdsoB
+	t, size := l.vdso, l.vdsoSize
 	l.mu.Unlock()
 	if t != nil {
-		return t, nil
+		return t, size, nil
 	}
 	b, err := readSelfVDSO()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	t, err = cfi.Build(bytes.NewReader(b), int64(len(b)), l.opts.Limits)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	l.mu.Lock()
-	l.vdso, l.vdsoB = t, b
+	l.vdso, l.vdsoSize = t, int64(len(b))
 	l.mu.Unlock()
-	return t, nil
+	return t, int64(len(b)), nil
 }
 
 // readSelfVDSO copies this process's vDSO image out of its own memory.

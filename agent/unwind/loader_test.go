@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -136,4 +137,62 @@ func TestLoaderLifecycle(t *testing.T) {
 	if err := l.maps.procs.Lookup(uint32(100), &pv); err != nil || binary.LittleEndian.Uint64(pv[:]) != 2 {
 		t.Fatalf("process entry %v %x", err, pv)
 	}
+}
+
+// TestLoaderConcurrent: processes synced and removed at once share their
+// tables and leave nothing behind (run with -race).
+func TestLoaderConcurrent(t *testing.T) {
+	if os.Getenv("SLURMSCOPE_INTEGRATION") != "1" && os.Geteuid() != 0 {
+		t.Skip("needs root (or SLURMSCOPE_INTEGRATION=1)")
+	}
+	libc := "/usr/lib/x86_64-linux-gnu/libc.so.6"
+	cxx := "/usr/lib/x86_64-linux-gnu/libstdc++.so.6"
+	fp := &fakeProcs{maps: map[int][]Mapping{}}
+	for pid := 200; pid < 208; pid++ {
+		fp.maps[pid] = []Mapping{libMapping(t, libc, 0x7f0000000000), libMapping(t, cxx, 0x7f1000000000)}
+	}
+	l, err := NewLoader(Options{Maps: &lockedProcs{f: fp}, Opener: &lockedProcs{f: fp}, NoVDSO: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	done := make(chan error)
+	for pid := 200; pid < 208; pid++ {
+		go func() { done <- l.SyncProcess(pid, 1) }()
+	}
+	for range 8 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := l.Stats(); s.Processes != 8 || s.Files != 2 || s.Tables != 2 {
+		t.Fatalf("after 8 processes: %+v", s)
+	}
+	for pid := 200; pid < 208; pid++ {
+		go func() { l.RemoveProcess(pid); done <- nil }()
+	}
+	for range 8 {
+		<-done
+	}
+	if s := l.Stats(); s.Processes != 0 || s.Files != 0 || s.TableBytes != 0 || s.MappingEntries != 0 {
+		t.Fatalf("after removal: %+v", s)
+	}
+}
+
+// lockedProcs serialises a fakeProcs for concurrent use.
+type lockedProcs struct {
+	mu sync.Mutex
+	f  *fakeProcs
+}
+
+func (p *lockedProcs) Mappings(pid int) ([]Mapping, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.f.Mappings(pid)
+}
+
+func (p *lockedProcs) OpenMapping(pid int, m Mapping) (*os.File, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.f.OpenMapping(pid, m)
 }
