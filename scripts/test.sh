@@ -17,6 +17,7 @@ step "generated eBPF objects are reproducible (clang-14)"
 agent/cpu/regen-check.sh
 agent/gputrace/regen-check.sh
 agent/python/walktest/regen-check.sh
+agent/unwind/unwindtest/regen-check.sh
 
 step "go vet"
 go vet ./...
