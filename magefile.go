@@ -34,6 +34,15 @@ func init() {
 // BuildAll builds the datasource backend for every platform Grafana runs on.
 func BuildAll() { mg.Deps(build.BuildAll) }
 
+// Package builds the .deb and .rpm packages into bin/packages. They are for
+// this host's architecture and glibc: slurmscope-agent (the agent, its
+// systemd unit and environment file, the CUDA injection library, the
+// TaskProlog) for compute nodes, and slurmscope (the query CLI) for login
+// and admin hosts.
+func Package() error {
+	return sh.RunV("go", "run", "./tools/package", "--out", "bin/packages")
+}
+
 // Bench groups the benchmarks that need root and print ratios.
 type Bench mg.Namespace
 

@@ -12,6 +12,9 @@ PKGS=(slurm-wlm munge prometheus clang-14 llvm-14 libbpf-dev gcc g++ make procps
 # frame pointers) and its venv module; the arm64 C library headers hold the
 # offset table to CPython's headers for arm64 too.
 PKGS+=(python3.11 python3.11-venv libc6-dev-arm64-cross)
+# The package test reads the .rpm back with rpm and checks the installed unit
+# with systemd-analyze.
+PKGS+=(rpm systemd)
 # The test suite also builds and drives the front end; the demo does not.
 if [[ ${SLURMSCOPE_DEPS_FRONTEND:-} == 1 ]]; then
 	PKGS+=(chromium)
