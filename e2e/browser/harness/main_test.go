@@ -19,7 +19,7 @@ import (
 	querierv1 "github.com/grafana/pyroscope/api/gen/proto/go/querier/v1"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/flame"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/plugin"
 )
 
 const (
@@ -266,7 +266,7 @@ func TestDSQueryFlamegraph(t *testing.T) {
 	if r.Error != nil || len(r.Frames) != 1 {
 		t.Fatalf("response A: %v, %d frames", r.Error, len(r.Frames))
 	}
-	got, ok := flame.FromFrame(r.Frames[0])
+	got, ok := plugin.FromFrame(r.Frames[0])
 	if !ok {
 		t.Fatal("not a flame graph frame")
 	}
@@ -289,7 +289,7 @@ func TestDSQueryOtherRecordings(t *testing.T) {
 	if status != 200 {
 		t.Fatalf("status %d: %s", status, raw)
 	}
-	if tr, ok := flame.FromFrame(resp.Responses["A"].Frames[0]); !ok || tr.Total() != 10_500_000_000 {
+	if tr, ok := plugin.FromFrame(resp.Responses["A"].Frames[0]); !ok || tr.Total() != 10_500_000_000 {
 		t.Errorf("node-a: %s", raw)
 	}
 }

@@ -208,7 +208,7 @@ func (d *Datasource) run(ctx context.Context, scope query.Scope, m Model, r quer
 		if err != nil {
 			return nil, err
 		}
-		return data.Frames{t.Frame("flamegraph", profileUnit(pt))}, nil
+		return data.Frames{flameFrame(t, "flamegraph", profileUnit(pt))}, nil
 	case TypeProfileSeries:
 		if err := d.configErr(true, false); err != nil {
 			return nil, err
@@ -221,7 +221,7 @@ func (d *Datasource) run(ctx context.Context, scope query.Scope, m Model, r quer
 		if err != nil {
 			return nil, err
 		}
-		return query.SeriesFrames("profile", profileUnit(pt), ss), nil
+		return seriesFrames("profile", profileUnit(pt), ss), nil
 	case TypeGPUMetric:
 		if err := d.configErr(false, true); err != nil {
 			return nil, err
@@ -234,7 +234,7 @@ func (d *Datasource) run(ctx context.Context, scope query.Scope, m Model, r quer
 		if err != nil {
 			return nil, err
 		}
-		return query.SeriesFrames(gq.Metric.Name, gq.Metric.Unit, ss), nil
+		return seriesFrames(gq.Metric.Name, gq.Metric.Unit, ss), nil
 	case TypeTopEntities:
 		ent := m.Entity
 		if ent == "" {
@@ -259,7 +259,7 @@ func (d *Datasource) run(ctx context.Context, scope query.Scope, m Model, r quer
 		if err != nil {
 			return nil, err
 		}
-		return data.Frames{query.RankedFrame("top", ea[0].Name, rank.Unit(), rs)}, nil
+		return data.Frames{rankedFrame("top", ea[0].Name, rank.Unit(), rs)}, nil
 	case TypeAttributeValues:
 		as, err := attributes([]string{m.Attribute})
 		if err != nil {
@@ -272,7 +272,7 @@ func (d *Datasource) run(ctx context.Context, scope query.Scope, m Model, r quer
 		if err != nil {
 			return nil, err
 		}
-		return data.Frames{query.ValuesFrame(as[0].Name, vs)}, nil
+		return data.Frames{valuesFrame(as[0].Name, vs)}, nil
 	}
 	return nil, badRequest{fmt.Errorf("unknown queryType %q: want %s, %s, %s, %s or %s", m.QueryType,
 		TypeFlamegraph, TypeProfileSeries, TypeGPUMetric, TypeTopEntities, TypeAttributeValues)}

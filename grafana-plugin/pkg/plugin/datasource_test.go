@@ -222,7 +222,7 @@ func TestFlamegraphFrame(t *testing.T) {
 	if f.RefID != "A" || f.Meta.PreferredVisualization != data.VisTypeFlameGraph {
 		t.Errorf("frame %s meta %+v", f.RefID, f.Meta)
 	}
-	tr, ok := flame.FromFrame(f)
+	tr, ok := FromFrame(f)
 	if !ok {
 		t.Fatal("not a nested set")
 	}

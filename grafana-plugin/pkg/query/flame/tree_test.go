@@ -168,26 +168,33 @@ func TestMalformedFlamegraphs(t *testing.T) {
 	}
 }
 
-func TestFrame(t *testing.T) {
+func TestNestedSet(t *testing.T) {
 	tr := New()
 	tr.Add([]string{"main", "b"}, 3)
 	tr.Add([]string{"main", "a"}, 2)
 	tr.Add([]string{"main"}, 1)
-	f := tr.Frame("flamegraph", "ns")
-	if f.Meta == nil || f.Meta.PreferredVisualization != "flamegraph" {
-		t.Errorf("meta %+v", f.Meta)
-	}
+	s := tr.NestedSet()
 	var rows []string
-	for i := 0; i < f.Rows(); i++ {
-		rows = append(rows, fmt.Sprintf("%v %v %v %v", f.Fields[0].At(i), f.Fields[1].At(i), f.Fields[2].At(i), f.Fields[3].At(i)))
+	for i := range s.Levels {
+		rows = append(rows, fmt.Sprintf("%d %d %d %s", s.Levels[i], s.Totals[i], s.Selfs[i], s.Labels[i]))
 	}
 	want := []string{"0 6 0 total", "1 6 1 main", "2 2 2 a", "2 3 3 b"}
 	if !reflect.DeepEqual(rows, want) {
 		t.Errorf("rows %q, want %q", rows, want)
 	}
-	back, ok := FromFrame(f)
+	back, ok := FromNestedSet(s)
 	if !ok || !reflect.DeepEqual(stacks(back), stacks(tr)) {
-		t.Errorf("FromFrame: %v %v", ok, stacks(back))
+		t.Errorf("FromNestedSet: %v %v", ok, stacks(back))
+	}
+	for name, bad := range map[string]NestedSet{
+		"level skipped": {Levels: []int64{0, 2}, Totals: []int64{1, 1}, Selfs: []int64{0, 1}, Labels: []string{"total", "x"}},
+		"two roots":     {Levels: []int64{0, 0}, Totals: []int64{1, 1}, Selfs: []int64{1, 1}, Labels: []string{"total", "total"}},
+		"no root":       {Levels: []int64{1}, Totals: []int64{1}, Selfs: []int64{1}, Labels: []string{"x"}},
+		"short column":  {Levels: []int64{0, 1}, Totals: []int64{1, 1}, Selfs: []int64{0}, Labels: []string{"total", "x"}},
+	} {
+		if _, ok := FromNestedSet(bad); ok {
+			t.Errorf("%s: accepted", name)
+		}
 	}
 }
 
@@ -283,7 +290,7 @@ func hostGraphs(r *rand.Rand, n, size int) []*querierv1.FlameGraph {
 
 // BenchmarkMerge16x8192 is the datasource's hot path for a 16-node job:
 // decode and merge 16 flame graphs of 8,192 nodes, cap the result at 8,192
-// nodes and build the frame. Target: 5 ms. "job" graphs overlap as one
+// nodes and lay it out as the frame (the plugin wraps those columns). Target: 5 ms. "job" graphs overlap as one
 // program's hosts do; "disjoint" graphs share almost no stacks (the worst
 // case: a 130,000-node merge).
 func BenchmarkMerge16x8192(b *testing.B) {
@@ -309,8 +316,7 @@ func BenchmarkMerge16x8192(b *testing.B) {
 					b.Fatal(err)
 				}
 				merged = tr.Len()
-				f := tr.Truncate(8192).Frame("flamegraph", "ns")
-				if f.Rows() == 0 {
+				if s := tr.Truncate(8192).NestedSet(); len(s.Levels) == 0 {
 					b.Fatal("empty frame")
 				}
 			}
