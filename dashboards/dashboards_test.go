@@ -1,8 +1,8 @@
 // Package dashboards holds slurmscope's Grafana dashboards (*.json). This
 // test validates them together with provisioning/ and deploy/: datasource
-// uids, the slurmscope query models and their CEL filters, metric names
-// against what the agent exports, alert rules, the compose file and the
-// agent's systemd unit.
+// uids, the slurmscope query models and their CEL filters, metrics, labels
+// and profile types against package schema, alert rules, the compose file
+// and the agent's systemd unit.
 package dashboards
 
 import (
@@ -156,71 +156,50 @@ func allPanels(ps []panel) []panel {
 
 var queryTypes = []string{plugin.TypeFlamegraph, plugin.TypeProfileSeries, plugin.TypeGPUMetric, plugin.TypeTopEntities, plugin.TypeAttributeValues}
 
-// exportedMetrics lists the metric names the agent registers, read from its
-// sources: `const ns = "..."` with ns+"name", the GPU collector's g("...") /
-// j("...") families, and literal Name: "slurmscope_..." options or
-// NewDesc("slurmscope_...") descriptors.
-func exportedMetrics(t *testing.T) map[string]bool {
-	t.Helper()
-	files := []string{"agent/gpu/metrics.go", "agent/daemon/metrics.go", "agent/pyroscope/metrics.go", "agent/remotewrite/metrics.go", "agent/cli/run.go", "agent/jobinfo/jobinfo.go"}
-	nsRE := regexp.MustCompile(`const ns = "(\w+)"`)
-	useRE := regexp.MustCompile(`\bns\+"(\w+)"`)
-	famRE := regexp.MustCompile(`\b[gj]\("(\w+)"`)
-	nameRE := regexp.MustCompile(`(?:Name:\s*|NewDesc\()"(slurmscope_\w+)"`)
-	out := map[string]bool{}
-	for _, f := range files {
-		b, err := os.ReadFile(filepath.Join(root, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		src := string(b)
-		ns := ""
-		if m := nsRE.FindStringSubmatch(src); m != nil {
-			ns = m[1]
-			for _, m := range useRE.FindAllStringSubmatch(src, -1) {
-				out[ns+m[1]] = true
-			}
-			for _, m := range famRE.FindAllStringSubmatch(src, -1) {
-				out[ns+m[1]] = true
-			}
-		}
-		for _, m := range nameRE.FindAllStringSubmatch(src, -1) {
-			out[m[1]] = true
-		}
-	}
-	if len(out) < 20 {
-		t.Fatalf("read only %d metric names from the agent: the patterns above need updating", len(out))
-	}
-	return out
-}
+// scrapeLabels are the labels Prometheus adds to every series it scrapes.
+var scrapeLabels = []string{"instance", "job"}
 
 // knownLabels are the labels PromQL in dashboards and rules may name: the
-// schema's wire labels, Prometheus' own, and the agent's per-metric ones.
+// schema's wire labels, the schema's metrics' own labels and Prometheus'.
 func knownLabels() map[string]bool {
-	out := map[string]bool{"instance": true, "job": true, "__name__": true,
-		"pci_bus_id": true, "metric": true, "function": true, "error": true, "reason": true,
-		"result": true, "stage": true, "gpu_mig_compute_instance": true, "gpu_mig_uuid": true}
+	out := map[string]bool{"__name__": true}
+	for _, l := range scrapeLabels {
+		out[l] = true
+	}
 	for _, a := range schema.All {
 		out[a.Label] = true
 	}
+	for _, m := range schema.Metrics {
+		for _, l := range m.LabelNames(true) {
+			out[l] = true
+		}
+	}
 	return out
 }
 
-func TestAgentMetricsCoverCatalogue(t *testing.T) {
-	exp := exportedMetrics(t)
-	for _, m := range promql.Metrics {
-		if !exp[m.Name] {
-			t.Errorf("query engine catalogue metric %s is not exported by the agent", m.Name)
-		}
+// metricLabels are the labels a series of m may carry: the schema's label
+// set (a MIG instance's included), and those Prometheus adds.
+func metricLabels(m schema.Metric) map[string]bool {
+	out := map[string]bool{"__name__": true}
+	for _, l := range append(m.LabelNames(true), scrapeLabels...) {
+		out[l] = true
 	}
-	// The README's metric table is the users' reference.
+	return out
+}
+
+func TestREADMENamesOnlyTheSchemasMetrics(t *testing.T) {
+	// The README's metric tables are the users' reference.
 	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range regexp.MustCompile("`(slurmscope_gpu_[a-z_]+|slurmscope_job_[a-z_]+)`").FindAllStringSubmatch(string(readme), -1) {
-		if !exp[m[1]] {
-			t.Errorf("README names %s, which the agent does not export", m[1])
+	named := regexp.MustCompile("`("+schema.MetricPrefix+`(?:gpu|job|agent|pyroscope|remote_write)_[a-z_]+)[`+"`{]").FindAllStringSubmatch(string(readme), -1)
+	if len(named) < 20 {
+		t.Fatalf("found only %d metric names in the README", len(named))
+	}
+	for _, m := range named {
+		if _, ok := schema.MetricByName(m[1]); !ok {
+			t.Errorf("README names %s, which is not a metric of the schema", m[1])
 		}
 	}
 }
@@ -317,8 +296,8 @@ func checkSlurmscope(t *testing.T, where string, raw json.RawMessage, vars map[s
 	}
 	attrs("groupBy", m.GroupBy...)
 	profileType := func() {
-		if m.ProfileType != query.CPUProfileType && !strings.HasPrefix(m.ProfileType, query.GPUProfilePrefix) {
-			t.Errorf("%s: profileType %q: want %s or %s...", where, m.ProfileType, query.CPUProfileType, query.GPUProfilePrefix)
+		if _, ok := schema.ProfileTypeOf(m.ProfileType); !ok {
+			t.Errorf("%s: profileType %q is not a profile type of the schema", where, m.ProfileType)
 		}
 	}
 	switch m.QueryType {
@@ -331,8 +310,8 @@ func checkSlurmscope(t *testing.T, where string, raw json.RawMessage, vars map[s
 		profileType()
 	case plugin.TypeGPUMetric:
 		metric, ok := promql.Lookup(m.Metric)
-		if !ok {
-			t.Errorf("%s: metric %q is not in the query engine's catalogue", where, m.Metric)
+		if def, known := schema.MetricByName(m.Metric); !known || def.Merge == "" || !ok {
+			t.Errorf("%s: metric %q is not a metric of the schema the datasource offers", where, m.Metric)
 		}
 		if _, err := promql.ParseAgg(m.Aggregation, metric.Agg); err != nil {
 			t.Errorf("%s: %v", where, err)
@@ -358,56 +337,71 @@ func checkSlurmscope(t *testing.T, where string, raw json.RawMessage, vars map[s
 // ---------- PromQL ----------
 
 var (
-	stringRE  = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
-	identRE   = regexp.MustCompile(`[A-Za-z_:][A-Za-z0-9_:]*`)
-	selRE     = regexp.MustCompile(`([A-Za-z_:][A-Za-z0-9_:]*)\s*\{`)
-	groupRE   = regexp.MustCompile(`\b(?:by|on|without|ignoring|group_left|group_right)\s*\(([^)]*)\)`)
-	matcherRE = regexp.MustCompile(`\{([^}]*)\}`)
-	labelRE   = regexp.MustCompile(`([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)`)
+	stringRE = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
+	identRE  = regexp.MustCompile(`[A-Za-z_:][A-Za-z0-9_:]*`)
+	selRE    = regexp.MustCompile(`([A-Za-z_:][A-Za-z0-9_:]*)\s*\{`)
+	groupRE  = regexp.MustCompile(`\b(?:by|on|without|ignoring|group_left|group_right)\s*\(([^)]*)\)`)
+	labelRE  = regexp.MustCompile(`([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)`)
 )
 
-// checkPromQL checks that expr names only metrics the agent exports (and
-// Prometheus' up) and only known labels.
-func checkPromQL(t *testing.T, where, expr string, exported, labels map[string]bool) {
+// checkPromQL checks that expr names only metrics of the schema (and
+// Prometheus' up), that each selector's matchers name labels its metric
+// carries, and that every label the expression groups or joins on is
+// carried by one of its metrics.
+func checkPromQL(t *testing.T, where, expr string) {
 	t.Helper()
 	if strings.Count(expr, "(") != strings.Count(expr, ")") || strings.Count(expr, "{") != strings.Count(expr, "}") {
 		t.Errorf("%s: unbalanced brackets in %q", where, expr)
 	}
+	bare := stringRE.ReplaceAllString(expr, `""`)
+	carried := map[string]bool{}
 	n := 0
-	for _, id := range identRE.FindAllString(stringRE.ReplaceAllString(expr, `""`), -1) {
-		if strings.HasPrefix(id, "slurmscope_") {
-			n++
-			if !exported[id] {
-				t.Errorf("%s: metric %s is not exported by the agent", where, id)
-			}
+	for _, id := range identRE.FindAllString(bare, -1) {
+		if !strings.HasPrefix(id, schema.MetricPrefix) {
+			continue
+		}
+		n++
+		m, ok := schema.MetricByName(id)
+		if !ok {
+			t.Errorf("%s: metric %s is not a metric of the schema", where, id)
+			continue
+		}
+		for l := range metricLabels(m) {
+			carried[l] = true
 		}
 	}
-	for _, m := range selRE.FindAllStringSubmatch(expr, -1) {
-		if m[1] == "up" {
+	for _, l := range scrapeLabels {
+		carried[l] = true
+	}
+	for _, m := range selRE.FindAllStringSubmatchIndex(bare, -1) {
+		name := bare[m[2]:m[3]]
+		labels := map[string]bool{"__name__": true, "instance": true, "job": true}
+		if name == "up" {
 			n++
-		} else if !exported[m[1]] {
-			t.Errorf("%s: selector on %s, not an agent metric", where, m[1])
+		} else if def, ok := schema.MetricByName(name); ok {
+			labels = metricLabels(def)
+		} else {
+			t.Errorf("%s: selector on %s, not a metric of the schema", where, name)
+			continue
+		}
+		end := strings.IndexByte(bare[m[1]:], '}')
+		if end < 0 {
+			continue
+		}
+		for _, l := range labelRE.FindAllStringSubmatch(bare[m[1]:m[1]+end], -1) {
+			if !labels[l[1]] {
+				t.Errorf("%s: %s has no label %q", where, name, l[1])
+			}
 		}
 	}
 	if n == 0 {
 		t.Errorf("%s: %q names no slurmscope metric", where, expr)
 	}
-	var used []string
-	for _, m := range groupRE.FindAllStringSubmatch(expr, -1) {
+	for _, m := range groupRE.FindAllStringSubmatch(bare, -1) {
 		for _, l := range strings.Split(m[1], ",") {
-			if l = strings.TrimSpace(l); l != "" {
-				used = append(used, l)
+			if l = strings.TrimSpace(l); l != "" && !carried[l] {
+				t.Errorf("%s: groups or joins on %q, which none of its metrics carries", where, l)
 			}
-		}
-	}
-	for _, m := range matcherRE.FindAllStringSubmatch(stringRE.ReplaceAllString(expr, `""`), -1) {
-		for _, l := range labelRE.FindAllStringSubmatch(m[1], -1) {
-			used = append(used, l[1])
-		}
-	}
-	for _, l := range used {
-		if !labels[l] {
-			t.Errorf("%s: label %q is not a known label", where, l)
 		}
 	}
 }
@@ -416,7 +410,6 @@ func checkPromQL(t *testing.T, where, expr string, exported, labels map[string]b
 
 func TestDashboards(t *testing.T) {
 	ds := datasources(t)
-	exported, labels := exportedMetrics(t), knownLabels()
 	uids := map[string]string{}
 	for _, d := range dashboards(t) {
 		if d.UID == "" || d.Title == "" {
@@ -498,7 +491,7 @@ func TestDashboards(t *testing.T) {
 				case pluginType:
 					checkSlurmscope(t, w, raw, vars)
 				case promType:
-					checkPromQL(t, w, substitute(t, w, tg.Expr, "promql", vars), exported, labels)
+					checkPromQL(t, w, substitute(t, w, tg.Expr, "promql", vars))
 				}
 			}
 		}
@@ -525,14 +518,14 @@ func TestJobDashboardCoverage(t *testing.T) {
 			metrics = append(metrics, m.Metric)
 		}
 	}
-	for _, want := range []string{query.CPUProfileType, query.GPUProfilePrefix + "gpu_time:nanoseconds"} {
+	for _, want := range []string{schema.ProcessCPU.ID(), schema.GPUTime.ID()} {
 		if !slices.Contains(profileTypes, want) {
 			t.Errorf("job dashboard has no %s query", want)
 		}
 	}
-	for _, want := range []string{"slurmscope_job_gpu_utilization_ratio", "slurmscope_job_gpu_memory_used_bytes", "slurmscope_gpu_sm_active_ratio", "slurmscope_gpu_tensor_active_ratio", "slurmscope_job_info"} {
-		if !slices.Contains(metrics, want) {
-			t.Errorf("job dashboard has no %s panel", want)
+	for _, want := range []schema.Metric{schema.JobGPUUtilization, schema.JobGPUMemoryUsed, schema.GPUSMActive, schema.GPUTensorActive, schema.JobInfo} {
+		if !slices.Contains(metrics, want.Name) {
+			t.Errorf("job dashboard has no %s panel", want.Name)
 		}
 	}
 }
@@ -577,7 +570,7 @@ func TestDatasources(t *testing.T) {
 	if s.Pyroscope.URL == "" || s.Prometheus.URL == "" {
 		t.Errorf("slurmscope jsonData: want both backend URLs, got %+v", s)
 	}
-	if s.DefaultProfileType != "" && s.DefaultProfileType != query.CPUProfileType {
+	if s.DefaultProfileType != "" && s.DefaultProfileType != schema.DefaultProfileType.ID() {
 		t.Errorf("defaultProfileType %q", s.DefaultProfileType)
 	}
 	// The plugin id is the datasource type.
@@ -593,7 +586,7 @@ func TestDatasources(t *testing.T) {
 
 func TestAlertRules(t *testing.T) {
 	ds := datasources(t)
-	exported, labels := exportedMetrics(t), knownLabels()
+	labels := knownLabels()
 	files, _ := filepath.Glob(filepath.Join(root, "provisioning", "alerting", "*.yaml"))
 	if len(files) == 0 {
 		t.Fatal("no provisioning/alerting/*.yaml")
@@ -664,7 +657,7 @@ func TestAlertRules(t *testing.T) {
 			switch src.Type {
 			case promType:
 				expr, _ := q.Model["expr"].(string)
-				checkPromQL(t, where, expr, exported, labels)
+				checkPromQL(t, where, expr)
 				exprs = append(exprs, expr)
 			case pluginType:
 				b, _ := json.Marshal(q.Model)

@@ -29,49 +29,76 @@ func (t Type) String() string {
 	return "string"
 }
 
+// Scope is what an attribute describes, which decides where it is found:
+// the same for every process and node of a job, one process of it, the
+// node, or one GPU (or MIG instance).
+type Scope int
+
+const (
+	ScopeJob Scope = iota
+	ScopeProcess
+	ScopeHost
+	ScopeGPU
+)
+
+func (s Scope) String() string {
+	switch s {
+	case ScopeJob:
+		return "job"
+	case ScopeProcess:
+		return "process"
+	case ScopeHost:
+		return "host"
+	case ScopeGPU:
+		return "gpu"
+	}
+	return "unknown"
+}
+
 // Attribute describes one attribute of the schema.
 type Attribute struct {
 	Name        string // dotted name, e.g. slurm.job.id
 	Label       string // wire label, e.g. slurm_job_id
 	Type        Type
+	Scope       Scope
 	Description string
 	Source      string // where the agent takes it from on the node
 }
 
 var (
-	JobID = Attribute{"slurm.job.id", "slurm_job_id", Int,
-		"SLURM job id (for array jobs the id of the array task's own job).",
-		"the cgroup path (job_<id>), or the SLUID directory resolved to the id"}
-	JobName = Attribute{"slurm.job.name", "slurm_job_name", String,
-		"SLURM job name.",
-		"job metadata: environment of the job's tasks, or slurmctld"}
-	JobUser = Attribute{"slurm.job.user", "slurm_job_user", String,
-		"Owner of the job.",
-		"the uid of the job's tasks (or the v1 cgroup path, or slurmctld); never the job's environment"}
-	JobStep = Attribute{"slurm.job.step", "slurm_job_step", String,
-		"Job step: 0..n, batch, extern or interactive.",
-		"the cgroup path (step_<s>)"}
-	JobAccount = Attribute{"slurm.job.account", "slurm_job_account", String,
-		"SLURM account charged for the job.",
-		"job metadata"}
-	JobPartition = Attribute{"slurm.job.partition", "slurm_job_partition", String,
-		"SLURM partition the job runs in.",
-		"job metadata"}
-	HostName = Attribute{"host.name", "host_name", String,
-		"The node (SLURM NodeName) the data comes from.",
-		"--node-name, the multiple-slurmd cgroup path, or the hostname"}
-	GPUName = Attribute{"gpu.name", "gpu_name", String,
-		"GPU product name.", "NVML"}
-	GPUUUID = Attribute{"gpu.uuid", "gpu_uuid", String,
-		"GPU UUID (GPU-...); MIG instances carry their parent's.", "NVML"}
-	GPUIndex = Attribute{"gpu.index", "gpu_index", Int,
-		"NVML index of the GPU on the node.", "NVML"}
-	GPUMIGProfile = Attribute{"gpu.mig.profile", "gpu_mig_profile", String,
-		"MIG profile of the instance, e.g. 3g.40gb.", "NVML MIG device name"}
-	GPUMIGInstance = Attribute{"gpu.mig.instance", "gpu_mig_instance", Int,
-		"MIG GPU-instance id.", "NVML MIG"}
-	ContainerName = Attribute{"container.name", "container_name", String,
-		"Container the process runs in, where there is one.", "cgroup / runtime"}
+	JobID = Attribute{Name: "slurm.job.id", Label: "slurm_job_id", Type: Int, Scope: ScopeJob,
+		Description: "SLURM job id (for array jobs the id of the array task's own job).",
+		Source:      "the cgroup path (job_<id>), or the SLUID directory resolved to the id"}
+	JobName = Attribute{Name: "slurm.job.name", Label: "slurm_job_name", Type: String, Scope: ScopeJob,
+		Description: "SLURM job name.",
+		Source:      "job metadata: environment of the job's tasks, or slurmctld"}
+	JobUser = Attribute{Name: "slurm.job.user", Label: "slurm_job_user", Type: String, Scope: ScopeJob,
+		Description: "Owner of the job.",
+		Source:      "the uid of the job's tasks (or the v1 cgroup path, or slurmctld); never the job's environment"}
+	// JobStep is per process: one job's processes run in several steps,
+	// so it splits samples inside a job's profile.
+	JobStep = Attribute{Name: "slurm.job.step", Label: "slurm_job_step", Type: String, Scope: ScopeProcess,
+		Description: "Job step: 0..n, batch, extern or interactive.",
+		Source:      "the cgroup path (step_<s>)"}
+	JobAccount = Attribute{Name: "slurm.job.account", Label: "slurm_job_account", Type: String, Scope: ScopeJob,
+		Description: "SLURM account charged for the job.",
+		Source:      "job metadata"}
+	JobPartition = Attribute{Name: "slurm.job.partition", Label: "slurm_job_partition", Type: String, Scope: ScopeJob,
+		Description: "SLURM partition the job runs in.",
+		Source:      "job metadata"}
+	HostName = Attribute{Name: "host.name", Label: "host_name", Type: String, Scope: ScopeHost,
+		Description: "The node (SLURM NodeName) the data comes from.",
+		Source:      "--node-name, the multiple-slurmd cgroup path, or the hostname"}
+	GPUName = Attribute{Name: "gpu.name", Label: "gpu_name", Type: String, Scope: ScopeGPU,
+		Description: "GPU product name.", Source: "NVML"}
+	GPUUUID = Attribute{Name: "gpu.uuid", Label: "gpu_uuid", Type: String, Scope: ScopeGPU,
+		Description: "GPU UUID (GPU-...); MIG instances carry their parent's.", Source: "NVML"}
+	GPUIndex = Attribute{Name: "gpu.index", Label: "gpu_index", Type: Int, Scope: ScopeGPU,
+		Description: "NVML index of the GPU on the node.", Source: "NVML"}
+	GPUMIGProfile = Attribute{Name: "gpu.mig.profile", Label: "gpu_mig_profile", Type: String, Scope: ScopeGPU,
+		Description: "MIG profile of the instance, e.g. 3g.40gb.", Source: "NVML MIG device name"}
+	GPUMIGInstance = Attribute{Name: "gpu.mig.instance", Label: "gpu_mig_instance", Type: Int, Scope: ScopeGPU,
+		Description: "MIG GPU-instance id.", Source: "NVML MIG"}
 )
 
 // ServiceName is the label Pyroscope needs on every series. It is set to the
@@ -84,8 +111,21 @@ const ServiceName = "service_name"
 var All = []Attribute{
 	JobID, JobName, JobUser, JobStep, JobAccount, JobPartition,
 	HostName, GPUName, GPUUUID, GPUIndex, GPUMIGProfile, GPUMIGInstance,
-	ContainerName,
 }
+
+// Scoped returns the attributes of scope s, in the order of All.
+func Scoped(s Scope) []Attribute {
+	var out []Attribute
+	for _, a := range All {
+		if a.Scope == s {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Label is one wire label with its value.
+type Label struct{ Name, Value string }
 
 var byName, byLabel = func() (map[string]Attribute, map[string]Attribute) {
 	n := make(map[string]Attribute, len(All))

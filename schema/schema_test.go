@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -25,6 +26,9 @@ func TestTableIsConsistent(t *testing.T) {
 		if a.Description == "" || a.Source == "" {
 			t.Errorf("%s: missing description or source", a.Name)
 		}
+		if a.Scope.String() == "unknown" {
+			t.Errorf("%s: scope %d", a.Name, a.Scope)
+		}
 		if got, ok := ByName(a.Name); !ok || got != a {
 			t.Errorf("ByName(%q) = %v, %v", a.Name, got, ok)
 		}
@@ -37,46 +41,176 @@ func TestTableIsConsistent(t *testing.T) {
 	}
 }
 
-// TestNoOtherPackageSpellsAWireLabel holds the rest of the tree to this
-// table: Go code outside this package must use schema.X.Label, never a
-// literal. Test data and fixtures are exempt: they record what is on the wire.
-func TestNoOtherPackageSpellsAWireLabel(t *testing.T) {
+// baseUnits are Prometheus' base units a metric name may end in.
+var baseUnits = []string{"ratio", "bytes", "seconds", "watts", "celsius", "hertz", "joules", "volts", "amperes", "meters"}
+
+// misnamed are names that break Prometheus naming but are on the wire;
+// renaming one breaks whoever queries it, so it is the maintainers' call.
+var misnamed = map[string]string{
+	AgentGPUKernelTime.Name:             "nanoseconds: the base unit is seconds",
+	AgentGPUKernelTimeUnattributed.Name: "nanoseconds: the base unit is seconds",
+}
+
+func TestMetricsFollowPrometheusNaming(t *testing.T) {
+	name := regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+	label := regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+	notBase := regexp.MustCompile(`_(nanoseconds|microseconds|milliseconds|minutes|hours|days|kilobytes|megabytes|gigabytes|kib|mib|gib|percent|milliwatts|mhz|kelvin)(_|$)`)
+	seen := map[string]bool{}
+	for _, m := range Metrics {
+		if seen[m.Name] {
+			t.Errorf("%s listed twice", m.Name)
+		}
+		seen[m.Name] = true
+		if got, ok := MetricByName(m.Name); !ok || got.Name != m.Name || got.Help != m.Help {
+			t.Errorf("MetricByName(%q) = %v, %v", m.Name, got.Name, ok)
+		}
+		if !strings.HasPrefix(m.Name, MetricPrefix) || !name.MatchString(m.Name) {
+			t.Errorf("%s: want a plain name starting with %s", m.Name, MetricPrefix)
+		}
+		if m.Help == "" {
+			t.Errorf("%s: no help", m.Name)
+		}
+		base := strings.TrimSuffix(m.Name, "_total")
+		if (m.Type == Counter) != (base != m.Name) {
+			t.Errorf("%s: a %s; counters, and only counters, end in _total", m.Name, m.Type)
+		}
+		if m.Unit != "" && (!slices.Contains(baseUnits, m.Unit) || !strings.HasSuffix(base, "_"+m.Unit)) {
+			t.Errorf("%s: unit %q: want a base unit the name ends in", m.Name, m.Unit)
+		}
+		for _, u := range baseUnits {
+			if strings.HasSuffix(base, "_"+u) && m.Unit != u {
+				t.Errorf("%s: name ends in %s but the unit is %q", m.Name, u, m.Unit)
+			}
+		}
+		if why, ok := misnamed[m.Name]; ok {
+			if !notBase.MatchString(m.Name) {
+				t.Errorf("%s is listed as misnamed (%s) but is not", m.Name, why)
+			}
+		} else if notBase.MatchString(m.Name) {
+			t.Errorf("%s: not a base unit", m.Name)
+		}
+		labels := map[string]bool{}
+		for _, l := range m.LabelNames(true) {
+			if !label.MatchString(l) || l == "le" || l == "quantile" || labels[l] {
+				t.Errorf("%s: label %q is reserved, repeated or not a plain label name", m.Name, l)
+			}
+			labels[l] = true
+		}
+		for _, a := range m.Attributes {
+			if got, ok := ByName(a.Name); !ok || got != a {
+				t.Errorf("%s: attribute %q is not the schema's", m.Name, a.Name)
+			}
+		}
+		if m.MIG && !slices.Contains(m.Scopes(), ScopeGPU) {
+			t.Errorf("%s: MIG series without GPU attributes", m.Name)
+		}
+		if !slices.Contains([]string{"", "avg", "sum", "max", "min"}, m.Merge) {
+			t.Errorf("%s: merge %q: want avg, sum, max or min", m.Name, m.Merge)
+		}
+	}
+	// Series per job carry the job's key; the job's other attributes are
+	// on slurmscope_job_info, which carries them all.
+	for _, a := range Scoped(ScopeJob) {
+		if !JobInfo.Carries(a) {
+			t.Errorf("%s does not carry %s", JobInfo.Name, a.Name)
+		}
+	}
+	for _, a := range JobKey {
+		if !JobGPUAllocated.Carries(a) || !JobGPUUtilization.Carries(a) {
+			t.Errorf("per-job GPU series lack %s", a.Name)
+		}
+	}
+	if _, ok := MetricByName("slurmscope_gpu_utilisation_ratio"); ok {
+		t.Error("MetricByName accepted a metric that is not in the list")
+	}
+}
+
+func TestProfileTypes(t *testing.T) {
+	want := map[string]string{
+		ProcessCPU.ID(): "process_cpu:cpu:nanoseconds:cpu:nanoseconds",
+		GPUTime.ID():    "gpu:gpu_time:nanoseconds:gpu_time:nanoseconds",
+	}
+	for got, w := range want {
+		if got != w {
+			t.Errorf("id %s, want %s", got, w)
+		}
+	}
+	names := map[string]bool{}
+	for _, p := range ProfileTypes {
+		if names[p.Name] || p.Title == "" || p.Description == "" || len(p.SampleTypes) == 0 {
+			t.Errorf("%s: repeated, or lacks a title, description or sample type", p.Name)
+		}
+		names[p.Name] = true
+		if got, ok := ProfileTypeOf(p.ID()); !ok || got.Name != p.Name {
+			t.Errorf("ProfileTypeOf(%s) = %s, %v", p.ID(), got.Name, ok)
+		}
+	}
+	for id, ok := range map[string]bool{
+		"gpu:gpu_time:nanoseconds:gpu_time:nanoseconds":  true,
+		"gpu:gpu_time:nanoseconds:other:count":           true, // another period, same values
+		"gpu:kernel_launches:count:gpu_time:nanoseconds": false,
+		"process_cpu:cpu:nanoseconds":                    false,
+		"gpux:gpu_time:nanoseconds:gpu_time:nanoseconds": false,
+	} {
+		if _, got := ProfileTypeOf(id); got != ok {
+			t.Errorf("ProfileTypeOf(%q) ok = %v, want %v", id, got, ok)
+		}
+	}
+	if !slices.ContainsFunc(ProfileTypes, func(p ProfileType) bool { return p.Name == DefaultProfileType.Name }) {
+		t.Errorf("default %s is not listed", DefaultProfileType.Name)
+	}
+}
+
+// sourceFiles calls fn with every Go file of the repository outside this
+// package, test data and node_modules, by path relative to the root.
+func sourceFiles(t *testing.T, fn func(rel, path string)) {
+	t.Helper()
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var labels []string
-	for _, a := range All {
-		labels = append(labels, regexp.QuoteMeta(a.Label))
-	}
-	lit := regexp.MustCompile("[\"`](" + strings.Join(labels, "|") + ")[\"`]")
 	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		name := d.Name()
 		if d.IsDir() {
-			if name == "testdata" || name == "node_modules" || name == "schema" || strings.HasPrefix(name, ".") && path != root {
+			// By path, not name: a checkout may itself be called schema.
+			skip := name == "testdata" || name == "node_modules" || strings.HasPrefix(name, ".")
+			if path != root && skip || path == filepath.Join(root, "schema") {
 				return filepath.SkipDir
 			}
 			return nil
 		}
-		if !strings.HasSuffix(name, ".go") {
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		for i, line := range strings.Split(string(b), "\n") {
-			if m := lit.FindString(line); m != "" {
-				rel, _ := filepath.Rel(root, path)
-				t.Errorf("%s:%d spells wire label %s; use the schema package", rel, i+1, m)
-			}
+		if strings.HasSuffix(name, ".go") {
+			rel, _ := filepath.Rel(root, path)
+			fn(rel, path)
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestNoOtherPackageSpellsAWireLabel holds the rest of the tree to this
+// table: Go code outside this package must use schema.X.Label, never a
+// literal. Test data and fixtures are exempt: they record what is on the wire.
+func TestNoOtherPackageSpellsAWireLabel(t *testing.T) {
+	var labels []string
+	for _, a := range All {
+		labels = append(labels, regexp.QuoteMeta(a.Label))
+	}
+	lit := regexp.MustCompile("[\"`](" + strings.Join(labels, "|") + ")[\"`]")
+	sourceFiles(t, func(rel, path string) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if m := lit.FindString(line); m != "" {
+				t.Errorf("%s:%d spells wire label %s; use the schema package", rel, i+1, m)
+			}
+		}
+	})
 }

@@ -43,6 +43,27 @@ type Job struct {
 	Host      string // the node this part of the job runs on
 }
 
+// Value is the job's value of a job attribute, or of host.name; "" for any
+// other. Labels and slurmscope_job_info take every job attribute of the
+// schema through it, so a new one needs only its field and its case here.
+func (j *Job) Value(a schema.Attribute) string {
+	switch a.Name {
+	case schema.JobID.Name:
+		return j.ID
+	case schema.JobName.Name:
+		return j.Name
+	case schema.JobUser.Name:
+		return j.User
+	case schema.JobAccount.Name:
+		return j.Account
+	case schema.JobPartition.Name:
+		return j.Partition
+	case schema.HostName.Name:
+		return j.Host
+	}
+	return ""
+}
+
 // Process is the attribution of one process.
 type Process struct {
 	PID       int

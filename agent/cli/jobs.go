@@ -109,20 +109,11 @@ func jobsCmd(args []string, stdout, stderr io.Writer) int {
 // with no known value.
 func Fields(p attribution.Process) [][2]string {
 	var f [][2]string
-	add := func(a schema.Attribute, v string) {
-		if v != "" {
+	for _, a := range schema.All {
+		if v := p.Value(a); v != "" {
 			f = append(f, [2]string{a.Name, v})
 		}
 	}
-	if j := p.Job; j != nil && !p.Foreign {
-		add(schema.JobID, j.ID)
-		add(schema.JobName, j.Name)
-		add(schema.JobUser, j.User)
-		add(schema.JobStep, p.Step)
-		add(schema.JobAccount, j.Account)
-		add(schema.JobPartition, j.Partition)
-	}
-	add(schema.HostName, p.Host)
 	return f
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/httpclient"
 	"github.com/slurmscope/slurmscope/agent/jobinfo"
 	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/agent/promschema"
 	"github.com/slurmscope/slurmscope/agent/pyroscope"
 	"github.com/slurmscope/slurmscope/agent/remotewrite"
 	"github.com/slurmscope/slurmscope/agent/sink"
@@ -298,14 +299,7 @@ func newProfiler(f runFlags, res *attribution.Resolver, coll *gpu.Collector, reg
 	p.closers = append(p.closers, sampler.Close)
 	// Only meaningful while kernel.bpf_stats_enabled=1 (the kernel does not
 	// time BPF programs otherwise); the bench command turns it on.
-	reg.MustRegister(
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "slurmscope_agent_bpf_run_seconds_total",
-			Help: "Time the kernel spent in the sampling program (needs kernel.bpf_stats_enabled=1)."},
-			func() float64 { ns, _, _ := sampler.ProgramStats(); return float64(ns) / 1e9 }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "slurmscope_agent_bpf_runs_total",
-			Help: "Runs of the sampling program (needs kernel.bpf_stats_enabled=1)."},
-			func() float64 { _, n, _ := sampler.ProgramStats(); return float64(n) }),
-	)
+	reg.MustRegister(bpfMetrics(sampler.ProgramStats)...)
 	sym := symbolize.New(symbolize.Options{ProcRoot: f.attr.procRoot})
 	cfg := daemon.Config{SampleRate: f.sampleRate, Interval: f.interval, RescanInterval: f.rescanInterval,
 		AllProcesses: f.allProcesses, Log: log}
@@ -372,6 +366,15 @@ func (p *profiler) run(ctx context.Context, log *slog.Logger) error {
 func (p *profiler) close() {
 	for i := len(p.closers) - 1; i >= 0; i-- {
 		p.closers[i]()
+	}
+}
+
+// bpfMetrics exports the sampling program's run time and runs, as the
+// kernel counts them.
+func bpfMetrics(stats func() (ns, runs uint64, ok bool)) []prometheus.Collector {
+	return []prometheus.Collector{
+		promschema.CounterFunc(schema.AgentBPFRunTime, func() float64 { ns, _, _ := stats(); return float64(ns) / 1e9 }),
+		promschema.CounterFunc(schema.AgentBPFRuns, func() float64 { _, n, _ := stats(); return float64(n) }),
 	}
 }
 

@@ -337,12 +337,9 @@ func (d *Daemon) profileFor(builders map[string]*jobProfile, typ profiles.Type, 
 	if jp == nil {
 		jp = &jobProfile{typ: typ, b: profiles.NewBuilder(typ, period, d.start), steps: map[string]bool{}, stepOf: map[procKey]string{}}
 		if p.InJob() {
-			j := p.Job
-			jp.jobID = j.ID
-			jp.labels = profiles.JobLabels(j.Host, j.ID, j.Name, j.User, j.Account, j.Partition, p.Comm)
-		} else {
-			jp.labels = profiles.JobLabels(p.Host, "", "", "", "", "", p.Comm)
+			jp.jobID = p.Job.ID
 		}
+		jp.labels = p.Labels()
 		for _, l := range jp.labels {
 			if l.Name == schema.ServiceName {
 				jp.service = l.Value

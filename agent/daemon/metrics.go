@@ -5,6 +5,8 @@ import (
 
 	"github.com/slurmscope/slurmscope/agent/cpu"
 	"github.com/slurmscope/slurmscope/agent/gputrace"
+	"github.com/slurmscope/slurmscope/agent/promschema"
+	"github.com/slurmscope/slurmscope/schema"
 )
 
 type metrics struct {
@@ -24,28 +26,17 @@ type metrics struct {
 
 func newMetrics() metrics {
 	return metrics{
-		samples: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "slurmscope_agent_cpu_samples_total", Help: "CPU samples taken by the eBPF sampler and drained."}),
-		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "slurmscope_agent_cpu_samples_lost_total", Help: "CPU samples lost in the kernel (map_full), or kept without a stack (stack_error, stack_map_full)."}, []string{"reason"}),
-		unattributed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "slurmscope_agent_cpu_samples_unattributed_total", Help: "CPU samples not put in any profile, by reason (exited, other_node, not_in_job)."}, []string{"reason"}),
-		profiles: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "slurmscope_agent_profiles_total", Help: "Profiles handed to the sink, by result."}, []string{"result"}),
-		payloadBytes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "slurmscope_agent_profile_bytes_total", Help: "Bytes of encoded profiles produced."}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "slurmscope_agent_errors_total", Help: "Errors in the agent's main loop, by stage."}, []string{"stage"}),
-		cpus: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "slurmscope_agent_sampled_cpus", Help: "CPUs the sampler is attached to."}),
-		gpuTime: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "slurmscope_agent_gpu_kernel_nanoseconds_total", Help: "GPU kernel time drained from the GPU tracer."}),
-		gpuUnattributed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "slurmscope_agent_gpu_kernel_nanoseconds_unattributed_total", Help: "GPU kernel time not put in any profile, by reason (exited, other_node, not_in_job)."}, []string{"reason"}),
-		gpuLost: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "slurmscope_agent_gpu_trace_lost_total", Help: "GPU tracer events lost (ring_buffer, bad_args, read_error, decode_error), launches without a stack (stack_error, expired_launch, evicted_launch) and names dropped (name)."}, []string{"reason"}),
-		gpuFiles: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "slurmscope_agent_gpu_trace_attached_files", Help: "Injection library files the GPU tracer is attached to."}),
+		samples:         promschema.Counter(schema.AgentCPUSamples),
+		lost:            promschema.CounterVec(schema.AgentCPUSamplesLost),
+		unattributed:    promschema.CounterVec(schema.AgentCPUSamplesUnattributed),
+		profiles:        promschema.CounterVec(schema.AgentProfiles),
+		payloadBytes:    promschema.Counter(schema.AgentProfileBytes),
+		errors:          promschema.CounterVec(schema.AgentErrors),
+		cpus:            promschema.Gauge(schema.AgentSampledCPUs),
+		gpuTime:         promschema.Counter(schema.AgentGPUKernelTime),
+		gpuUnattributed: promschema.CounterVec(schema.AgentGPUKernelTimeUnattributed),
+		gpuLost:         promschema.CounterVec(schema.AgentGPUTraceLost),
+		gpuFiles:        promschema.Gauge(schema.AgentGPUTraceAttachedFiles),
 	}
 }
 

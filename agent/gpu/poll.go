@@ -14,6 +14,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/attribution"
 	"github.com/slurmscope/slurmscope/agent/jobinfo"
 	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/schema"
 )
 
 // maxEnvReadsPerPoll bounds how many new tasks' environments one poll reads,
@@ -220,8 +221,8 @@ func (p *poll) device(i int) {
 		emit(p.gauge(c.desc.util, u, float64(ut.Gpu)/100))
 		emit(p.gauge(c.desc.memUtil, u, float64(ut.Memory)/100))
 	} else if ret == nvml.ERROR_NOT_SUPPORTED {
-		emit(p.unsupported(u, ns+"gpu_utilization_ratio"))
-		emit(p.unsupported(u, ns+"gpu_memory_utilization_ratio"))
+		emit(p.unsupported(u, schema.GPUUtilization.Name))
+		emit(p.unsupported(u, schema.GPUMemoryUtilization.Name))
 	}
 	if mem, ret := dev.GetMemoryInfo(); r.ok("nvmlDeviceGetMemoryInfo", ret) {
 		emit(p.gauge(c.desc.memUsed, u, float64(mem.Used)))
@@ -350,7 +351,7 @@ func (p *poll) migInstances(r *devReader, dev nvml.Device, parent *unit, gpmOK b
 		byGI[gi] = u
 		units = append(units, u)
 		// NVML has no utilisation for MIG instances: say so.
-		out = append(out, p.unsupported(u, ns+"gpu_utilization_ratio"))
+		out = append(out, p.unsupported(u, schema.GPUUtilization.Name))
 		if mem, ret := md.GetMemoryInfo(); r.ok("nvmlDeviceGetMemoryInfo", ret) {
 			out = append(out, p.gauge(c.desc.memUsed, u, float64(mem.Used)), p.gauge(c.desc.memTotal, u, float64(mem.Total)))
 		}
@@ -391,8 +392,8 @@ func (p *poll) gpmRead(r *devReader, u *unit, dev nvml.Device, gi int) []prometh
 	if !r.ok(fn, ret) {
 		g.have = false
 		if ret == nvml.ERROR_NOT_SUPPORTED {
-			return []prometheus.Metric{p.unsupported(u, ns+"gpu_sm_active_ratio"),
-				p.unsupported(u, ns+"gpu_sm_occupancy_ratio"), p.unsupported(u, ns+"gpu_tensor_active_ratio")}
+			return []prometheus.Metric{p.unsupported(u, schema.GPUSMActive.Name),
+				p.unsupported(u, schema.GPUSMOccupancy.Name), p.unsupported(u, schema.GPUTensorActive.Name)}
 		}
 		return nil
 	}
@@ -458,7 +459,7 @@ func (p *poll) processes(r *devReader, dev nvml.Device, u *unit, migs []*unit, m
 	default:
 		r.ok("nvmlDeviceGetProcessUtilization", ret)
 		if ret == nvml.ERROR_NOT_SUPPORTED && !migOn {
-			p.out = append(p.out, p.unsupported(u, ns+"job_gpu_utilization_ratio"))
+			p.out = append(p.out, p.unsupported(u, schema.JobGPUUtilization.Name))
 		}
 	}
 	if r.lost {
@@ -575,7 +576,7 @@ func (p *poll) emitJobs() {
 	for _, id := range ids {
 		j := p.jobs[id]
 		jid, user, name := cleanLabel(j.ID), cleanLabel(j.User), cleanLabel(j.Name)
-		p.out = append(p.out, jobinfo.Metric(c.desc.jobInfo, jid, name, user, cleanLabel(j.Account), cleanLabel(j.Partition)))
+		p.out = append(p.out, jobinfo.Metric(c.desc.jobInfo, j, cleanLabel))
 		keys := make([]unitKey, 0, len(alloc[id])+len(p.uses[id]))
 		for k := range alloc[id] {
 			keys = append(keys, k)

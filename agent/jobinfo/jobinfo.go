@@ -11,19 +11,28 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/slurmscope/slurmscope/agent/attribution"
+	"github.com/slurmscope/slurmscope/agent/promschema"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
 // Desc describes slurmscope_job_info for host.
-func Desc(host string) *prometheus.Desc {
-	return prometheus.NewDesc("slurmscope_job_info", "A SLURM job with a process on this node (value 1).",
-		[]string{schema.JobID.Label, schema.JobName.Label, schema.JobUser.Label, schema.JobAccount.Label, schema.JobPartition.Label},
-		prometheus.Labels{schema.HostName.Label: host})
-}
+func Desc(host string) *prometheus.Desc { return promschema.Desc(schema.JobInfo, host, false) }
 
-// Metric is the job's series; values must already be clean label values.
-func Metric(d *prometheus.Desc, id, name, user, account, partition string) prometheus.Metric {
-	return prometheus.MustNewConstMetric(d, prometheus.GaugeValue, 1, id, name, user, account, partition)
+// Metric is the job's series: one label per job attribute of the schema,
+// each value passed through clean (nil: as it is).
+func Metric(d *prometheus.Desc, j *attribution.Job, clean func(string) string) prometheus.Metric {
+	var values []string
+	for _, a := range schema.JobInfo.Attributes {
+		if a == schema.HostName {
+			continue // a constant label
+		}
+		v := j.Value(a)
+		if clean != nil {
+			v = clean(v)
+		}
+		values = append(values, v)
+	}
+	return prometheus.MustNewConstMetric(d, prometheus.GaugeValue, 1, values...)
 }
 
 // Jobs is the part of the attribution resolver the collector needs.
@@ -55,6 +64,6 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if j.Host != c.host {
 			continue
 		}
-		ch <- Metric(c.desc, j.ID, j.Name, j.User, j.Account, j.Partition)
+		ch <- Metric(c.desc, j, nil)
 	}
 }

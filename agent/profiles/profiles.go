@@ -14,46 +14,18 @@ import (
 	"github.com/slurmscope/slurmscope/schema"
 )
 
-// Type describes a profile type in Pyroscope's terms.
-type Type struct {
-	// Name is the profile's __name__ in Pyroscope (process_cpu, gpu).
-	Name        string
-	SampleTypes []*profile.ValueType
-	PeriodType  *profile.ValueType
-}
+// Type is a profile type; the types and their ids are defined in package
+// schema.
+type Type = schema.ProfileType
 
-// CPU follows Pyroscope's process_cpu convention: a sample count and the CPU
-// time it stands for, with the sampling period in nanoseconds.
-var CPU = Type{
-	Name: "process_cpu",
-	SampleTypes: []*profile.ValueType{
-		{Type: "samples", Unit: "count"},
-		{Type: "cpu", Unit: "nanoseconds"},
-	},
-	PeriodType: &profile.ValueType{Type: "cpu", Unit: "nanoseconds"},
-}
-
-// GPU is GPU kernel time per launching stack (agent/gputrace): how many
-// kernels ran and their execution time on the GPU. Every kernel is counted,
-// so the period is 1: values are totals, not sample counts.
-var GPU = Type{
-	Name: "gpu",
-	SampleTypes: []*profile.ValueType{
-		{Type: "kernel_launches", Unit: "count"},
-		{Type: "gpu_time", Unit: "nanoseconds"},
-	},
-	PeriodType: &profile.ValueType{Type: "gpu_time", Unit: "nanoseconds"},
-}
-
-// ID is the type's Pyroscope profile-type id, e.g.
-// process_cpu:cpu:nanoseconds:cpu:nanoseconds.
-func (t Type) ID() string {
-	main := t.SampleTypes[len(t.SampleTypes)-1]
-	return fmt.Sprintf("%s:%s:%s:%s:%s", t.Name, main.Type, main.Unit, t.PeriodType.Type, t.PeriodType.Unit)
-}
+// CPU and GPU are the types the agent builds.
+var (
+	CPU = schema.ProcessCPU
+	GPU = schema.GPUTime
+)
 
 // Label is one wire label.
-type Label struct{ Name, Value string }
+type Label = schema.Label
 
 // Builder accumulates the samples of one profile. Locations and functions
 // are interned, so a stack seen a million times costs one entry.
@@ -85,17 +57,25 @@ func NewBuilder(typ Type, period int64, start time.Time) *Builder {
 	return &Builder{
 		typ: typ, period: period, start: start,
 		p: &profile.Profile{
-			SampleType:        typ.SampleTypes,
-			PeriodType:        typ.PeriodType,
+			SampleType:        valueTypes(typ.SampleTypes...),
+			PeriodType:        valueTypes(typ.PeriodType)[0],
 			Period:            period,
 			TimeNanos:         start.UnixNano(),
-			DefaultSampleType: typ.SampleTypes[len(typ.SampleTypes)-1].Type,
+			DefaultSampleType: typ.Main().Type,
 		},
 		mappings:  map[string]*profile.Mapping{},
 		functions: map[funcKey]*profile.Function{},
 		locations: map[locKey]*profile.Location{},
 		samples:   map[string]*profile.Sample{},
 	}
+}
+
+func valueTypes(vs ...schema.ValueType) []*profile.ValueType {
+	out := make([]*profile.ValueType, len(vs))
+	for i, v := range vs {
+		out[i] = &profile.ValueType{Type: v.Type, Unit: v.Unit}
+	}
+	return out
 }
 
 // Empty reports whether no sample was added.
@@ -238,34 +218,4 @@ func Encode(p *profile.Profile) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
-}
-
-// JobLabels returns the series labels of a job's profile, in schema order.
-// service_name is the job name, so repeated runs of one job land together;
-// outside a job it is the executable's name.
-func JobLabels(host, jobID, jobName, user, account, partition, comm string) []Label {
-	var ls []Label
-	add := func(a schema.Attribute, v string) {
-		if v != "" {
-			ls = append(ls, Label{a.Label, v})
-		}
-	}
-	add(schema.JobID, jobID)
-	add(schema.JobName, jobName)
-	add(schema.JobUser, user)
-	add(schema.JobAccount, account)
-	add(schema.JobPartition, partition)
-	add(schema.HostName, host)
-	svc := jobName
-	if svc == "" && jobID != "" {
-		svc = "slurm-job-" + jobID
-	}
-	if svc == "" {
-		svc = comm
-	}
-	if svc == "" {
-		svc = "unknown"
-	}
-	ls = append(ls, Label{schema.ServiceName, svc})
-	return ls
 }

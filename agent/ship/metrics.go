@@ -5,18 +5,18 @@ import (
 	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/slurmscope/slurmscope/agent/promschema"
+	"github.com/slurmscope/slurmscope/schema"
 )
 
-// Metric is the name and help of one exported counter or gauge.
-type Metric struct{ Name, Help string }
-
-// Metrics names what a Collector exports; a Metric without a name is left
-// out. The names are the backend's own (slurmscope_pyroscope_pushes_total,
-// slurmscope_remote_write_requests_sent_total, ...).
+// Metrics names what a Collector exports, from the schema; a metric without
+// a name is left out. They are the backend's own
+// (schema.PyroscopePushes, schema.RemoteWriteRequestsSent, ...).
 type Metrics struct {
-	Sent, SentBytes, SentSamples, Retries Metric // counters
-	Dropped                               Metric // a counter with a reason label
-	SpoolEntries, SpoolBytes              Metric // gauges
+	Sent, SentBytes, SentSamples, Retries schema.Metric // counters
+	Dropped                               schema.Metric // a counter with a reason label
+	SpoolEntries, SpoolBytes              schema.Metric // gauges
 	// Reasons are the drop reasons exported from the start, so that rate()
 	// sees the first drop. Others are exported once they occur.
 	Reasons []string
@@ -40,9 +40,9 @@ type value struct {
 // returns, under the names in m. Register it once.
 func NewCollector(stats func() Stats, m Metrics) *Collector {
 	c := &Collector{stats: stats, reasons: m.Reasons}
-	add := func(m Metric, typ prometheus.ValueType, get func(Stats) float64) {
+	add := func(m schema.Metric, typ prometheus.ValueType, get func(Stats) float64) {
 		if m.Name != "" {
-			c.values = append(c.values, value{prometheus.NewDesc(m.Name, m.Help, nil, nil), typ, get})
+			c.values = append(c.values, value{promschema.Desc(m, "", false), typ, get})
 		}
 	}
 	add(m.Sent, prometheus.CounterValue, func(s Stats) float64 { return float64(s.Sent) })
@@ -52,7 +52,7 @@ func NewCollector(stats func() Stats, m Metrics) *Collector {
 	add(m.SpoolEntries, prometheus.GaugeValue, func(s Stats) float64 { return float64(s.SpoolEntries) })
 	add(m.SpoolBytes, prometheus.GaugeValue, func(s Stats) float64 { return float64(s.SpoolBytes) })
 	if m.Dropped.Name != "" {
-		c.dropped = prometheus.NewDesc(m.Dropped.Name, m.Dropped.Help, []string{"reason"}, nil)
+		c.dropped = promschema.Desc(m.Dropped, "", false)
 	}
 	return c
 }

@@ -1,6 +1,8 @@
 package ship
 
 import (
+	"github.com/slurmscope/slurmscope/schema"
+
 	"context"
 	"errors"
 	"fmt"
@@ -325,7 +327,7 @@ func TestDropsAreCountedByReason(t *testing.T) {
 		t.Errorf("dropped %s, want %s", got, want)
 	}
 	const name = "test_dropped_total"
-	c := NewCollector(s.Stats, Metrics{Dropped: Metric{name, "Dropped, by reason."}, Reasons: Reasons})
+	c := NewCollector(s.Stats, Metrics{Dropped: schema.Metric{Name: name, Help: "Dropped, by reason.", Labels: []string{"reason"}}, Reasons: Reasons})
 	exp := "# HELP " + name + " Dropped, by reason.\n# TYPE " + name + " counter\n"
 	for _, r := range []string{"corrupt", "invalid", "rejected", "spool_full", "spool_write", "too_large", "too_old"} {
 		exp += fmt.Sprintf("%s{reason=%q} %d\n", name, r, st.Dropped[r])
@@ -345,11 +347,11 @@ func TestCollector(t *testing.T) {
 	}
 	enqueue(t, s, "waiting")
 	c := NewCollector(s.Stats, Metrics{
-		Sent:         Metric{"t_sent_total", "h"},
-		SentBytes:    Metric{"t_sent_bytes_total", "h"},
-		Retries:      Metric{"t_retries_total", "h"},
-		Dropped:      Metric{"t_dropped_total", "h"},
-		SpoolEntries: Metric{"t_spool_requests", "h"},
+		Sent:         schema.Metric{Name: "t_sent_total", Help: "h"},
+		SentBytes:    schema.Metric{Name: "t_sent_bytes_total", Help: "h"},
+		Retries:      schema.Metric{Name: "t_retries_total", Help: "h"},
+		Dropped:      schema.Metric{Name: "t_dropped_total", Help: "h", Labels: []string{"reason"}},
+		SpoolEntries: schema.Metric{Name: "t_spool_requests", Help: "h"},
 		Reasons:      []string{DropRejected},
 	})
 	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {

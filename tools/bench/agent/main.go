@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/slurmscope/slurmscope/internal/testenv/simjob"
+	"github.com/slurmscope/slurmscope/schema"
 )
 
 const loadEnv = "SLURMSCOPE_BENCH_LOAD"
@@ -132,8 +133,8 @@ func bench(duration, interval time.Duration, rate int) error {
 	ru := a.ProcessState.SysUsage().(*syscall.Rusage)
 	agentCPU := a.ProcessState.UserTime() + a.ProcessState.SystemTime()
 	profiled := busy1 - busy0
-	bpfNs := metrics["slurmscope_agent_bpf_run_seconds_total"] * 1e9
-	bpfRuns := metrics["slurmscope_agent_bpf_runs_total"]
+	bpfNs := metrics[schema.AgentBPFRunTime.Name] * 1e9
+	bpfRuns := metrics[schema.AgentBPFRuns.Name]
 	intervals := float64(duration) / float64(interval)
 	fmt.Printf("load: %d busy processes in simulated job %s for %v, %d Hz, %v interval\n", ncpu, jobID, duration, rate, interval)
 	fmt.Printf("agent CPU time:          %v (%.3f%% of the %.1fs of CPU time profiled; target <= 0.5%%)\n",
@@ -143,8 +144,8 @@ func bench(duration, interval time.Duration, rate int) error {
 	}
 	fmt.Printf("agent peak RSS:          %.1f MiB (target <= 100 MiB)\n", float64(ru.Maxrss)/1024)
 	fmt.Printf("profile bytes/interval:  %.0f (gzipped pprof, all jobs; %.0f bytes in %.1f intervals)\n",
-		metrics["slurmscope_agent_profile_bytes_total"]/intervals, metrics["slurmscope_agent_profile_bytes_total"], intervals)
-	fmt.Printf("samples: %.0f taken, %.0f unattributed\n", metrics["slurmscope_agent_cpu_samples_total"], metrics["slurmscope_agent_cpu_samples_unattributed_total"])
+		metrics[schema.AgentProfileBytes.Name]/intervals, metrics[schema.AgentProfileBytes.Name], intervals)
+	fmt.Printf("samples: %.0f taken, %.0f unattributed\n", metrics[schema.AgentCPUSamples.Name], metrics[schema.AgentCPUSamplesUnattributed.Name])
 	return nil
 }
 

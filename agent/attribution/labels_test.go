@@ -1,0 +1,65 @@
+package attribution
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/slurmscope/slurmscope/schema"
+)
+
+func TestLabels(t *testing.T) {
+	j := &Job{ID: "4242", Name: `train "llama"`, User: "bob", UID: 1001, Account: "physics", Partition: "gpu", Host: "node-a"}
+	want := []schema.Label{
+		{Name: schema.JobID.Label, Value: "4242"}, {Name: schema.JobName.Label, Value: `train "llama"`},
+		{Name: schema.JobUser.Label, Value: "bob"}, {Name: schema.JobAccount.Label, Value: "physics"},
+		{Name: schema.JobPartition.Label, Value: "gpu"}, {Name: schema.HostName.Label, Value: "node-a"},
+		{Name: schema.ServiceName, Value: `train "llama"`},
+	}
+	if got := (Process{Job: j, Host: "node-a", Comm: "python3", Step: "0"}).Labels(); !reflect.DeepEqual(got, want) {
+		t.Errorf("job labels\n%v, want\n%v", got, want)
+	}
+	// Unnamed: the service is the job; no empty labels.
+	got := (&Job{ID: "7", Host: "node-a"}).Labels()
+	want = []schema.Label{{Name: schema.JobID.Label, Value: "7"}, {Name: schema.HostName.Label, Value: "node-a"}, {Name: schema.ServiceName, Value: "slurm-job-7"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("unnamed job: %v", got)
+	}
+	// Outside a job, or in another node's: the host and the executable.
+	for _, p := range []Process{{Host: "node-a", Comm: "sshd"}, {Host: "node-a", Comm: "sshd", Job: j, Foreign: true}} {
+		want = []schema.Label{{Name: schema.HostName.Label, Value: "node-a"}, {Name: schema.ServiceName, Value: "sshd"}}
+		if got := p.Labels(); !reflect.DeepEqual(got, want) {
+			t.Errorf("%+v: %v", p, got)
+		}
+		if v := p.Value(schema.JobID); v != "" {
+			t.Errorf("%+v: job id %q", p, v)
+		}
+	}
+	if got := (Process{}).Labels(); !reflect.DeepEqual(got, []schema.Label{{Name: schema.ServiceName, Value: "unknown"}}) {
+		t.Errorf("nothing known: %v", got)
+	}
+	if v := (Process{Job: j, Step: "batch"}).Value(schema.JobStep); v != "batch" {
+		t.Errorf("step %q", v)
+	}
+}
+
+// Every job attribute of the schema has a field on Job: an attribute added
+// to the schema without one fails here, not silently on the wire.
+func TestEveryJobAttributeHasAValue(t *testing.T) {
+	j := &Job{}
+	v := reflect.ValueOf(j).Elem()
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.String {
+			f.SetString("x-" + v.Type().Field(i).Name)
+		}
+	}
+	for _, a := range append(schema.Scoped(schema.ScopeJob), schema.HostName) {
+		if j.Value(a) == "" {
+			t.Errorf("Job has no value for %s", a.Name)
+		}
+	}
+	for _, a := range append(schema.Scoped(schema.ScopeGPU), schema.JobStep) {
+		if got := j.Value(a); got != "" {
+			t.Errorf("Job gives %s the value %q", a.Name, got)
+		}
+	}
+}

@@ -1,0 +1,67 @@
+// Package promschema makes the agent's Prometheus descriptors and
+// collectors from the schema's metric definitions, so that a metric's name,
+// help, type and labels are spelled once, in package schema.
+package promschema
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/slurmscope/slurmscope/schema"
+)
+
+// Desc describes m as served by the agent of node host: host_name, where m
+// carries it, is a constant label; the other labels are variable, in the
+// schema's order. mig selects a MIG instance's label set.
+func Desc(m schema.Metric, host string, mig bool) *prometheus.Desc {
+	var constant prometheus.Labels
+	labels := m.LabelNames(mig)
+	if i := slices.Index(labels, schema.HostName.Label); i >= 0 {
+		constant = prometheus.Labels{schema.HostName.Label: host}
+		labels = slices.Delete(slices.Clone(labels), i, i+1)
+	}
+	return prometheus.NewDesc(m.Name, m.Help, labels, constant)
+}
+
+// ValueType is m's type for const metrics.
+func ValueType(m schema.Metric) prometheus.ValueType {
+	if m.Type == schema.Counter {
+		return prometheus.CounterValue
+	}
+	return prometheus.GaugeValue
+}
+
+// Counter returns a counter for m, which must be a counter without labels.
+func Counter(m schema.Metric) prometheus.Counter {
+	check(m, schema.Counter, false)
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: m.Name, Help: m.Help})
+}
+
+// CounterVec returns a counter vector for m, which must be a counter whose
+// labels are its own (no attributes).
+func CounterVec(m schema.Metric) *prometheus.CounterVec {
+	check(m, schema.Counter, true)
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: m.Name, Help: m.Help}, m.Labels)
+}
+
+// CounterFunc returns a counter for m that reads f at each scrape.
+func CounterFunc(m schema.Metric, f func() float64) prometheus.CounterFunc {
+	check(m, schema.Counter, false)
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: m.Name, Help: m.Help}, f)
+}
+
+// Gauge returns a gauge for m, which must be a gauge without labels.
+func Gauge(m schema.Metric) prometheus.Gauge {
+	check(m, schema.Gauge, false)
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: m.Name, Help: m.Help})
+}
+
+// check panics where the code and the schema disagree about m: a bug that
+// any test constructing the collector finds.
+func check(m schema.Metric, typ schema.MetricType, labels bool) {
+	if m.Type != typ || len(m.Attributes) > 0 || (len(m.Labels) > 0) != labels {
+		panic(fmt.Sprintf("promschema: %s is a %s with attributes %d and labels %v", m.Name, m.Type, len(m.Attributes), m.Labels))
+	}
+}

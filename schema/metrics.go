@@ -1,0 +1,260 @@
+package schema
+
+// MetricPrefix starts the name of every metric the agent exports.
+const MetricPrefix = "slurmscope_"
+
+// MetricType is a Prometheus metric type.
+type MetricType int
+
+const (
+	Gauge MetricType = iota
+	Counter
+)
+
+func (t MetricType) String() string {
+	if t == Counter {
+		return "counter"
+	}
+	return "gauge"
+}
+
+// Metric is one metric the agent exports. Its name, help and labels are what
+// /metrics serves, what the datasource queries and what dashboards and alert
+// rules name.
+type Metric struct {
+	Name string
+	Help string
+	// Unit is the base unit its name carries (Prometheus naming): ratio,
+	// bytes, seconds, watts, celsius, hertz; "" for counts, states and info
+	// series.
+	Unit string
+	Type MetricType
+	// Attributes are the schema attributes its series carry, in the order
+	// the agent gives their values. Which ones a metric has follows its
+	// scope: the node, a GPU or MIG instance, a job on one.
+	Attributes []Attribute
+	// MIG is set when a MIG instance's series carry MIGAttributes after
+	// Attributes (a whole GPU's do not).
+	MIG bool
+	// Labels are its own labels that are not attributes (reason, ...),
+	// after the attributes.
+	Labels []string
+	// Merge is the aggregation that merges its series across GPUs and nodes
+	// in the datasource's gpuMetric queries (avg or sum); "" where the
+	// datasource does not offer the metric.
+	Merge string
+}
+
+// LabelNames returns the labels of a whole GPU's series (mig false) or of a
+// MIG instance's (mig true; the same for a metric without MIG series).
+func (m Metric) LabelNames(mig bool) []string {
+	var out []string
+	for _, a := range m.Attributes {
+		out = append(out, a.Label)
+	}
+	if mig && m.MIG {
+		for _, a := range MIGAttributes {
+			out = append(out, a.Label)
+		}
+	}
+	return append(out, m.Labels...)
+}
+
+// Carries reports whether m's series (a MIG instance's included) carry a.
+func (m Metric) Carries(a Attribute) bool {
+	for _, l := range m.LabelNames(true) {
+		if l == a.Label {
+			return true
+		}
+	}
+	return false
+}
+
+// Scopes returns the scopes of the attributes m carries, without repeats.
+func (m Metric) Scopes() []Scope {
+	var out []Scope
+	for _, a := range m.Attributes {
+		if !containsScope(out, a.Scope) {
+			out = append(out, a.Scope)
+		}
+	}
+	return out
+}
+
+func containsScope(ss []Scope, s Scope) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// The label sets, by scope.
+var (
+	// GPUAttributes identify a GPU; MIG instances carry their parent's.
+	GPUAttributes = []Attribute{GPUUUID, GPUIndex, GPUName}
+	// MIGAttributes identify a MIG GPU instance of the GPU.
+	MIGAttributes = []Attribute{GPUMIGProfile, GPUMIGInstance}
+	// JobKey are the job attributes a job's per-GPU series carry;
+	// slurmscope_job_info joins them to the job's other attributes.
+	JobKey = []Attribute{JobID, JobUser, JobName}
+)
+
+func attrs(parts ...[]Attribute) []Attribute {
+	var out []Attribute
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+var (
+	host    = []Attribute{HostName}
+	gpu     = attrs(host, GPUAttributes)
+	jobGPU  = attrs(host, JobKey, GPUAttributes)
+	migUnit = attrs(gpu, MIGAttributes)
+)
+
+// gauge is a GPU or MIG instance gauge; jobGauge the same per job.
+func gauge(name, unit, merge, help string) Metric {
+	return Metric{Name: MetricPrefix + name, Help: help, Unit: unit, Type: Gauge, Attributes: gpu, MIG: true, Merge: merge}
+}
+
+func jobGauge(name, unit, merge, help string) Metric {
+	return Metric{Name: MetricPrefix + name, Help: help, Unit: unit, Type: Gauge, Attributes: jobGPU, MIG: true, Merge: merge}
+}
+
+// counter is one of the agent's own counters, with no attribute.
+func counter(name, unit, help string, labels ...string) Metric {
+	return Metric{Name: MetricPrefix + name, Help: help, Unit: unit, Type: Counter, Labels: labels}
+}
+
+// Metrics of the GPU collector (agent/gpu), per GPU or MIG instance and per
+// job on one. They carry host_name.
+var (
+	JobGPUUtilization = jobGauge("job_gpu_utilization_ratio", "ratio", "avg",
+		"Sum of the SM utilisation of the job's processes on the GPU since the last poll (NVML process utilisation); 0 for an allocated idle GPU.")
+	JobGPUMemoryUtilization = jobGauge("job_gpu_memory_utilization_ratio", "ratio", "",
+		"Sum of the memory-bandwidth utilisation of the job's processes on the GPU since the last poll.")
+	JobGPUMemoryUsed = jobGauge("job_gpu_memory_used_bytes", "bytes", "sum",
+		"Device memory used by the job's processes on the GPU or MIG instance.")
+	// JobGPUAllocated ties a GPU to the job it is allocated to.
+	JobGPUAllocated = jobGauge("job_gpu_allocated", "", "sum",
+		"1 for each GPU or MIG instance allocated to the job, as its tasks' environment says.")
+
+	GPUUtilization = gauge("gpu_utilization_ratio", "ratio", "avg",
+		"Fraction of the last sample period in which a kernel ran on the GPU (NVML utilization.gpu).")
+	GPUMemoryUtilization = gauge("gpu_memory_utilization_ratio", "ratio", "",
+		"Fraction of the last sample period in which device memory was read or written (NVML utilization.memory); not memory occupancy.")
+	GPUMemoryUsed = gauge("gpu_memory_used_bytes", "bytes", "sum",
+		"Device memory in use (of the GPU, or of the MIG instance).")
+	GPUMemoryTotal = gauge("gpu_memory_total_bytes", "bytes", "sum",
+		"Device memory (of the GPU, or of the MIG instance).")
+	GPUPower = gauge("gpu_power_watts", "watts", "",
+		"Power draw of the GPU board.")
+	GPUTemperature = gauge("gpu_temperature_celsius", "celsius", "",
+		"GPU die temperature.")
+	GPUSMClock = gauge("gpu_sm_clock_hertz", "hertz", "",
+		"Current SM clock.")
+	GPUSMActive = gauge("gpu_sm_active_ratio", "ratio", "avg",
+		"Fraction of SMs busy between the last two polls (GPM, Hopper and later).")
+	GPUSMOccupancy = gauge("gpu_sm_occupancy_ratio", "ratio", "",
+		"Fraction of resident warps of the theoretical maximum between the last two polls (GPM).")
+	GPUTensorActive = gauge("gpu_tensor_active_ratio", "ratio", "avg",
+		"Fraction of time any tensor core was active between the last two polls (GPM).")
+
+	// JobInfo is served by the GPU collector, or by agent/jobinfo on a node
+	// without GPUs: one series per job, with every job attribute.
+	JobInfo = Metric{Name: MetricPrefix + "job_info", Type: Gauge, Attributes: attrs(host, Scoped(ScopeJob)), Merge: "sum",
+		Help: "A SLURM job with a process on this node (value 1)."}
+
+	GPUInfo = Metric{Name: MetricPrefix + "gpu_info", Type: Gauge, Attributes: gpu, Labels: []string{"pci_bus_id"},
+		Help: "A GPU on this node (value 1), with its PCI bus id."}
+	GPUMIGInfo = Metric{Name: MetricPrefix + "gpu_mig_info", Type: Gauge, Attributes: migUnit,
+		Labels: []string{"gpu_mig_compute_instance", "gpu_mig_uuid"},
+		Help:   "A MIG device (GPU instance and compute instance) on this node (value 1)."}
+	GPUHealthy = Metric{Name: MetricPrefix + "gpu_healthy", Type: Gauge, Attributes: gpu,
+		Help: "1 when the GPU answered NVML this poll; 0 when it is lost (fallen off the bus) or failed. Labels of a lost GPU are its last known ones."}
+	// GPUUnsupported's metric label is the name of a metric above.
+	GPUUnsupported = Metric{Name: MetricPrefix + "gpu_unsupported_info", Type: Gauge, Attributes: gpu, MIG: true, Labels: []string{"metric"},
+		Help: "Names a metric NVML does not provide for this GPU or MIG instance (value 1); that series is left out rather than estimated."}
+
+	GPUPollDuration = Metric{Name: MetricPrefix + "gpu_poll_duration_seconds", Unit: "seconds", Type: Gauge, Attributes: host,
+		Help: "Duration of the last GPU poll."}
+	GPULastPoll = Metric{Name: MetricPrefix + "gpu_last_poll_timestamp_seconds", Unit: "seconds", Type: Gauge, Attributes: host,
+		Help: "Start of the last GPU poll, Unix time."}
+	GPUPolls = Metric{Name: MetricPrefix + "gpu_polls_total", Type: Counter, Attributes: host,
+		Help: "GPU polls done."}
+	GPUNVMLErrors = Metric{Name: MetricPrefix + "gpu_nvml_errors_total", Type: Counter, Attributes: host, Labels: []string{"function", "error"},
+		Help: "NVML calls that failed, by C function and error. ERROR_NOT_SUPPORTED is not counted."}
+	GPUAllocationErrors = Metric{Name: MetricPrefix + "gpu_allocation_errors_total", Type: Counter, Attributes: host, Labels: []string{"reason"},
+		Help: "GPU allocation entries in tasks' environments that were not used: malformed, naming no GPU here, or an ordinal that is ambiguous on a MIG node."}
+)
+
+// The agent's own metrics (agent/daemon, agent/cli). Remote write adds
+// host_name; a scrape adds instance.
+var (
+	AgentCPUSamples             = counter("agent_cpu_samples_total", "", "CPU samples taken by the eBPF sampler and drained.")
+	AgentCPUSamplesLost         = counter("agent_cpu_samples_lost_total", "", "CPU samples lost in the kernel (map_full), or kept without a stack (stack_error, stack_map_full).", "reason")
+	AgentCPUSamplesUnattributed = counter("agent_cpu_samples_unattributed_total", "", "CPU samples not put in any profile, by reason (exited, other_node, not_in_job).", "reason")
+	AgentProfiles               = counter("agent_profiles_total", "", "Profiles handed to the sink, by result.", "result")
+	AgentProfileBytes           = counter("agent_profile_bytes_total", "bytes", "Bytes of encoded profiles produced.")
+	AgentErrors                 = counter("agent_errors_total", "", "Errors in the agent's main loop, by stage.", "stage")
+	AgentSampledCPUs            = Metric{Name: MetricPrefix + "agent_sampled_cpus", Type: Gauge, Help: "CPUs the sampler is attached to."}
+	// The two GPU kernel time counters are in nanoseconds, not Prometheus'
+	// base unit (seconds); their names are kept as they are on the wire.
+	AgentGPUKernelTime             = counter("agent_gpu_kernel_nanoseconds_total", "", "GPU kernel time drained from the GPU tracer.")
+	AgentGPUKernelTimeUnattributed = counter("agent_gpu_kernel_nanoseconds_unattributed_total", "", "GPU kernel time not put in any profile, by reason (exited, other_node, not_in_job).", "reason")
+	AgentGPUTraceLost              = counter("agent_gpu_trace_lost_total", "", "GPU tracer events lost (ring_buffer, bad_args, read_error, decode_error), launches without a stack (stack_error, expired_launch, evicted_launch) and names dropped (name).", "reason")
+	AgentGPUTraceAttachedFiles     = Metric{Name: MetricPrefix + "agent_gpu_trace_attached_files", Type: Gauge, Help: "Injection library files the GPU tracer is attached to."}
+	AgentBPFRunTime                = counter("agent_bpf_run_seconds_total", "seconds", "Time the kernel spent in the sampling program (needs kernel.bpf_stats_enabled=1).")
+	AgentBPFRuns                   = counter("agent_bpf_runs_total", "", "Runs of the sampling program (needs kernel.bpf_stats_enabled=1).")
+)
+
+// The shippers' metrics (agent/pyroscope, agent/remotewrite).
+var (
+	PyroscopePushes          = counter("pyroscope_pushes_total", "", "Push requests delivered to Pyroscope.")
+	PyroscopePushedBytes     = counter("pyroscope_pushed_bytes_total", "bytes", "Encoded bytes of the push requests delivered to Pyroscope.")
+	PyroscopePushRetries     = counter("pyroscope_push_retries_total", "", "Push attempts that failed and were retried.")
+	PyroscopeDroppedRequests = counter("pyroscope_dropped_requests_total", "", "Push requests dropped, by reason.", "reason")
+	PyroscopeSpoolRequests   = Metric{Name: MetricPrefix + "pyroscope_spool_requests", Type: Gauge, Help: "Push requests waiting in the spool."}
+	PyroscopeSpoolBytes      = Metric{Name: MetricPrefix + "pyroscope_spool_bytes", Unit: "bytes", Type: Gauge, Help: "Bytes waiting in the spool."}
+
+	RemoteWriteRequestsSent    = counter("remote_write_requests_sent_total", "", "Remote-write requests delivered.")
+	RemoteWriteSamplesSent     = counter("remote_write_samples_sent_total", "", "Samples in the remote-write requests delivered.")
+	RemoteWriteSentBytes       = counter("remote_write_sent_bytes_total", "bytes", "Compressed bytes of the remote-write requests delivered.")
+	RemoteWriteRetries         = counter("remote_write_retries_total", "", "Remote-write attempts that failed and were retried.")
+	RemoteWriteDroppedRequests = counter("remote_write_dropped_requests_total", "", "Remote-write requests dropped, by reason.", "reason")
+	RemoteWriteGatherErrors    = counter("remote_write_gather_errors_total", "", "Gathers of the agent's metrics that reported an error.")
+	RemoteWriteSkippedSeries   = counter("remote_write_skipped_series_total", "", "Series left out of remote write for labels no receiver accepts.")
+	RemoteWriteSpoolRequests   = Metric{Name: MetricPrefix + "remote_write_spool_requests", Type: Gauge, Help: "Remote-write requests waiting in the spool."}
+	RemoteWriteSpoolBytes      = Metric{Name: MetricPrefix + "remote_write_spool_bytes", Unit: "bytes", Type: Gauge, Help: "Bytes of remote-write requests waiting in the spool."}
+)
+
+// Metrics lists every metric the agent exports. The datasource offers those
+// with a Merge, in this order.
+var Metrics = []Metric{
+	JobGPUUtilization, JobGPUMemoryUtilization, JobGPUMemoryUsed, JobGPUAllocated,
+	GPUUtilization, GPUMemoryUtilization, GPUMemoryUsed, GPUMemoryTotal, GPUPower, GPUTemperature, GPUSMClock,
+	GPUSMActive, GPUSMOccupancy, GPUTensorActive,
+	JobInfo, GPUInfo, GPUMIGInfo, GPUHealthy, GPUUnsupported,
+	GPUPollDuration, GPULastPoll, GPUPolls, GPUNVMLErrors, GPUAllocationErrors,
+	AgentCPUSamples, AgentCPUSamplesLost, AgentCPUSamplesUnattributed, AgentProfiles, AgentProfileBytes, AgentErrors,
+	AgentSampledCPUs, AgentGPUKernelTime, AgentGPUKernelTimeUnattributed, AgentGPUTraceLost, AgentGPUTraceAttachedFiles,
+	AgentBPFRunTime, AgentBPFRuns,
+	PyroscopePushes, PyroscopePushedBytes, PyroscopePushRetries, PyroscopeDroppedRequests, PyroscopeSpoolRequests, PyroscopeSpoolBytes,
+	RemoteWriteRequestsSent, RemoteWriteSamplesSent, RemoteWriteSentBytes, RemoteWriteRetries, RemoteWriteDroppedRequests,
+	RemoteWriteGatherErrors, RemoteWriteSkippedSeries, RemoteWriteSpoolRequests, RemoteWriteSpoolBytes,
+}
+
+var metricsByName = func() map[string]Metric {
+	m := make(map[string]Metric, len(Metrics))
+	for _, x := range Metrics {
+		m[x.Name] = x
+	}
+	return m
+}()
+
+// MetricByName returns the metric with the given name.
+func MetricByName(name string) (Metric, bool) { m, ok := metricsByName[name]; return m, ok }

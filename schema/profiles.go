@@ -1,0 +1,75 @@
+package schema
+
+import "strings"
+
+// ValueType is a pprof sample or period type.
+type ValueType struct{ Type, Unit string }
+
+// ProfileType is a profile type the agent pushes, in Pyroscope's terms.
+type ProfileType struct {
+	// Name is the profile's __name__ in Pyroscope (process_cpu, gpu).
+	Name        string
+	Title       string // what the UI calls it
+	Description string
+	// SampleTypes are the pprof sample types; the last is the main one,
+	// whose values flame graphs and series show.
+	SampleTypes []ValueType
+	PeriodType  ValueType
+}
+
+var (
+	// ProcessCPU follows Pyroscope's process_cpu convention: a sample count
+	// and the CPU time it stands for, with the sampling period in
+	// nanoseconds.
+	ProcessCPU = ProfileType{
+		Name:        "process_cpu",
+		Title:       "CPU time",
+		Description: "On-CPU stacks sampled by the eBPF sampler, as CPU time.",
+		SampleTypes: []ValueType{{"samples", "count"}, {"cpu", "nanoseconds"}},
+		PeriodType:  ValueType{"cpu", "nanoseconds"},
+	}
+	// GPUTime is GPU kernel time per launching stack (agent/gputrace): how
+	// many kernels ran and their execution time on the GPU. Every kernel is
+	// counted, so the period is 1: values are totals, not sample counts.
+	GPUTime = ProfileType{
+		Name:        "gpu",
+		Title:       "GPU kernel time",
+		Description: "CUDA kernels' time on the GPU, under the stacks that launched them.",
+		SampleTypes: []ValueType{{"kernel_launches", "count"}, {"gpu_time", "nanoseconds"}},
+		PeriodType:  ValueType{"gpu_time", "nanoseconds"},
+	}
+)
+
+// ProfileTypes lists every profile type the agent pushes.
+var ProfileTypes = []ProfileType{ProcessCPU, GPUTime}
+
+// DefaultProfileType is what a query that names no profile type reads,
+// unless the datasource's settings name another.
+var DefaultProfileType = ProcessCPU
+
+// Main is the main sample type.
+func (p ProfileType) Main() ValueType { return p.SampleTypes[len(p.SampleTypes)-1] }
+
+// ID is the type's Pyroscope profile-type id, e.g.
+// process_cpu:cpu:nanoseconds:cpu:nanoseconds.
+func (p ProfileType) ID() string {
+	m := p.Main()
+	return strings.Join([]string{p.Name, m.Type, m.Unit, p.PeriodType.Type, p.PeriodType.Unit}, ":")
+}
+
+// Matches reports whether a profile-type id (as Pyroscope lists it) is of
+// this type: the same name and main sample type, whatever its period.
+func (p ProfileType) Matches(id string) bool {
+	m := p.Main()
+	return strings.HasPrefix(id, strings.Join([]string{p.Name, m.Type, m.Unit}, ":")+":")
+}
+
+// ProfileTypeOf returns the profile type a profile-type id is of.
+func ProfileTypeOf(id string) (ProfileType, bool) {
+	for _, p := range ProfileTypes {
+		if p.Matches(id) {
+			return p, true
+		}
+	}
+	return ProfileType{}, false
+}
