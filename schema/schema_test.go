@@ -1,11 +1,15 @@
 package schema
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -190,6 +194,68 @@ func sourceFiles(t *testing.T, fn func(rel, path string)) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestNoOtherPackageSpellsAMetricOrProfileType holds the code outside this
+// package to the metric and profile type definitions: no string in it names
+// a metric (or a prefix of metric names, from which one would be built), a
+// profile-type id or a profile type's name. Tests are exempt: they pin what
+// is on the wire.
+func TestNoOtherPackageSpellsAMetricOrProfileType(t *testing.T) {
+	tokens := regexp.MustCompile(MetricPrefix + `[a-z0-9_]*`)
+	bad := func(s string) string {
+		for _, tok := range tokens.FindAllString(s, -1) {
+			if _, ok := MetricByName(tok); ok {
+				return "metric " + tok
+			}
+			if strings.HasSuffix(tok, "_") && slices.ContainsFunc(Metrics, func(m Metric) bool { return strings.HasPrefix(m.Name, tok) }) {
+				return "metric name prefix " + tok
+			}
+		}
+		for _, p := range ProfileTypes {
+			if strings.Contains(s, p.ID()) || s == p.Name {
+				return "profile type " + p.Name
+			}
+		}
+		return ""
+	}
+	files := 0
+	sourceFiles(t, func(rel, path string) {
+		if strings.HasSuffix(path, "_test.go") {
+			return
+		}
+		files++
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Errorf("%s: %v", rel, err)
+			return
+		}
+		var visit func(ast.Node) bool
+		visit = func(n ast.Node) bool {
+			if fl, ok := n.(*ast.Field); ok {
+				// The field but not its tag: `json:"gpu"` names a key.
+				ast.Inspect(fl.Type, visit)
+				return false
+			}
+			lit, ok := n.(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				return true
+			}
+			s, err := strconv.Unquote(lit.Value)
+			if err != nil {
+				return true
+			}
+			if what := bad(s); what != "" {
+				t.Errorf("%s:%d spells %s; use the schema package", rel, fset.Position(lit.Pos()).Line, what)
+			}
+			return true
+		}
+		ast.Inspect(f, visit)
+	})
+	if files < 100 {
+		t.Fatalf("read only %d Go files", files)
 	}
 }
 

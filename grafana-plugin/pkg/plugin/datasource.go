@@ -62,7 +62,7 @@ func NewDatasource(_ context.Context, s backend.DataSourceInstanceSettings) (ins
 // query then say what is wrong.
 func New(set Settings, secrets map[string]string) *Datasource {
 	if set.DefaultProfileType == "" {
-		set.DefaultProfileType = query.CPUProfileType
+		set.DefaultProfileType = schema.DefaultProfileType.ID()
 	}
 	d := &Datasource{settings: set, engine: &query.Engine{}}
 	if set.Pyroscope.URL != "" {
@@ -91,7 +91,7 @@ func New(set Settings, secrets map[string]string) *Datasource {
 // NewWith builds a datasource on given backends; tests fake them by hand.
 func NewWith(set Settings, profiles query.Profiles, metrics query.Metrics) *Datasource {
 	if set.DefaultProfileType == "" {
-		set.DefaultProfileType = query.CPUProfileType
+		set.DefaultProfileType = schema.DefaultProfileType.ID()
 	}
 	return &Datasource{settings: set, engine: &query.Engine{Profiles: profiles, Metrics: metrics}}
 }
@@ -281,7 +281,7 @@ func (d *Datasource) run(ctx context.Context, scope query.Scope, m Model, r quer
 func gpuQuery(m Model) (query.GPUQuery, error) {
 	name := m.Metric
 	if name == "" {
-		name = "slurmscope_job_gpu_utilization_ratio"
+		name = schema.JobGPUUtilization.Name
 	}
 	metric, ok := promql.Lookup(name)
 	if !ok {

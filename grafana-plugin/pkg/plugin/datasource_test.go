@@ -3,7 +3,9 @@ package plugin
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -59,7 +61,10 @@ func (f *fakeProfiles) LabelValues(_ context.Context, _ string, sels []string, _
 }
 
 func (f *fakeProfiles) ProfileTypes(context.Context, time.Time, time.Time) ([]*typesv1.ProfileType, error) {
-	return []*typesv1.ProfileType{{ID: "process_cpu:cpu:nanoseconds:cpu:nanoseconds", Name: "process_cpu", SampleType: "cpu"}}, f.record()
+	return []*typesv1.ProfileType{
+		{ID: "memory:alloc_space:bytes:space:bytes", Name: "memory", SampleType: "alloc_space"},
+		{ID: "process_cpu:cpu:nanoseconds:cpu:nanoseconds", Name: "process_cpu", SampleType: "cpu"},
+	}, f.record()
 }
 
 type fakeMetrics struct {
@@ -239,14 +244,15 @@ func TestResources(t *testing.T) {
 		status int
 		want   string
 	}{
-		{"attributes", 200, `"slurm.job.id"`},
+		{"attributes", 200, `{"name":"slurm.job.id","type":"int","scope":"job","description":`},
+		{"attributes", 200, `{"name":"gpu.mig.profile","type":"string","scope":"gpu","description":`},
 		{"validate?filter=slurm.job.id+%3D%3D+%221%22", 200, `"ok":true`},
 		{"validate?filter=slurm.job.uid+%3D%3D+1", 200, `"column":1`},
 		{"values?attribute=slurm.job.id", 200, `"values":["1","2"]`},
 		{"values?attribute=nope", 400, `unknown attribute`},
 		{"values?attribute=host.name&from=x", 400, `milliseconds`},
 		{"profile-types", 200, `process_cpu`},
-		{"metrics", 200, `{"name":"slurmscope_gpu_sm_active_ratio","level":"gpu","unit":"percentunit","aggregation":"avg"}`},
+		{"metrics", 200, `{"name":"slurmscope_gpu_sm_active_ratio","help":"Fraction of SMs busy between the last two polls (GPM, Hopper and later).","type":"gauge","level":"gpu","unit":"percentunit","aggregation":"avg"}`},
 		{"nope", 404, `no resource`},
 	} {
 		path, _, _ := strings.Cut(tc.url, "?")
@@ -259,6 +265,77 @@ func TestResources(t *testing.T) {
 		if got.Status != tc.status || !strings.Contains(string(got.Body), tc.want) {
 			t.Errorf("%s: %d %s", tc.url, got.Status, got.Body)
 		}
+	}
+}
+
+func resource(t *testing.T, d *Datasource, url string, into any) int {
+	t.Helper()
+	var got backend.CallResourceResponse
+	path, _, _ := strings.Cut(url, "?")
+	err := d.CallResource(context.Background(), &backend.CallResourceRequest{Path: path, Method: http.MethodGet, URL: url},
+		backend.CallResourceResponseSenderFunc(func(r *backend.CallResourceResponse) error { got = *r; return nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(got.Body, into); err != nil {
+		t.Fatalf("%s: %v: %s", url, err, got.Body)
+	}
+	return got.Status
+}
+
+// The editor's lists are the schema's: every attribute, every metric the
+// engine offers and every profile type, the default marked; Pyroscope only
+// says which have data, and adds the types of other agents.
+func TestResourceListsAreTheSchemas(t *testing.T) {
+	d := NewWith(Settings{}, &fakeProfiles{}, &fakeMetrics{})
+	var attrs []Attribute
+	if st := resource(t, d, "attributes", &attrs); st != 200 || len(attrs) != len(schema.All) {
+		t.Fatalf("attributes: %d %v", st, attrs)
+	}
+	for i, a := range schema.All {
+		if attrs[i] != (Attribute{a.Name, a.Type.String(), a.Scope.String(), a.Description}) {
+			t.Errorf("attribute %d: %+v, want %s", i, attrs[i], a.Name)
+		}
+	}
+	var metrics []Metric
+	resource(t, d, "metrics", &metrics)
+	var offered []string
+	for _, m := range schema.Metrics {
+		if m.Merge != "" {
+			offered = append(offered, m.Name)
+		}
+	}
+	if len(metrics) != len(offered) {
+		t.Fatalf("metrics %v, want %v", metrics, offered)
+	}
+	for i, m := range metrics {
+		def, _ := schema.MetricByName(m.Name)
+		if m.Name != offered[i] || m.Help != def.Help || m.Type != def.Type.String() || m.Aggregation != def.Merge {
+			t.Errorf("metric %d: %+v, want %s", i, m, offered[i])
+		}
+	}
+
+	var pts []ProfileType
+	if st := resource(t, d, "profile-types", &pts); st != 200 {
+		t.Fatalf("profile-types: %d", st)
+	}
+	want := []ProfileType{
+		{ID: schema.ProcessCPU.ID(), Name: schema.ProcessCPU.Title, Description: schema.ProcessCPU.Description, Default: true, HasData: true},
+		{ID: schema.GPUTime.ID(), Name: schema.GPUTime.Title, Description: schema.GPUTime.Description},
+		{ID: "memory:alloc_space:bytes:space:bytes", Name: "memory / alloc_space", HasData: true},
+	}
+	if !reflect.DeepEqual(pts, want) {
+		t.Errorf("profile-types\n%+v, want\n%+v", pts, want)
+	}
+	// Without Pyroscope the schema's types are still listed, none with data.
+	pts = nil
+	if st := resource(t, NewWith(Settings{}, nil, &fakeMetrics{}), "profile-types", &pts); st != 200 || len(pts) != len(schema.ProfileTypes) || pts[0].HasData || !pts[0].Default {
+		t.Errorf("no Pyroscope: %d %+v", st, pts)
+	}
+	// A failing Pyroscope is an error, not an empty list.
+	var e errorBody
+	if st := resource(t, NewWith(Settings{}, &fakeProfiles{err: errors.New("down")}, &fakeMetrics{}), "profile-types", &e); st != http.StatusInternalServerError || e.Error != "down" {
+		t.Errorf("failing Pyroscope: %d %+v", st, e)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/grafana/grafana-plugin-sdk-go/backend"
+	typesv1 "github.com/grafana/pyroscope/api/gen/proto/go/types/v1"
 
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/filter"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
@@ -19,11 +20,35 @@ import (
 	"github.com/slurmscope/slurmscope/schema"
 )
 
-// Attribute is one entry of /attributes.
+// Attribute is one entry of /attributes: an attribute of the schema.
 type Attribute struct {
 	Name        string `json:"name"`
-	Type        string `json:"type"`
+	Type        string `json:"type"`  // string or int
+	Scope       string `json:"scope"` // job, process, host or gpu
 	Description string `json:"description"`
+}
+
+// Metric is one entry of /metrics: a metric a gpuMetric query may name.
+type Metric struct {
+	Name        string `json:"name"`
+	Help        string `json:"help"`
+	Type        string `json:"type"`  // gauge or counter
+	Level       string `json:"level"` // job: it carries job labels; gpu: a filter on job attributes reaches it through the allocation
+	Unit        string `json:"unit"`  // Grafana unit id
+	Aggregation string `json:"aggregation"`
+}
+
+// ProfileType is one entry of /profile-types: the schema's profile types,
+// then any other type Pyroscope holds in the range.
+type ProfileType struct {
+	ID          string `json:"id"` // as Pyroscope has it, where it has data
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	// Default marks the schema's default, which a query without a profile
+	// type reads unless the datasource's settings name another.
+	Default bool `json:"default,omitempty"`
+	// HasData says Pyroscope holds profiles of the type in the range.
+	HasData bool `json:"hasData"`
 }
 
 // FilterIssue is one problem /validate reports, with its position.
@@ -38,7 +63,7 @@ type FilterIssue struct {
 //
 //	GET /attributes                          the schema
 //	GET /values?attribute=&filter=&from=&to= values of one attribute (ms epoch)
-//	GET /profile-types?from=&to=             Pyroscope's profile types
+//	GET /profile-types?from=&to=             the schema's profile types (the default marked), and Pyroscope's
 //	GET /metrics                             the GPU metrics a gpuMetric query may name
 //	GET|POST /validate?filter=               {"ok":true} or {"ok":false,"issues":[...]}
 func (d *Datasource) CallResource(ctx context.Context, req *backend.CallResourceRequest, sender backend.CallResourceResponseSender) error {
@@ -79,23 +104,14 @@ func (d *Datasource) resource(ctx context.Context, req *backend.CallResourceRequ
 	case "attributes":
 		out := make([]Attribute, len(schema.All))
 		for i, a := range schema.All {
-			out[i] = Attribute{a.Name, a.Type.String(), a.Description}
+			out[i] = Attribute{a.Name, a.Type.String(), a.Scope.String(), a.Description}
 		}
 		return http.StatusOK, out
 	case "metrics":
-		type metric struct {
-			Name        string `json:"name"`
-			Level       string `json:"level"`
-			Unit        string `json:"unit"`
-			Aggregation string `json:"aggregation"`
-		}
-		out := make([]metric, len(promql.Metrics))
+		out := make([]Metric, len(promql.Metrics))
 		for i, m := range promql.Metrics {
-			level := "gpu"
-			if m.Level == promql.Job {
-				level = "job"
-			}
-			out[i] = metric{m.Name, level, m.Unit, string(m.Agg)}
+			def, _ := schema.MetricByName(m.Name)
+			out[i] = Metric{m.Name, def.Help, def.Type.String(), m.Level.String(), m.Unit, string(m.Agg)}
 		}
 		return http.StatusOK, out
 	case "validate":
@@ -127,20 +143,36 @@ func (d *Datasource) resource(ctx context.Context, req *backend.CallResourceRequ
 			return http.StatusBadRequest, errorBody{err.Error()}
 		}
 		pts, err := d.engine.ProfileTypes(ctx, r)
-		if err != nil {
+		if err != nil && !errors.Is(err, query.ErrNoPyroscope) {
 			return statusFor(err), errorBody{err.Error()}
 		}
-		type pt struct {
-			ID   string `json:"id"`
-			Name string `json:"name"`
-		}
-		out := make([]pt, 0, len(pts))
-		for _, p := range pts {
-			out = append(out, pt{p.ID, p.Name + " / " + p.SampleType})
-		}
-		return http.StatusOK, out
+		return http.StatusOK, profileTypes(pts)
 	}
 	return http.StatusNotFound, errorBody{fmt.Sprintf("no resource %q", req.Path)}
+}
+
+// profileTypes lists the schema's profile types, each under the id
+// Pyroscope holds it by where it has data, then the other types Pyroscope
+// has (other agents' profiles).
+func profileTypes(held []*typesv1.ProfileType) []ProfileType {
+	out := make([]ProfileType, 0, len(schema.ProfileTypes)+len(held))
+	used := map[string]bool{}
+	for _, st := range schema.ProfileTypes {
+		pt := ProfileType{ID: st.ID(), Name: st.Title, Description: st.Description, Default: st.Name == schema.DefaultProfileType.Name}
+		for _, h := range held {
+			if !used[h.ID] && st.Matches(h.ID) {
+				pt.ID, pt.HasData, used[h.ID] = h.ID, true, true
+				break
+			}
+		}
+		out = append(out, pt)
+	}
+	for _, h := range held {
+		if !used[h.ID] {
+			out = append(out, ProfileType{ID: h.ID, Name: h.Name + " / " + h.SampleType, HasData: true})
+		}
+	}
+	return out
 }
 
 func issues(err error) []FilterIssue {

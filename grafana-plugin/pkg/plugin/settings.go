@@ -7,8 +7,8 @@ import (
 
 	"github.com/grafana/grafana-plugin-sdk-go/backend"
 
-	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
+	"github.com/slurmscope/slurmscope/schema"
 )
 
 // Settings is the datasource's jsonData; secrets come from secureJsonData
@@ -70,7 +70,7 @@ func ParseSettings(s backend.DataSourceInstanceSettings) (Settings, error) {
 		out.Pyroscope.URL = s.URL
 	}
 	if out.DefaultProfileType == "" {
-		out.DefaultProfileType = query.CPUProfileType
+		out.DefaultProfileType = schema.DefaultProfileType.ID()
 	}
 	return out, nil
 }

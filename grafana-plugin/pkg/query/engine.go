@@ -24,10 +24,7 @@ import (
 )
 
 // CPUProfileType is what the agent pushes for CPU time.
-const CPUProfileType = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
-
-// GPUProfilePrefix starts the profile type of GPU kernel time.
-const GPUProfilePrefix = "gpu:gpu_time:nanoseconds:"
+var CPUProfileType = schema.ProcessCPU.ID()
 
 // Profiles is the part of Pyroscope the engine uses.
 type Profiles interface {
@@ -416,7 +413,7 @@ func (e *Engine) GPUProfileType(ctx context.Context, r Range) (string, error) {
 		return "", err
 	}
 	for _, pt := range pts {
-		if strings.HasPrefix(pt.ID, GPUProfilePrefix) {
+		if schema.GPUTime.Matches(pt.ID) {
 			return pt.ID, nil
 		}
 	}

@@ -152,11 +152,11 @@ func (e *Engine) jobGPUs(ctx context.Context, scope Scope, r Range) ([]GPUStats,
 		set  func(*GPUStats, float64)
 	}
 	stats := []stat{
-		{build("slurmscope_job_gpu_allocated", promql.Max), func(g *GPUStats, v float64) { g.Allocated = v > 0 }},
-		{build("slurmscope_job_gpu_utilization_ratio", promql.Avg), func(g *GPUStats, v float64) { g.UtilMean = v }},
-		{build("slurmscope_job_gpu_utilization_ratio", promql.Max), func(g *GPUStats, v float64) { g.UtilMax = v }},
-		{build("slurmscope_job_gpu_memory_used_bytes", promql.Avg), func(g *GPUStats, v float64) { g.MemMeanBytes = v }},
-		{build("slurmscope_job_gpu_memory_used_bytes", promql.Max), func(g *GPUStats, v float64) { g.MemMaxBytes = v }},
+		{build(schema.JobGPUAllocated.Name, promql.Max), func(g *GPUStats, v float64) { g.Allocated = v > 0 }},
+		{build(schema.JobGPUUtilization.Name, promql.Avg), func(g *GPUStats, v float64) { g.UtilMean = v }},
+		{build(schema.JobGPUUtilization.Name, promql.Max), func(g *GPUStats, v float64) { g.UtilMax = v }},
+		{build(schema.JobGPUMemoryUsed.Name, promql.Avg), func(g *GPUStats, v float64) { g.MemMeanBytes = v }},
+		{build(schema.JobGPUMemoryUsed.Name, promql.Max), func(g *GPUStats, v float64) { g.MemMaxBytes = v }},
 	}
 	results := make([][]backends.PromSeries, len(stats))
 	var wg sync.WaitGroup

@@ -79,7 +79,7 @@ func (e *Engine) TopEntities(ctx context.Context, scope Scope, entity schema.Att
 		if err != nil {
 			return nil, err
 		}
-		expr := promql.Build(promql.Query{Metric: mustMetric("slurmscope_job_gpu_utilization_ratio"), Selectors: sels,
+		expr := promql.Build(promql.Query{Metric: mustMetric(schema.JobGPUUtilization.Name), Selectors: sels,
 			Agg: promql.Avg, GroupBy: []string{entity.Label}, Window: r.To.Sub(r.From)})
 		if expr == "" {
 			return nil, nil

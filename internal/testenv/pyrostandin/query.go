@@ -13,6 +13,8 @@ import (
 	querierv1 "github.com/grafana/pyroscope/api/gen/proto/go/querier/v1"
 	"github.com/grafana/pyroscope/api/gen/proto/go/querier/v1/querierv1connect"
 	typesv1 "github.com/grafana/pyroscope/api/gen/proto/go/types/v1"
+
+	"github.com/slurmscope/slurmscope/schema"
 )
 
 // defaultMaxNodes is Pyroscope's max_flamegraph_nodes_default.
@@ -288,7 +290,7 @@ func (q *querier) SelectMergeProfile(_ context.Context, req *connect.Request[que
 		}
 	}
 	// The real server reports CPU time profiles with a period of one second.
-	if parts[0] == "process_cpu" && parts[2] == "nanoseconds" {
+	if parts[0] == schema.ProcessCPU.Name && parts[2] == "nanoseconds" {
 		out.Period = 1e9
 	}
 	out.DefaultSampleType = out.SampleType[0].Type

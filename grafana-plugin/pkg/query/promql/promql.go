@@ -8,6 +8,7 @@ package promql
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +28,14 @@ const (
 	Job
 )
 
+// String is the level's scope in the schema's terms: "gpu" or "job".
+func (l Level) String() string {
+	if l == Job {
+		return schema.ScopeJob.String()
+	}
+	return schema.ScopeGPU.String()
+}
+
 // Metric is one metric the agent exports.
 type Metric struct {
 	Name  string
@@ -36,17 +45,40 @@ type Metric struct {
 	Agg Agg
 }
 
-// Metrics the query editor offers (see agent/gpu/metrics.go).
-var Metrics = []Metric{
-	{"slurmscope_job_gpu_utilization_ratio", Job, "percentunit", Avg},
-	{"slurmscope_job_gpu_memory_used_bytes", Job, "bytes", Sum},
-	{"slurmscope_job_gpu_allocated", Job, "short", Sum},
-	{"slurmscope_gpu_utilization_ratio", GPU, "percentunit", Avg},
-	{"slurmscope_gpu_memory_used_bytes", GPU, "bytes", Sum},
-	{"slurmscope_gpu_memory_total_bytes", GPU, "bytes", Sum},
-	{"slurmscope_gpu_sm_active_ratio", GPU, "percentunit", Avg},
-	{"slurmscope_gpu_tensor_active_ratio", GPU, "percentunit", Avg},
-	{"slurmscope_job_info", Job, "short", Sum},
+// Metrics the query editor offers: the schema's metrics that have a merge
+// aggregation, in the schema's order.
+var Metrics = func() []Metric {
+	var out []Metric
+	for _, m := range schema.Metrics {
+		if m.Merge == "" {
+			continue
+		}
+		lv := GPU
+		if slices.Contains(m.Scopes(), schema.ScopeJob) {
+			lv = Job
+		}
+		out = append(out, Metric{Name: m.Name, Level: lv, Unit: grafanaUnit(m.Unit), Agg: Agg(m.Merge)})
+	}
+	return out
+}()
+
+// grafanaUnit maps a Prometheus base unit to Grafana's unit id.
+func grafanaUnit(u string) string {
+	switch u {
+	case "ratio":
+		return "percentunit"
+	case "bytes":
+		return "bytes"
+	case "seconds":
+		return "s"
+	case "watts":
+		return "watt"
+	case "celsius":
+		return "celsius"
+	case "hertz":
+		return "hertz"
+	}
+	return "short"
 }
 
 // Lookup finds a metric by name. Only these names are ever put in a query.
@@ -60,7 +92,7 @@ func Lookup(name string) (Metric, bool) {
 }
 
 // Allocation is the series that ties a GPU to the job it is allocated to.
-const Allocation = "slurmscope_job_gpu_allocated"
+var Allocation = schema.JobGPUAllocated.Name
 
 // Agg is a PromQL aggregation operator.
 type Agg string
@@ -110,7 +142,13 @@ type Query struct {
 var gpuJoin = []string{schema.HostName.Label, schema.GPUUUID.Label, schema.GPUMIGInstance.Label}
 
 // jobLabels are the labels the allocation lends a GPU metric in a join.
-var jobLabels = []string{schema.JobID.Label, schema.JobUser.Label, schema.JobName.Label}
+var jobLabels = func() []string {
+	var out []string
+	for _, a := range schema.JobKey {
+		out = append(out, a.Label)
+	}
+	return out
+}()
 
 // Build returns the PromQL, or "" when the selectors match nothing.
 func Build(q Query) string {
@@ -160,13 +198,11 @@ func (q Query) window(expr string) string {
 	return fmt.Sprintf("%s(%s[%s])", q.Agg.overTime(), expr, Duration(q.Window))
 }
 
+// isJobLabel reports whether l is a label of a job or of its processes,
+// which GPU metrics do not carry.
 func isJobLabel(l string) bool {
-	for _, a := range []schema.Attribute{schema.JobID, schema.JobUser, schema.JobName, schema.JobStep, schema.JobAccount, schema.JobPartition} {
-		if a.Label == l {
-			return true
-		}
-	}
-	return false
+	a, ok := schema.ByLabel(l)
+	return ok && (a.Scope == schema.ScopeJob || a.Scope == schema.ScopeProcess)
 }
 
 func groupsByJob(labels []string) bool {
@@ -191,7 +227,7 @@ func Series(metric string, s filter.Selector) string {
 // to slurmscope's metrics (the API refuses a selector without a matcher
 // that needs a value).
 func Matchers(s filter.Selector) string {
-	parts := []string{`__name__=~"slurmscope_.+"`}
+	parts := []string{`__name__=~"` + schema.MetricPrefix + `.+"`}
 	for _, m := range s {
 		parts = append(parts, m.String())
 	}
