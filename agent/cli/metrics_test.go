@@ -18,6 +18,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/daemon"
 	"github.com/slurmscope/slurmscope/agent/gpu"
 	"github.com/slurmscope/slurmscope/agent/gpu/gputest"
+	"github.com/slurmscope/slurmscope/agent/httpclient"
 	"github.com/slurmscope/slurmscope/agent/jobinfo"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/procfs/procfstest"
@@ -97,7 +98,7 @@ func TestAgentExportsTheSchemasMetrics(t *testing.T) {
 		return s
 	}
 	reg.MustRegister(pyroscope.NewCollector(pyroscope.NewShipper(sp("pyroscope"), nil)))
-	w, err := remotewrite.New(remotewrite.Config{URL: "http://127.0.0.1:1/api/v1/write"}, sp("rw"), reg, slog.Default())
+	w, err := remotewrite.New(remotewrite.Config{Config: httpclient.Config{URL: "http://127.0.0.1:1/api/v1/write"}}, sp("rw"), reg, slog.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
