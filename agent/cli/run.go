@@ -320,7 +320,7 @@ func newProfiler(f runFlags, res *attribution.Resolver, coll *gpu.Collector, reg
 			Help: "Runs of the sampling program (needs kernel.bpf_stats_enabled=1)."},
 			func() float64 { _, n, _ := sampler.ProgramStats(); return float64(n) }),
 	)
-	sym := symbolize.New(symbolize.Options{ProcRoot: f.attr.procRoot})
+	sym := symbolize.New(symbolize.Options{Proc: procfs.New(f.attr.procRoot)})
 	cfg := daemon.Config{SampleRate: f.sampleRate, Interval: f.interval, RescanInterval: f.rescanInterval,
 		AllProcesses: f.allProcesses, Log: log}
 	if f.gpuInjectLib != "" {

@@ -17,6 +17,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/attribution"
 	"github.com/slurmscope/slurmscope/agent/cpu"
 	"github.com/slurmscope/slurmscope/agent/gputrace"
+	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/profiles"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
 	"github.com/slurmscope/slurmscope/schema"
@@ -29,12 +30,12 @@ type Sampler interface {
 
 // Symbolizer turns raw addresses into frames (agent/symbolize).
 type Symbolizer interface {
-	User(pid int, startTime uint64, addrs []uint64) []symbolize.Frame
+	User(p procfs.ID, addrs []uint64) []symbolize.Frame
 	Kernel(addrs []uint64) []symbolize.Frame
 	// Prepare loads a live process's symbols, so its samples can be
 	// symbolised after it exits.
-	Prepare(pid int, startTime uint64)
-	Forget(pid int)
+	Prepare(p procfs.ID)
+	Forget(p procfs.ID)
 }
 
 // Resolver attributes processes (agent/attribution).
@@ -206,7 +207,7 @@ func (d *Daemon) rescan(full bool) {
 		}
 		// Symbols are read while the process lives: by the time its
 		// interval is drained, a short task may be gone.
-		d.sym.Prepare(p.PID, p.StartTime)
+		d.sym.Prepare(procfs.ID{PID: p.PID, Start: p.StartTime})
 		d.attachGPU(k)
 	}
 }
@@ -232,7 +233,7 @@ func (d *Daemon) Collect(ctx context.Context) error {
 			continue
 		}
 		stack := d.sym.Kernel(s.Kernel)
-		stack = append(stack, d.sym.User(int(s.PID), s.StartTime, s.User)...)
+		stack = append(stack, d.sym.User(procfs.ID{PID: int(s.PID), Start: s.StartTime}, s.User)...)
 		// The step is a sample label: one profile per job, while
 		// Pyroscope still splits series by step.
 		var sl []profiles.Label
@@ -372,7 +373,7 @@ func (d *Daemon) forgetExited(samples []cpu.Sample, seen map[procKey]bool) {
 			continue
 		}
 		if p, ok := d.res.Cached(int(k.pid), k.start); !ok || p.StartTime != k.start {
-			d.sym.Forget(int(k.pid))
+			d.sym.Forget(procfs.ID{PID: int(k.pid), Start: k.start})
 			delete(d.known, k)
 			delete(d.gpu.pending, k)
 			delete(d.gpu.env, k)

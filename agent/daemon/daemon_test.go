@@ -14,6 +14,7 @@ import (
 
 	"github.com/slurmscope/slurmscope/agent/attribution"
 	"github.com/slurmscope/slurmscope/agent/cpu"
+	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -38,7 +39,7 @@ func (f *fakeSampler) Drain() ([]cpu.Sample, cpu.Stats, error) {
 // fakeSym names address a as "fn<a>", so stacks are easy to check.
 type fakeSym struct{ forgotten, prepared []int }
 
-func (f *fakeSym) User(pid int, _ uint64, addrs []uint64) []symbolize.Frame {
+func (f *fakeSym) User(_ procfs.ID, addrs []uint64) []symbolize.Frame {
 	var out []symbolize.Frame
 	for _, a := range addrs {
 		out = append(out, symbolize.Frame{Function: fmt.Sprintf("fn%d", a), Module: "/bin/w", Address: a})
@@ -52,8 +53,8 @@ func (f *fakeSym) Kernel(addrs []uint64) []symbolize.Frame {
 	}
 	return out
 }
-func (f *fakeSym) Forget(pid int)                    { f.forgotten = append(f.forgotten, pid) }
-func (f *fakeSym) Prepare(pid int, startTime uint64) { f.prepared = append(f.prepared, pid) }
+func (f *fakeSym) Forget(p procfs.ID)  { f.forgotten = append(f.forgotten, p.PID) }
+func (f *fakeSym) Prepare(p procfs.ID) { f.prepared = append(f.prepared, p.PID) }
 
 type fakeRes struct {
 	procs map[int]attribution.Process

@@ -6,6 +6,7 @@ import (
 	"syscall"
 
 	"github.com/slurmscope/slurmscope/agent/gputrace"
+	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/profiles"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
 	"github.com/slurmscope/slurmscope/schema"
@@ -43,8 +44,8 @@ func (d *Daemon) attachGPU(k procKey) {
 		// The process maps the library, so it has exec'd its CUDA program:
 		// reload its symbols, which may have been read from the shell it
 		// was forked as (same pid, same start time).
-		d.sym.Forget(int(k.pid))
-		d.sym.Prepare(int(k.pid), k.start)
+		d.sym.Forget(procfs.ID{PID: int(k.pid), Start: k.start})
+		d.sym.Prepare(procfs.ID{PID: int(k.pid), Start: k.start})
 		var env map[string]string
 		if d.cfg.Environ != nil && len(d.cfg.GPUEnvKeys) > 0 {
 			// Read now: the process has exec'd its CUDA program (it maps
@@ -107,7 +108,7 @@ func (d *Daemon) collectGPU(builders map[string]*jobProfile) map[procKey]bool {
 		if s.Unsampled {
 			stack = []symbolize.Frame{leaf, {Function: gputrace.UnsampledFrame}}
 		} else {
-			stack = append([]symbolize.Frame{leaf}, d.sym.User(int(s.PID), s.StartTime, s.User)...)
+			stack = append([]symbolize.Frame{leaf}, d.sym.User(procfs.ID{PID: int(s.PID), Start: s.StartTime}, s.User)...)
 		}
 		var sl []profiles.Label
 		if st := jp.stepOf[k]; st != "" {
