@@ -344,7 +344,7 @@ func (p *profiler) startGPUTrace(f runFlags, coll *gpu.Collector, cfg *daemon.Co
 	if _, err := os.Stat(f.gpuInjectLib); err != nil {
 		return fmt.Errorf("--gpu-inject-lib: %w", err)
 	}
-	tr, err := gputrace.New(gputrace.Options{ProcRoot: f.attr.procRoot, ExcludePID: os.Getpid()})
+	tr, err := gputrace.New(gputrace.Options{Proc: procfs.New(f.attr.procRoot), ExcludePID: os.Getpid()})
 	if err != nil {
 		return fmt.Errorf("starting the GPU kernel tracer (needs root, uprobes and BTF): %w", err)
 	}

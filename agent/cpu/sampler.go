@@ -37,6 +37,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/slurmscope/slurmscope/agent/procfs"
 )
 
 // Options configures a Sampler. Zero values select the defaults.
@@ -74,11 +76,9 @@ const (
 // Sample is one distinct (process, kernel stack, user stack) and how many
 // times it was seen since the previous Drain.
 type Sample struct {
-	PID uint32
-	// StartTime is the process's start time in clock ticks since boot, the
-	// same number as field 22 of /proc/<pid>/stat, so that (PID, StartTime)
-	// names one process even when pids are reused.
-	StartTime uint64
+	// Proc is the thread-group leader's, so that a sample names one process
+	// even when pids are reused.
+	Proc procfs.ID
 	// Comm is the thread-group leader's name when the key was first seen.
 	Comm string
 	// Kernel and User are instruction addresses, innermost first; nil when
@@ -310,12 +310,11 @@ func (s *Sampler) readGeneration(g generation) ([]Sample, error) {
 	it := g.counts.Iterate()
 	for it.Next(&key, &val) {
 		samples = append(samples, Sample{
-			PID:       key.Tgid,
-			StartTime: startTimeTicks(key.StartBoottimeNs),
-			Comm:      commString(val.Comm),
-			Kernel:    lookup(key.KernelStack),
-			User:      lookup(key.UserStack),
-			Count:     val.Count,
+			Proc:   procfs.ID{PID: int(key.Tgid), Start: procfs.StartFromBoottime(key.StartBoottimeNs)},
+			Comm:   commString(val.Comm),
+			Kernel: lookup(key.KernelStack),
+			User:   lookup(key.UserStack),
+			Count:  val.Count,
 		})
 	}
 	if err := it.Err(); err != nil {

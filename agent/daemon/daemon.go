@@ -228,16 +228,16 @@ func (d *Daemon) Collect(ctx context.Context) error {
 	builders := map[string]*jobProfile{}
 	for _, s := range samples {
 		d.m.samples.Add(float64(s.Count))
-		jp := d.profileFor(builders, profiles.CPU, d.period, s.PID, s.StartTime, float64(s.Count), d.m.unattributed)
+		jp := d.profileFor(builders, profiles.CPU, d.period, uint32(s.Proc.PID), s.Proc.Start, float64(s.Count), d.m.unattributed)
 		if jp == nil {
 			continue
 		}
 		stack := d.sym.Kernel(s.Kernel)
-		stack = append(stack, d.sym.User(procfs.ID{PID: int(s.PID), Start: s.StartTime}, s.User)...)
+		stack = append(stack, d.sym.User(s.Proc, s.User)...)
 		// The step is a sample label: one profile per job, while
 		// Pyroscope still splits series by step.
 		var sl []profiles.Label
-		if st := jp.stepOf[procKey{s.PID, s.StartTime}]; st != "" {
+		if st := jp.stepOf[procKey{uint32(s.Proc.PID), s.Proc.Start}]; st != "" {
 			sl = []profiles.Label{{Name: schema.JobStep.Label, Value: st}}
 		}
 		jp.b.Add(stack, sl, int64(s.Count), int64(s.Count)*d.period)
@@ -364,7 +364,7 @@ func (d *Daemon) forgetExited(samples []cpu.Sample, seen map[procKey]bool) {
 		seen = make(map[procKey]bool, len(samples))
 	}
 	for _, s := range samples {
-		seen[procKey{s.PID, s.StartTime}] = true
+		seen[procKey{uint32(s.Proc.PID), s.Proc.Start}] = true
 	}
 	d.knownMu.Lock()
 	defer d.knownMu.Unlock()

@@ -105,14 +105,14 @@ func fixture() (*fakeRes, []cpu.Sample) {
 		60: {PID: 60, StartTime: 600, Comm: "x", Host: "node-b", Foreign: true, Job: job2},
 	}}
 	samples := []cpu.Sample{
-		{PID: 10, StartTime: 100, User: []uint64{1, 2}, Kernel: []uint64{9}, Count: 3},
-		{PID: 10, StartTime: 100, User: []uint64{1, 2}, Count: 2},
-		{PID: 11, StartTime: 110, User: []uint64{3}, Count: 1},
-		{PID: 20, StartTime: 200, User: []uint64{4}, Count: 5},
-		{PID: 30, StartTime: 300, User: []uint64{5}, Count: 7},
-		{PID: 40, StartTime: 400, User: []uint64{6}, Count: 11}, // exited and gone
-		{PID: 50, StartTime: 500, User: []uint64{7}, Count: 13}, // the old pid 50
-		{PID: 60, StartTime: 600, User: []uint64{8}, Count: 17},
+		{Proc: procfs.ID{PID: 10, Start: 100}, User: []uint64{1, 2}, Kernel: []uint64{9}, Count: 3},
+		{Proc: procfs.ID{PID: 10, Start: 100}, User: []uint64{1, 2}, Count: 2},
+		{Proc: procfs.ID{PID: 11, Start: 110}, User: []uint64{3}, Count: 1},
+		{Proc: procfs.ID{PID: 20, Start: 200}, User: []uint64{4}, Count: 5},
+		{Proc: procfs.ID{PID: 30, Start: 300}, User: []uint64{5}, Count: 7},
+		{Proc: procfs.ID{PID: 40, Start: 400}, User: []uint64{6}, Count: 11}, // exited and gone
+		{Proc: procfs.ID{PID: 50, Start: 500}, User: []uint64{7}, Count: 13}, // the old pid 50
+		{Proc: procfs.ID{PID: 60, Start: 600}, User: []uint64{8}, Count: 17},
 	}
 	return res, samples
 }
@@ -215,7 +215,7 @@ func TestDrainErrorKeepsTheInterval(t *testing.T) {
 		t.Fatal("drain error swallowed")
 	}
 	s.err = nil
-	s.batches = [][]cpu.Sample{{{PID: 10, StartTime: 100, User: []uint64{1}, Count: 1}}}
+	s.batches = [][]cpu.Sample{{{Proc: procfs.ID{PID: 10, Start: 100}, User: []uint64{1}, Count: 1}}}
 	now = now.Add(time.Minute)
 	if err := d.Collect(context.Background()); err != nil {
 		t.Fatal(err)

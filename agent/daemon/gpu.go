@@ -17,7 +17,7 @@ type GPUTracer interface {
 	// Attach traces a process once it maps the injection library; it
 	// returns gputrace.ErrNotInjected before that, and an error wrapping
 	// fs.ErrNotExist when the process is gone.
-	Attach(pid int, startTime uint64) error
+	Attach(p procfs.ID) error
 	Drain() ([]gputrace.Sample, gputrace.Stats, error)
 }
 
@@ -38,7 +38,7 @@ func (d *Daemon) attachGPU(k procKey) {
 	if d.cfg.GPU == nil {
 		return
 	}
-	err := d.cfg.GPU.Attach(int(k.pid), k.start)
+	err := d.cfg.GPU.Attach(procfs.ID{PID: int(k.pid), Start: k.start})
 	switch {
 	case err == nil:
 		// The process maps the library, so it has exec'd its CUDA program:
@@ -93,10 +93,10 @@ func (d *Daemon) collectGPU(builders map[string]*jobProfile) map[procKey]bool {
 	d.lastGPU = stats
 	seen := make(map[procKey]bool, len(samples))
 	for _, s := range samples {
-		k := procKey{s.PID, s.StartTime}
+		k := procKey{uint32(s.Proc.PID), s.Proc.Start}
 		seen[k] = true
 		d.m.gpuTime.Add(float64(s.GPUTime))
-		jp := d.profileFor(builders, profiles.GPU, 1, s.PID, s.StartTime, float64(s.GPUTime), d.m.gpuUnattributed)
+		jp := d.profileFor(builders, profiles.GPU, 1, uint32(s.Proc.PID), s.Proc.Start, float64(s.GPUTime), d.m.gpuUnattributed)
 		if jp == nil {
 			continue
 		}
@@ -108,7 +108,7 @@ func (d *Daemon) collectGPU(builders map[string]*jobProfile) map[procKey]bool {
 		if s.Unsampled {
 			stack = []symbolize.Frame{leaf, {Function: gputrace.UnsampledFrame}}
 		} else {
-			stack = append([]symbolize.Frame{leaf}, d.sym.User(procfs.ID{PID: int(s.PID), Start: s.StartTime}, s.User)...)
+			stack = append([]symbolize.Frame{leaf}, d.sym.User(s.Proc, s.User)...)
 		}
 		var sl []profiles.Label
 		if st := jp.stepOf[k]; st != "" {

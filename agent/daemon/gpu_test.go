@@ -14,6 +14,7 @@ import (
 
 	"github.com/slurmscope/slurmscope/agent/cpu"
 	"github.com/slurmscope/slurmscope/agent/gputrace"
+	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/profiles"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -25,7 +26,8 @@ type fakeGPU struct {
 	calls    map[int]int
 }
 
-func (f *fakeGPU) Attach(pid int, _ uint64) error {
+func (f *fakeGPU) Attach(p procfs.ID) error {
+	pid := p.PID
 	if f.calls == nil {
 		f.calls = map[int]int{}
 	}
@@ -70,14 +72,14 @@ func TestCollectGPUProfiles(t *testing.T) {
 	sink := &memSink{}
 	now := time.Unix(1000, 0)
 	gs := []gputrace.Sample{
-		{PID: 10, StartTime: 100, User: []uint64{1, 2}, Kernel: "gemm", KernelRaw: "gemm", Device: 1, GPUInstance: gputrace.GPUInstanceNone, GPUTime: 700, Launches: 7},
-		{PID: 10, StartTime: 100, Unsampled: true, Kernel: "gemm", KernelRaw: "gemm", Device: 1, GPUInstance: gputrace.GPUInstanceNone, GPUTime: 300, Launches: 3},
-		{PID: 10, StartTime: 100, User: []uint64{3}, Kernel: "reduce", KernelRaw: "_Z6reducev", Device: gputrace.DeviceUnknown, GPUTime: 50, Launches: 1},
-		{PID: 20, StartTime: 200, User: []uint64{4}, Kernel: "k2", Device: 0, GPUTime: 11, Launches: 1}, // no env: no GPU label
-		{PID: 30, StartTime: 300, User: []uint64{5}, Kernel: "k3", Device: 0, GPUTime: 13, Launches: 1}, // in no job
-		{PID: 40, StartTime: 400, User: []uint64{6}, Kernel: "k4", Device: 0, GPUTime: 17, Launches: 1}, // exited and gone
-		{PID: 50, StartTime: 500, User: []uint64{7}, Kernel: "k5", Device: 0, GPUTime: 19, Launches: 1}, // the old pid 50
-		{PID: 60, StartTime: 600, User: []uint64{8}, Kernel: "k6", Device: 0, GPUTime: 23, Launches: 1}, // another node
+		{Proc: procfs.ID{PID: 10, Start: 100}, User: []uint64{1, 2}, Kernel: "gemm", KernelRaw: "gemm", Device: 1, GPUInstance: gputrace.GPUInstanceNone, GPUTime: 700, Launches: 7},
+		{Proc: procfs.ID{PID: 10, Start: 100}, Unsampled: true, Kernel: "gemm", KernelRaw: "gemm", Device: 1, GPUInstance: gputrace.GPUInstanceNone, GPUTime: 300, Launches: 3},
+		{Proc: procfs.ID{PID: 10, Start: 100}, User: []uint64{3}, Kernel: "reduce", KernelRaw: "_Z6reducev", Device: gputrace.DeviceUnknown, GPUTime: 50, Launches: 1},
+		{Proc: procfs.ID{PID: 20, Start: 200}, User: []uint64{4}, Kernel: "k2", Device: 0, GPUTime: 11, Launches: 1}, // no env: no GPU label
+		{Proc: procfs.ID{PID: 30, Start: 300}, User: []uint64{5}, Kernel: "k3", Device: 0, GPUTime: 13, Launches: 1}, // in no job
+		{Proc: procfs.ID{PID: 40, Start: 400}, User: []uint64{6}, Kernel: "k4", Device: 0, GPUTime: 17, Launches: 1}, // exited and gone
+		{Proc: procfs.ID{PID: 50, Start: 500}, User: []uint64{7}, Kernel: "k5", Device: 0, GPUTime: 19, Launches: 1}, // the old pid 50
+		{Proc: procfs.ID{PID: 60, Start: 600}, User: []uint64{8}, Kernel: "k6", Device: 0, GPUTime: 23, Launches: 1}, // another node
 	}
 	tr := &fakeGPU{batches: [][]gputrace.Sample{gs}, attach: map[int][]error{
 		20: {gputrace.ErrNotInjected, gputrace.ErrNotInjected}, // attached on the second full rescan
