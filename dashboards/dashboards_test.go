@@ -162,7 +162,7 @@ var queryTypes = []string{plugin.TypeFlamegraph, plugin.TypeProfileSeries, plugi
 // NewDesc("slurmscope_...") descriptors.
 func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	files := []string{"agent/gpu/metrics.go", "agent/daemon/metrics.go", "agent/pyroscope/metrics.go", "agent/remotewrite/metrics.go", "agent/cli/run.go", "agent/jobinfo/jobinfo.go"}
+	files := []string{"agent/gpu/metrics.go", "agent/daemon/metrics.go", "agent/cpu/metrics.go", "agent/gputrace/metrics.go", "agent/pyroscope/metrics.go", "agent/remotewrite/metrics.go", "agent/cli/run.go", "agent/jobinfo/jobinfo.go"}
 	nsRE := regexp.MustCompile(`const ns = "(\w+)"`)
 	useRE := regexp.MustCompile(`\bns\+"(\w+)"`)
 	famRE := regexp.MustCompile(`\b[gj]\("(\w+)"`)

@@ -45,14 +45,13 @@ type Job struct {
 
 // Process is the attribution of one process.
 type Process struct {
-	PID       int
-	StartTime uint64
-	Comm      string
-	UID       int
-	Host      string
-	Step      string
-	Task      string
-	Stepd     bool // slurmstepd itself
+	procfs.ID
+	Comm  string
+	UID   int
+	Host  string
+	Step  string
+	Task  string
+	Stepd bool // slurmstepd itself
 	// Foreign is set when the process belongs to another slurmd on this host
 	// (multiple-slurmd layout) than the node this agent serves.
 	Foreign bool
@@ -177,13 +176,14 @@ func New(o Options) *Resolver {
 	return &Resolver{o: o, procs: map[int]*procEntry{}, jobs: map[string]*jobEntry{}}
 }
 
-// Cached returns the attribution of (pid, start time) if it is cached. It
-// never reads /proc and never allocates: the sampling path calls it per
-// sample. A different start time means the pid was reused: no answer.
-func (r *Resolver) Cached(pid int, startTime uint64) (Process, bool) {
+// Cached returns the attribution of process id if it is cached. It never
+// reads /proc and never allocates: the sampling path calls it per sample. A
+// different start time means the pid was reused: no answer.
+func (r *Resolver) Cached(id procfs.ID) (Process, bool) {
+	pid := id.PID
 	r.mu.RLock()
 	e := r.procs[pid]
-	if e == nil || e.start != startTime {
+	if e == nil || e.start != id.Start {
 		r.mu.RUnlock()
 		return Process{}, false
 	}
@@ -193,7 +193,7 @@ func (r *Resolver) Cached(pid int, startTime uint64) (Process, bool) {
 }
 
 func (e *procEntry) process(pid int) Process {
-	p := Process{PID: pid, StartTime: e.start, Comm: e.comm, UID: e.uid, Host: e.host,
+	p := Process{ID: procfs.ID{PID: pid, Start: e.start}, Comm: e.comm, UID: e.uid, Host: e.host,
 		Step: e.loc.Step, Task: e.loc.Task, Stepd: e.loc.Stepd, Foreign: e.foreign}
 	if e.job != nil {
 		p.Job = e.job.snap.Load()
@@ -345,7 +345,7 @@ func (r *Resolver) Scan() ([]Process, error) {
 	// slurmstepd before its tasks): hand out the final snapshots.
 	r.mu.RLock()
 	for i := range out {
-		if e := r.procs[out[i].PID]; e != nil && e.start == out[i].StartTime {
+		if e := r.procs[out[i].PID]; e != nil && e.start == out[i].Start {
 			out[i] = e.process(out[i].PID)
 		}
 	}

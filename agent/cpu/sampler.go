@@ -73,6 +73,10 @@ const (
 	stackDepth = 127
 )
 
+// ErrHotplug marks a Drain that could not follow CPU hotplug; its samples
+// are good.
+var ErrHotplug = errors.New("following CPU hotplug")
+
 // Sample is one distinct (process, kernel stack, user stack) and how many
 // times it was seen since the previous Drain.
 type Sample struct {
@@ -247,7 +251,8 @@ func (s *Sampler) syncCPUs() error {
 // the maps are read, never /proc.
 //
 // An error from following hotplug does not stop the drain; it is returned
-// with the samples. Any other error returns no samples, and they are lost.
+// with the samples, wrapping ErrHotplug. Any other error returns no
+// samples, and they are lost.
 func (s *Sampler) Drain() ([]Sample, Stats, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -277,7 +282,7 @@ func (s *Sampler) Drain() ([]Sample, Stats, error) {
 		return nil, Stats{}, fmt.Errorf("cpu sampler: %w", err)
 	}
 	if hotplugErr != nil {
-		hotplugErr = fmt.Errorf("cpu sampler: %w", hotplugErr)
+		hotplugErr = fmt.Errorf("cpu sampler: %w: %w", ErrHotplug, hotplugErr)
 	}
 	st := s.stats
 	st.AttachedCPUs = len(s.cpus.cpus)

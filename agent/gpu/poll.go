@@ -525,7 +525,7 @@ func (p *poll) allocations() map[string]map[unitKey]bool {
 		for _, t := range tasks {
 			live[t.PID] = true
 			e := c.st.env[t.PID]
-			if e == nil || e.start != t.StartTime {
+			if e == nil || e.start != t.Start {
 				if reads >= maxEnvReadsPerPoll {
 					continue
 				}
@@ -537,7 +537,7 @@ func (p *poll) allocations() map[string]map[unitKey]bool {
 					}
 					env = nil // unreadable: the task says nothing
 				}
-				e = &envEntry{start: t.StartTime, alloc: parseTaskEnv(env)}
+				e = &envEntry{start: t.Start, alloc: parseTaskEnv(env)}
 				c.st.env[t.PID] = e
 			}
 			p.topo.resolve(e.alloc, func(k unitKey) {

@@ -157,6 +157,9 @@ type attachedFile struct {
 	links []link.Link
 }
 
+// errClosed is returned by a closed Tracer.
+var errClosed = errors.New("gpu tracer: closed")
+
 // Tracer attaches to injection libraries and joins their events until
 // Close. Its methods are safe for concurrent use.
 type Tracer struct {
@@ -230,7 +233,7 @@ func (t *Tracer) Attach(id procfs.ID) error {
 	t.attachMu.Lock()
 	defer t.attachMu.Unlock()
 	if t.files == nil {
-		return errors.New("gpu tracer: closed")
+		return errClosed
 	}
 	if fk, ok := t.procs[id]; ok && t.files[fk] != nil {
 		return nil
@@ -275,7 +278,7 @@ func (t *Tracer) AttachFile(path string) error {
 	t.attachMu.Lock()
 	defer t.attachMu.Unlock()
 	if t.files == nil {
-		return errors.New("gpu tracer: closed")
+		return errClosed
 	}
 	// The installed library, named by the agent's own flag: not a file a
 	// job controls.
@@ -418,7 +421,8 @@ const flushWait = 5 * time.Second
 
 // Drain returns the GPU time joined since the previous Drain (or New) and
 // clears it, with the counters since New. Every event the probes emitted
-// before the call is included. Samples are sorted by process, then kernel,
+// before the call is included. An error other than from a closed Tracer
+// comes with the samples: only the counters are off. Samples are sorted by process, then kernel,
 // device and stack.
 func (t *Tracer) Drain() ([]Sample, Stats, error) {
 	t.drainMu.Lock()
@@ -427,7 +431,7 @@ func (t *Tracer) Drain() ([]Sample, Stats, error) {
 	closed := t.closed
 	t.mu.Unlock()
 	if closed {
-		return nil, Stats{}, errors.New("gpu tracer: closed")
+		return nil, Stats{}, errClosed
 	}
 	// Make the reader consume everything committed so far, then wait for it
 	// to say so.
