@@ -36,8 +36,8 @@ import (
 	"sync"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/rlimit"
 
+	"github.com/slurmscope/slurmscope/agent/bpf"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 )
 
@@ -170,11 +170,6 @@ func New(opts Options) (*Sampler, error) {
 		return nil, fmt.Errorf("cpu sampler: negative option in %+v", opts)
 	}
 
-	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("cpu sampler: %w", err)
-	}
-
 	spec, err := loadSampler()
 	if err != nil {
 		return nil, fmt.Errorf("cpu sampler: %w", err)
@@ -185,9 +180,6 @@ func New(opts Options) (*Sampler, error) {
 	for _, name := range []string{samplerMapStacks0, samplerMapStacks1} {
 		spec.Maps[name].MaxEntries = uint32(opts.MaxStackEntries)
 	}
-	if err := spec.Variables[samplerVarExcludeTgid].Set(uint32(opts.ExcludePID)); err != nil {
-		return nil, fmt.Errorf("cpu sampler: %w", err)
-	}
 	// A secret seed per load: no process can predict the key of any stack,
 	// so none can craft user stack frames that collide with another's.
 	var seed [8]byte
@@ -195,17 +187,11 @@ func New(opts Options) (*Sampler, error) {
 		return nil, fmt.Errorf("cpu sampler: stack hash seed: %w", err)
 	}
 	hashSeed := binary.NativeEndian.Uint64(seed[:])
-	if err := spec.Variables[samplerVarStackHashSeed].Set(hashSeed); err != nil {
-		return nil, fmt.Errorf("cpu sampler: %w", err)
-	}
 
 	s := &Sampler{sysRoot: opts.SysRoot, hashSeed: hashSeed}
-	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
-		var verr *ebpf.VerifierError
-		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("cpu sampler: load: %+v", verr)
-		}
-		return nil, fmt.Errorf("cpu sampler: load: %w", err)
+	consts := map[string]any{samplerVarExcludeTgid: uint32(opts.ExcludePID), samplerVarStackHashSeed: hashSeed}
+	if err := bpf.Load(spec, consts, &s.objs); err != nil {
+		return nil, fmt.Errorf("cpu sampler: %w", err)
 	}
 	s.gens = [2]generation{
 		{selector: s.objs.Gen0, counts: s.objs.Counts0, stacks: s.objs.Stacks0, stats: s.objs.Stats0},

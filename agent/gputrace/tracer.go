@@ -39,8 +39,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
-	"github.com/cilium/ebpf/rlimit"
 
+	"github.com/slurmscope/slurmscope/agent/bpf"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 )
 
@@ -190,28 +190,16 @@ func New(opts Options) (*Tracer, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, fmt.Errorf("gpu tracer: %w", err)
 	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("gpu tracer: %w", err)
-	}
 	spec, err := loadMarkers()
 	if err != nil {
 		return nil, fmt.Errorf("gpu tracer: %w", err)
 	}
 	spec.Maps[markersMapEvents].MaxEntries = uint32(opts.RingBufferBytes)
-	if err := spec.Variables[markersVarExcludeTgid].Set(uint32(opts.ExcludePID)); err != nil {
-		return nil, fmt.Errorf("gpu tracer: %w", err)
-	}
-	if err := spec.Variables[markersVarWakeupBytes].Set(uint64(opts.RingBufferBytes / 4)); err != nil {
-		return nil, fmt.Errorf("gpu tracer: %w", err)
-	}
 	t := &Tracer{opts: opts, flushed: make(chan struct{}, 1), done: make(chan struct{}),
 		files: map[procfs.FileID]*attachedFile{}, procs: map[procfs.ID]procfs.FileID{}, join: newJoiner(opts.limits())}
-	if err := spec.LoadAndAssign(&t.objs, nil); err != nil {
-		var verr *ebpf.VerifierError
-		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("gpu tracer: load: %+v", verr)
-		}
-		return nil, fmt.Errorf("gpu tracer: load: %w", err)
+	consts := map[string]any{markersVarExcludeTgid: uint32(opts.ExcludePID), markersVarWakeupBytes: uint64(opts.RingBufferBytes / 4)}
+	if err := bpf.Load(spec, consts, &t.objs); err != nil {
+		return nil, fmt.Errorf("gpu tracer: %w", err)
 	}
 	t.rd, err = ringbuf.NewReader(t.objs.Events)
 	if err != nil {
