@@ -7,7 +7,8 @@ import (
 	"github.com/slurmscope/slurmscope/schema"
 )
 
-// Metric names are a contract with the dashboards: see DESIGN.md, Metrics.
+// Metric names are a contract with the dashboards and the datasource: the
+// README lists them, and dashboards/dashboards_test.go holds both to them.
 const ns = "slurmscope_"
 
 // Labels that are specific to one metric, not attributes of the schema.
