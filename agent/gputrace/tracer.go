@@ -31,7 +31,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -309,7 +308,7 @@ func (t *Tracer) attachLocked(f *os.File, r io.ReaderAt, fk procfs.FileID) error
 	// The kernel resolves a uprobe's path itself: name the open
 	// descriptor, so that it attaches to the file checked here, whatever
 	// the path names by then.
-	ex, err := link.OpenExecutable(selfFD + strconv.Itoa(int(f.Fd())))
+	ex, err := link.OpenExecutable(procfs.FDPath(f.Fd()))
 	if err != nil {
 		return err
 	}
@@ -336,9 +335,6 @@ func (t *Tracer) attachLocked(f *os.File, r io.ReaderAt, fk procfs.FileID) error
 	t.files[fk] = af
 	return nil
 }
-
-// selfFD names the agent's own descriptors.
-const selfFD = "/proc/self/fd/"
 
 func (t *Tracer) readLoop() {
 	defer close(t.done)

@@ -79,9 +79,14 @@ var (
 // agentUID is the agent's own user; tests change it.
 var agentUID = os.Geteuid()
 
-// selfFD reopens an O_PATH descriptor of the agent's own (not the proc
-// root's: the descriptor is the agent's).
+// selfFD names the agent's own descriptors (in the agent's /proc, not the
+// proc root's: the descriptors are the agent's).
 const selfFD = "/proc/self/fd/"
+
+// FDPath is a path that names exactly the open file fd, for an interface
+// that only takes a path (the kernel's uprobes): whatever a job does to the
+// file's name, the path reaches the file that was checked.
+func FDPath(fd uintptr) string { return selfFD + strconv.FormatUint(uint64(fd), 10) }
 
 // Open opens a file that a process controls, by these rules:
 //
@@ -226,7 +231,7 @@ func reopen(fd int, name string, uid int, maxSize int64, want *FileID, byPath bo
 	if _, err := check(fd, name, uid, maxSize, want, byPath); err != nil {
 		return nil, err
 	}
-	rfd, err := unix.Open(selfFD+strconv.Itoa(fd), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	rfd, err := unix.Open(FDPath(uintptr(fd)), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 	}
