@@ -26,7 +26,10 @@ type Source struct {
 	last   Stats
 }
 
-var _ source.Source = (*Source)(nil)
+var (
+	_ source.Source = (*Source)(nil)
+	_ drainer       = (*Sampler)(nil)
+)
 
 // NewSource makes a source of a sampler running at sampleRate Hz.
 func NewSource(s drainer, sampleRate int) *Source {

@@ -42,6 +42,11 @@ type Resolver interface {
 	Refresh() ([]attribution.Process, error)
 }
 
+var (
+	_ Symbolizer = (*symbolize.Symbolizer)(nil)
+	_ Resolver   = (*attribution.Resolver)(nil)
+)
+
 // Output is one encoded profile: one job (or one executable outside any
 // job), one profile type, one interval.
 type Output struct {

@@ -46,6 +46,7 @@ type Source struct {
 var (
 	_ source.Source          = (*Source)(nil)
 	_ source.ProcessAttacher = (*Source)(nil)
+	_ tracer                 = (*Tracer)(nil)
 )
 
 // NewSource makes a source of a tracer. The GPU variables envKeys of each
