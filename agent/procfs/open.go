@@ -55,7 +55,13 @@ type JobFile struct {
 	// mapped object even when it was deleted, replaced on disk or lives in
 	// another mount namespace (root only: CAP_SYS_ADMIN). Where that fails,
 	// a file that was not deleted is looked up by Mapping.Path in the
-	// process's root like any Path, and must then be the mapped object.
+	// process's root like any Path, and must then be the mapped object by
+	// device and inode.
+	//
+	// Through map_files only the inode is compared (it catches a range
+	// remapped since maps was read): maps prints the device of the file's
+	// superblock, which fstat does not report on btrfs subvolumes, while the
+	// object itself is the kernel's, not a name a job chose.
 	Mapping *Mapping
 	// UID is the process's real uid. A file found by path must be owned by
 	// it or by root (or by the agent's own user, which is root in
@@ -115,7 +121,7 @@ func (p FS) Open(req JobFile) (*File, error) {
 		// O_PATH follows the magic link without opening the object.
 		fd, err := unix.Open(mf, unix.O_PATH|unix.O_CLOEXEC, 0)
 		if err == nil {
-			return reopen(fd, mf, -1, req.MaxSize, &id, false)
+			return reopen(fd, mf, -1, req.MaxSize, &FileID{Ino: id.Ino}, false)
 		}
 		if m.Deleted {
 			return nil, &fs.PathError{Op: "open", Path: mf, Err: err}
@@ -224,8 +230,9 @@ var openat2Once = sync.OnceValue(func() bool {
 func haveOpenat2() bool { return openat2Once() }
 
 // reopen checks the O_PATH descriptor fd (which it closes) and opens its
-// file for reading. uid < 0 with byPath: root-owned files only; byPath
-// false: no owner check.
+// file for reading. byPath: the file was found by a path a job controls,
+// so its owner is checked (uid < 0: root-owned files only) and want's
+// device with its inode; otherwise it is the object map_files names.
 func reopen(fd int, name string, uid int, maxSize int64, want *FileID, byPath bool) (*File, error) {
 	defer unix.Close(fd)
 	if _, err := check(fd, name, uid, maxSize, want, byPath); err != nil {
@@ -258,7 +265,7 @@ func check(fd int, name string, uid int, maxSize int64, want *FileID, byPath boo
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return refuse(ErrNotRegular, fmt.Sprintf(" (mode %#o)", st.Mode&unix.S_IFMT))
 	}
-	if want != nil && info.ID != *want {
+	if want != nil && (info.ID.Ino != want.Ino || byPath && info.ID.Dev != want.Dev) {
 		return refuse(ErrNotMapped, fmt.Sprintf(" (device %d inode %d, mapped %d/%d)", info.ID.Dev, info.ID.Ino, want.Dev, want.Ino))
 	}
 	if byPath && info.UID != 0 && info.UID != agentUID && (uid < 0 || info.UID != uid) {

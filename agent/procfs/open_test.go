@@ -273,6 +273,12 @@ func TestOpenMapping(t *testing.T) {
 		if _, err := p.Open(JobFile{PID: 7, Mapping: &deleted, UID: me(), MaxSize: 3}); !errors.Is(err, ErrTooLarge) {
 			t.Errorf("map_files over the limit: %v", err)
 		}
+		// A range remapped since maps was read names another file now.
+		remapped := Mapping{Start: 0x5000, End: 0x6000, Dev: st.Dev, Inode: st.Ino, Path: "/lib.so", Deleted: true}
+		mustDo(t, os.Symlink(other, filepath.Join(proc, "7", "map_files", remapped.Range())))
+		if _, err := p.Open(JobFile{PID: 7, Mapping: &remapped, UID: me(), MaxSize: 100}); !errors.Is(err, ErrNotMapped) {
+			t.Errorf("map_files to another inode: %v, want ErrNotMapped", err)
+		}
 		fifo := Mapping{Start: 0x3000, End: 0x4000, Path: "/fifo"}
 		mustDo(t, unix.Mkfifo(filepath.Join(root, "fifo"), 0o644))
 		mustDo(t, os.Symlink(filepath.Join(root, "fifo"), filepath.Join(proc, "7", "map_files", fifo.Range())))
