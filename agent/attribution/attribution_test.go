@@ -142,10 +142,10 @@ func TestCachedIsKeyedByStartTime(t *testing.T) {
 	if err != nil || !p.InJob() {
 		t.Fatalf("Resolve: %+v %v", p, err)
 	}
-	if c, ok := r.Cached(301, p.StartTime); !ok || c.Job.ID != "4242" {
+	if c, ok := r.Cached(procfs.ID{PID: 301, Start: p.Start}); !ok || c.Job.ID != "4242" {
 		t.Fatalf("Cached hit = %+v %v", c, ok)
 	}
-	if _, ok := r.Cached(301, p.StartTime+1); ok {
+	if _, ok := r.Cached(procfs.ID{PID: 301, Start: p.Start + 1}); ok {
 		t.Fatal("a different start time (a reused pid) hit the cache")
 	}
 	// The pid is reused by a process in no job.
@@ -154,7 +154,7 @@ func TestCachedIsKeyedByStartTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q.InJob() || q.StartTime != 99999 {
+	if q.InJob() || q.Start != 99999 {
 		t.Fatalf("reused pid kept the old job: %+v", q)
 	}
 }
@@ -216,7 +216,7 @@ func TestMegabyteEnvironment(t *testing.T) {
 	if _, err := r.Resolve(301); err != nil {
 		t.Fatal(err)
 	}
-	p, _ = r.Cached(302, p.StartTime)
+	p, _ = r.Cached(procfs.ID{PID: 302, Start: p.Start})
 	if p.Job.Name != "after-the-junk" {
 		t.Fatalf("name = %q", p.Job.Name)
 	}
@@ -281,7 +281,7 @@ func TestCachedDoesNotAllocate(t *testing.T) {
 		t.Fatal(err)
 	}
 	allocs := testing.AllocsPerRun(1000, func() {
-		if _, ok := r.Cached(302, p.StartTime); !ok {
+		if _, ok := r.Cached(procfs.ID{PID: 302, Start: p.Start}); !ok {
 			t.Fatal("miss")
 		}
 	})
@@ -313,7 +313,7 @@ func TestExitedProcessesStayForTheGrace(t *testing.T) {
 	if _, err := r.Scan(); err != nil {
 		t.Fatal(err)
 	}
-	p, ok := r.Cached(302, 1010)
+	p, ok := r.Cached(procfs.ID{PID: 302, Start: 1010})
 	if !ok {
 		t.Fatal("302 not cached")
 	}
@@ -321,14 +321,14 @@ func TestExitedProcessesStayForTheGrace(t *testing.T) {
 	if _, err := r.Refresh(); err != nil {
 		t.Fatal(err)
 	}
-	if q, ok := r.Cached(302, p.StartTime); !ok || q.Job == nil || q.Job.ID != "4242" {
+	if q, ok := r.Cached(procfs.ID{PID: 302, Start: p.Start}); !ok || q.Job == nil || q.Job.ID != "4242" {
 		t.Fatalf("exited process forgotten at once: %+v %v", q, ok)
 	}
 	now = now.Add(2 * time.Minute)
 	if _, err := r.Refresh(); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := r.Cached(302, p.StartTime); ok {
+	if _, ok := r.Cached(procfs.ID{PID: 302, Start: p.Start}); ok {
 		t.Fatal("exited process kept past the grace")
 	}
 	// A job whose processes are all gone is forgotten too.
@@ -362,7 +362,7 @@ func TestRefreshSeesAReusedPidOfAnExitedProcess(t *testing.T) {
 	if len(fresh) != 1 || fresh[0].PID != 302 || fresh[0].InJob() {
 		t.Fatalf("Refresh returned %+v", fresh)
 	}
-	if _, ok := r.Cached(302, 1010); ok {
+	if _, ok := r.Cached(procfs.ID{PID: 302, Start: 1010}); ok {
 		t.Error("the old process is still cached under the reused pid")
 	}
 }
@@ -393,7 +393,7 @@ func TestTaskCaughtBeforeItsExec(t *testing.T) {
 	if _, err := r.Refresh(); err != nil {
 		t.Fatal(err)
 	}
-	p, _ := r.Cached(500, 4242)
+	p, _ := r.Cached(procfs.ID{PID: 500, Start: 4242})
 	// Before the exec the task is root's, as far as anyone can tell.
 	if p.Job == nil || p.Job.Name != "" {
 		t.Fatalf("before the exec: %+v", p.Job)
@@ -405,7 +405,7 @@ func TestTaskCaughtBeforeItsExec(t *testing.T) {
 	if _, err := r.Refresh(); err != nil {
 		t.Fatal(err)
 	}
-	p, _ = r.Cached(500, 4242)
+	p, _ = r.Cached(procfs.ID{PID: 500, Start: 4242})
 	if p.Job.Name != "train" || p.Job.User != "bob" {
 		t.Fatalf("after the exec: %+v", p.Job)
 	}

@@ -17,7 +17,7 @@ func BenchmarkCachedLookup(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if q, ok := r.Cached(302, p.StartTime); !ok || q.Job == nil {
+		if q, ok := r.Cached(procfs.ID{PID: 302, Start: p.Start}); !ok || q.Job == nil {
 			b.Fatal("miss")
 		}
 	}

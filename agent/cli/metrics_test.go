@@ -15,15 +15,18 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/slurmscope/slurmscope/agent/attribution"
+	"github.com/slurmscope/slurmscope/agent/cpu"
 	"github.com/slurmscope/slurmscope/agent/daemon"
 	"github.com/slurmscope/slurmscope/agent/gpu"
 	"github.com/slurmscope/slurmscope/agent/gpu/gputest"
+	"github.com/slurmscope/slurmscope/agent/gputrace"
 	"github.com/slurmscope/slurmscope/agent/httpclient"
 	"github.com/slurmscope/slurmscope/agent/jobinfo"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/procfs/procfstest"
 	"github.com/slurmscope/slurmscope/agent/pyroscope"
 	"github.com/slurmscope/slurmscope/agent/remotewrite"
+	"github.com/slurmscope/slurmscope/agent/source"
 	"github.com/slurmscope/slurmscope/agent/spool"
 	"github.com/slurmscope/slurmscope/agent/users"
 	"github.com/slurmscope/slurmscope/schema"
@@ -59,9 +62,13 @@ func TestAgentExportsTheSchemasMetrics(t *testing.T) {
 	// Collectors that describe their metrics up front: every family, even
 	// a vector that has no series yet.
 	var described []prometheus.Collector
-	d := daemon.New(daemon.Config{}, nil, nil, nil, nil)
+	cpuSrc := cpu.NewSource(nil, 97)
+	gpuSrc := gputrace.NewSource(nil, procfs.FS{}, nil, nil)
+	d := daemon.New(daemon.Config{}, []source.Source{cpuSrc, gpuSrc}, nil, nil, nil)
 	described = append(described, d.Collectors()...)
-	described = append(described, bpfMetrics(func() (uint64, uint64, bool) { return 1, 1, true })...)
+	described = append(described, cpuSrc.Collectors()...)
+	described = append(described, gpuSrc.Collectors()...)
+	described = append(described, cpu.ProgramMetrics(func() (uint64, uint64, bool) { return 1, 1, true })...)
 	for _, c := range described {
 		ch := make(chan *prometheus.Desc, 64)
 		go func() { c.Describe(ch); close(ch) }()

@@ -27,10 +27,10 @@ import (
 	"github.com/slurmscope/slurmscope/agent/httpclient"
 	"github.com/slurmscope/slurmscope/agent/jobinfo"
 	"github.com/slurmscope/slurmscope/agent/procfs"
-	"github.com/slurmscope/slurmscope/agent/promschema"
 	"github.com/slurmscope/slurmscope/agent/pyroscope"
 	"github.com/slurmscope/slurmscope/agent/remotewrite"
 	"github.com/slurmscope/slurmscope/agent/sink"
+	"github.com/slurmscope/slurmscope/agent/source"
 	"github.com/slurmscope/slurmscope/agent/spool"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
 	"github.com/slurmscope/slurmscope/schema"
@@ -44,7 +44,8 @@ func init() {
 type runFlags struct {
 	attr           attrFlags
 	sysRoot        string
-	sampleRate     int
+	kinds          []source.Kind // the profile sources, each with its flags
+	gpuKernels     *gputrace.Kind
 	interval       time.Duration
 	allProcesses   bool
 	outputDir      string
@@ -55,20 +56,33 @@ type runFlags struct {
 	logLevel       string
 	rescanInterval time.Duration
 	webConfig      string
-	cpuProfiling   bool
 	gpuMetrics     bool
 	gpuInterval    time.Duration
 	nvmlLibrary    string
-	gpuInjectLib   string
 	rw             remotewrite.Config
 	rwSpoolDir     string
 	rwSpoolMax     int64
 }
 
+// profileKinds are the profile types the agent runs, each its own package
+// behind agent/source; a new one (off-CPU time, say) is one more line here.
+func profileKinds(gpuKernels *gputrace.Kind) []source.Kind {
+	return []source.Kind{
+		&cpu.Kind{},
+		gpuKernels,
+	}
+}
+
 func (f *runFlags) register(fs *flag.FlagSet) {
 	f.attr.register(fs)
 	fs.StringVar(&f.sysRoot, "sys-root", "/sys", "root of the sysfs filesystem (online CPUs)")
-	fs.IntVar(&f.sampleRate, "sample-rate", 97, "CPU samples per second on each CPU")
+	// GPUs are named by the index CUDA_VISIBLE_DEVICES gives, or through
+	// NVML when the collector runs (newProfiler).
+	f.gpuKernels = &gputrace.Kind{EnvKeys: gpu.EnvKeys, Devices: gpu.VisibleIndex}
+	f.kinds = profileKinds(f.gpuKernels)
+	for _, k := range f.kinds {
+		k.Flags(fs)
+	}
 	fs.DurationVar(&f.interval, "upload-interval", 15*time.Second, "how often profiles are built and sent")
 	fs.DurationVar(&f.rescanInterval, "rescan-interval", time.Second, "how often new processes are attributed (short-lived processes need it shorter)")
 	fs.BoolVar(&f.allProcesses, "all-processes", false, "also profile processes that are in no job (labelled by executable)")
@@ -79,11 +93,9 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	httpclient.RegisterFlags(fs, "pyroscope", &f.pyro.Config, "Pyroscope", "Pyroscope base URL to push to (push.v1.PusherService/Push)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.webConfig, "web.config.file", "", "exporter-toolkit web config (TLS, basic auth) for --metrics-addr")
-	fs.BoolVar(&f.cpuProfiling, "cpu-profiling", true, "profile CPU stacks with eBPF")
 	fs.BoolVar(&f.gpuMetrics, "gpu-metrics", true, "read GPU metrics through NVML (skipped with one log line where there is no driver)")
 	fs.DurationVar(&f.gpuInterval, "gpu-interval", 10*time.Second, "how often GPUs are polled")
 	fs.StringVar(&f.nvmlLibrary, "nvml-library", "", "path of libnvidia-ml.so.1 (default: the dynamic linker's search)")
-	fs.StringVar(&f.gpuInjectLib, "gpu-inject-lib", "", "the installed libslurmscope_inject.so (the path jobs get in CUDA_INJECTION64_PATH): trace the GPU kernels of jobs that load it and write gpu profiles")
 	httpclient.RegisterFlags(fs, "prometheus-remote-write", &f.rw.Config, "the remote-write endpoint",
 		"also push the agent's metrics with Prometheus remote-write 1.0 to this URL (e.g. http://prometheus:9090/api/v1/write)")
 	fs.DurationVar(&f.rw.Interval, "prometheus-remote-write-interval", 15*time.Second, "how often metrics are remote-written")
@@ -103,16 +115,14 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "run: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	if f.sampleRate < 1 || f.sampleRate > 10000 {
-		fmt.Fprintf(stderr, "run: --sample-rate %d out of range 1..10000\n", f.sampleRate)
-		return 2
+	for _, k := range f.kinds {
+		if err := k.Check(); err != nil {
+			fmt.Fprintf(stderr, "run: %v\n", err)
+			return 2
+		}
 	}
 	if f.interval < time.Second {
 		fmt.Fprintf(stderr, "run: --upload-interval %v is shorter than 1s\n", f.interval)
-		return 2
-	}
-	if f.gpuInjectLib != "" && !f.cpuProfiling {
-		fmt.Fprintln(stderr, "run: --gpu-inject-lib needs --cpu-profiling (the profiling loop builds the GPU profiles too)")
 		return 2
 	}
 	var level slog.Level
@@ -164,11 +174,11 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 		}
 		defer stop()
 	}
-	var prof *profiler
-	if f.cpuProfiling {
-		if prof, err = newProfiler(f, res, coll, reg, log); err != nil {
-			return err
-		}
+	prof, err := newProfiler(f, res, coll, reg, log)
+	if err != nil {
+		return err
+	}
+	if prof != nil {
 		defer prof.close()
 	}
 	if f.metricsAddr != "" {
@@ -179,7 +189,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 		defer stop()
 	}
 	if prof == nil {
-		log.Info("CPU profiling off; serving metrics only", "node", res.HostName())
+		log.Info("CPU profiling off and no other profile source on; serving metrics only", "node", res.HostName())
 		<-ctx.Done()
 		return nil
 	}
@@ -253,26 +263,54 @@ func serveMetrics(f runFlags, reg *prometheus.Registry, log *slog.Logger) (stop 
 	}, nil
 }
 
-// profiler is the CPU profiling pipeline: sampler, symbolizer, daemon and
+// profiler is the profiling pipeline: the sources, symbolizer, daemon and
 // its sinks.
 type profiler struct {
 	d       *daemon.Daemon
-	sampler *cpu.Sampler
 	shipper *pyroscope.Shipper
 	closers []func() error
 	info    []any
 }
 
+// newProfiler starts every profile source the flags turn on, and the
+// pipeline behind them; nil when no source is on.
 func newProfiler(f runFlags, res *attribution.Resolver, coll *gpu.Collector, reg *prometheus.Registry, log *slog.Logger) (*profiler, error) {
 	p := &profiler{}
+	if coll != nil {
+		f.gpuKernels.Devices = coll.CUDADevice
+	}
+	proc := procfs.New(f.attr.procRoot)
+	env := source.Env{Proc: proc, SysRoot: f.sysRoot, ExcludePID: os.Getpid(), Reg: reg, Log: log}
+	var sources []source.Source
+	var names []string
+	for _, k := range f.kinds {
+		s, err := k.Open(env)
+		if err != nil {
+			p.close()
+			return nil, err
+		}
+		if s == nil {
+			continue
+		}
+		if c, ok := s.(io.Closer); ok {
+			p.closers = append(p.closers, c.Close)
+		}
+		sources = append(sources, s)
+		names = append(names, s.Info().Name)
+	}
+	if len(sources) == 0 {
+		return nil, nil
+	}
 	var sinks sink.Multi
 	if f.pyro.URL != "" {
 		client, err := pyroscope.NewClient(f.pyro)
 		if err != nil {
+			p.close()
 			return nil, fmt.Errorf("--pyroscope-url: %w", err)
 		}
 		sp, err := spool.Open(f.spoolDir, f.spoolMax, spool.WithLogger(log))
 		if err != nil {
+			p.close()
 			return nil, fmt.Errorf("--spool-dir: %w", err)
 		}
 		p.closers = append(p.closers, sp.Close)
@@ -290,57 +328,13 @@ func newProfiler(f runFlags, res *attribution.Resolver, coll *gpu.Collector, reg
 		}
 		sinks = append(sinks, &sink.Dir{Root: f.outputDir})
 	}
-	sampler, err := cpu.New(cpu.Options{SampleRate: f.sampleRate, SysRoot: f.sysRoot, ExcludePID: os.Getpid()})
-	if err != nil {
-		p.close()
-		return nil, fmt.Errorf("starting the eBPF sampler (needs root, perf events and BTF): %w", err)
-	}
-	p.sampler = sampler
-	p.closers = append(p.closers, sampler.Close)
-	// Only meaningful while kernel.bpf_stats_enabled=1 (the kernel does not
-	// time BPF programs otherwise); the bench command turns it on.
-	reg.MustRegister(bpfMetrics(sampler.ProgramStats)...)
-	sym := symbolize.New(symbolize.Options{ProcRoot: f.attr.procRoot})
-	cfg := daemon.Config{SampleRate: f.sampleRate, Interval: f.interval, RescanInterval: f.rescanInterval,
-		AllProcesses: f.allProcesses, Log: log}
-	if f.gpuInjectLib != "" {
-		if err := p.startGPUTrace(f, coll, &cfg, log); err != nil {
-			p.close()
-			return nil, err
-		}
-	}
-	p.d = daemon.New(cfg, sampler, sym, res, sinks)
+	sym := symbolize.New(symbolize.Options{Proc: proc})
+	cfg := daemon.Config{Interval: f.interval, RescanInterval: f.rescanInterval, AllProcesses: f.allProcesses, Log: log}
+	p.d = daemon.New(cfg, sources, sym, res, sinks)
 	reg.MustRegister(p.d.Collectors()...)
-	p.info = []any{"node", res.HostName(), "sample_rate_hz", f.sampleRate, "interval", f.interval,
-		"output_dir", f.outputDir, "pyroscope", f.pyro.URL, "gpu_inject_lib", f.gpuInjectLib}
+	p.info = []any{"node", res.HostName(), "sources", names, "interval", f.interval,
+		"output_dir", f.outputDir, "pyroscope", f.pyro.URL}
 	return p, nil
-}
-
-// startGPUTrace loads the GPU kernel tracer and attaches it to the
-// installed injection library, so that every job loading it is traced from
-// its first kernel. GPUs are named through NVML when the collector runs,
-// else by the index CUDA_VISIBLE_DEVICES gives, else not at all.
-func (p *profiler) startGPUTrace(f runFlags, coll *gpu.Collector, cfg *daemon.Config, log *slog.Logger) error {
-	if _, err := os.Stat(f.gpuInjectLib); err != nil {
-		return fmt.Errorf("--gpu-inject-lib: %w", err)
-	}
-	tr, err := gputrace.New(gputrace.Options{ProcRoot: f.attr.procRoot, ExcludePID: os.Getpid()})
-	if err != nil {
-		return fmt.Errorf("starting the GPU kernel tracer (needs root, uprobes and BTF): %w", err)
-	}
-	p.closers = append(p.closers, tr.Close)
-	if err := tr.AttachFile(f.gpuInjectLib); err != nil {
-		return fmt.Errorf("--gpu-inject-lib: %w", err)
-	}
-	cfg.GPU = tr
-	cfg.Environ = procfs.New(f.attr.procRoot).Environ
-	cfg.GPUEnvKeys = gpu.EnvKeys
-	cfg.GPUDevice = gpu.VisibleIndex
-	if coll != nil {
-		cfg.GPUDevice = coll.CUDADevice
-	}
-	log.Info("tracing GPU kernels", "library", f.gpuInjectLib, "nvml", coll != nil)
-	return nil
 }
 
 func (p *profiler) run(ctx context.Context, log *slog.Logger) error {
@@ -366,15 +360,6 @@ func (p *profiler) run(ctx context.Context, log *slog.Logger) error {
 func (p *profiler) close() {
 	for i := len(p.closers) - 1; i >= 0; i-- {
 		p.closers[i]()
-	}
-}
-
-// bpfMetrics exports the sampling program's run time and runs, as the
-// kernel counts them.
-func bpfMetrics(stats func() (ns, runs uint64, ok bool)) []prometheus.Collector {
-	return []prometheus.Collector{
-		promschema.CounterFunc(schema.AgentBPFRunTime, func() float64 { ns, _, _ := stats(); return float64(ns) / 1e9 }),
-		promschema.CounterFunc(schema.AgentBPFRuns, func() float64 { _, n, _ := stats(); return float64(n) }),
 	}
 }
 

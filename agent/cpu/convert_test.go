@@ -8,21 +8,6 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-func TestStartTimeTicks(t *testing.T) {
-	for _, tc := range []struct{ ns, want uint64 }{
-		{0, 0},
-		{9_999_999, 0}, // truncates, as the kernel's nsec_to_clock_t does
-		{10_000_000, 1},
-		{1_234_567_890, 123},
-		{86400 * 1e9, 8_640_000}, // one day of uptime
-		{^uint64(0), ^uint64(0) / 10_000_000},
-	} {
-		if got := startTimeTicks(tc.ns); got != tc.want {
-			t.Errorf("startTimeTicks(%d) = %d, want %d", tc.ns, got, tc.want)
-		}
-	}
-}
-
 func TestCommString(t *testing.T) {
 	var c [16]int8
 	for i, b := range []byte("python3") {

@@ -9,5 +9,7 @@ package cpu
 // bpf2go already maps the source directory out of the debug info and drops
 // the compiler identification, which keeps the object byte-for-byte
 // reproducible; -Werror keeps warnings from creeping into a committed binary.
+// The types, constants and probe code shared with agent/gputrace come from
+// ../bpf/include (agent/bpf), which CI's regeneration covers too.
 
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-14 -strip llvm-strip-14 -cflags "-O2 -g -Wall -Werror" -target bpfel -type count_key -type count_val -type stat_index sampler sampler.bpf.c
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-14 -strip llvm-strip-14 -cflags "-O2 -g -Wall -Werror -I../bpf/include" -target bpfel -type count_key -type count_val -type stat_index sampler sampler.bpf.c

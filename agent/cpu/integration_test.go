@@ -105,6 +105,9 @@ func (b *burner) stop() {
 }
 
 // procStat returns fields of /proc/<pid>/stat, numbered as in proc(5).
+// userHZ is the unit of the times in /proc/<pid>/stat (USER_HZ, ABI).
+const userHZ = 100
+
 func procStat(t testing.TB, pid int) map[int]uint64 {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -188,14 +191,14 @@ func TestIntegrationSampler(t *testing.T) {
 	var drained uint64
 	for _, sm := range samples {
 		drained += sm.Count
-		if int(sm.PID) == os.Getpid() {
+		if sm.Proc.PID == os.Getpid() {
 			t.Errorf("sampled the excluded pid: %+v", sm)
 		}
-		if int(sm.PID) != b.pid {
+		if sm.Proc.PID != b.pid {
 			continue
 		}
-		if sm.StartTime != startTicks {
-			t.Errorf("burner sample with StartTime %d, /proc says %d", sm.StartTime, startTicks)
+		if sm.Proc.Start != startTicks {
+			t.Errorf("burner sample with StartTime %d, /proc says %d", sm.Proc.Start, startTicks)
 			continue
 		}
 		total += sm.Count
@@ -252,7 +255,7 @@ func TestIntegrationSampler(t *testing.T) {
 		var n uint64
 		for _, sm := range samples {
 			n += sm.Count
-			if int(sm.PID) == b.pid && sm.StartTime == startTicks {
+			if sm.Proc.PID == b.pid && sm.Proc.Start == startTicks {
 				t.Errorf("drain %d returned a sample of the dead burner again: %+v", i, sm)
 			}
 		}

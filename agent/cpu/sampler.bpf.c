@@ -22,56 +22,8 @@
 // lands in a taken bucket: a hot stack that collided lost every one of its
 // samples for the whole generation, at any map size.
 
-// No vmlinux.h and no <linux/*.h>: the few UAPI constants we need are spelt
-// out here, so that the object does not depend on the build host's kernel or
-// multiarch headers and regenerates byte for byte anywhere.
-typedef unsigned char __u8;
-typedef unsigned short __u16;
-typedef unsigned int __u32;
-typedef unsigned long long __u64;
-typedef signed int __s32;
-typedef signed long long __s64;
-typedef __u16 __be16;
-typedef __u32 __be32;
-typedef __u32 __wsum;
-
-#include <bpf/bpf_helpers.h>
-#include <bpf/bpf_core_read.h>
-
-// UAPI values (include/uapi/linux/bpf.h); they are ABI and never change.
-#define BPF_MAP_TYPE_HASH 1
-#define BPF_MAP_TYPE_ARRAY 2
-#define BPF_MAP_TYPE_PERCPU_ARRAY 6
-#define BPF_MAP_TYPE_ARRAY_OF_MAPS 12
-#define BPF_NOEXIST 1
-#define BPF_F_USER_STACK (1ULL << 8)
-#define BPF_F_NO_PREALLOC (1U << 0)
-
-#define E2BIG 7
-#define ENOMEM 12
-#define EFAULT 14
-#define EEXIST 17
-
-// include/linux/sched.h; also ABI in practice (perf and BCC tools rely on it).
-#define PF_KTHREAD 0x00200000
-
-#define TASK_COMM_LEN 16
-// Default kernel.perf_event_max_stack, and the most frames a stack keeps
-// (bpf_get_stack returns the innermost ones).
-#define MAX_STACK_DEPTH 127
-
-// Minimal CO-RE view of task_struct: libbpf/cilium relocate every field
-// access against the running kernel's BTF, so the layout here is irrelevant.
-struct task_struct {
-	unsigned int flags;
-	int pid;
-	int tgid;
-	struct task_struct *group_leader;
-	// CLOCK_BOOTTIME in ns; the source of /proc/<pid>/stat field 22
-	// (Linux >= 5.5; earlier kernels called it real_start_time).
-	__u64 start_boottime;
-	char comm[TASK_COMM_LEN];
-} __attribute__((preserve_access_index));
+// Types, UAPI constants and the CO-RE task_struct view: ../bpf/include.
+#include "common.h"
 
 // The key and value layouts are mirrored in Go (bpf2go generates
 // samplerCountKey and samplerCountVal); keep padding explicit so that the
@@ -186,14 +138,6 @@ volatile const __u64 stack_hash_seed = 0;
 // stack never share a key, even with the same frames.
 #define HASH_DOMAIN_KERNEL 0x6b65726e656c0000ULL // "kernel"
 #define HASH_DOMAIN_USER 0x7573657200000000ULL   // "user"
-
-static __always_inline void stat_inc(void *stats, __u32 idx)
-{
-	__u64 *v = bpf_map_lookup_elem(stats, &idx);
-
-	if (v)
-		*v += 1; // per-CPU slot, and programs do not nest on one CPU
-}
 
 // splitmix64's finaliser (Stafford's Mix13, a retuned MurmurHash3 fmix64): a
 // bijection on 64 bits in which every input bit flips each output bit with

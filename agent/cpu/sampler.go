@@ -36,7 +36,9 @@ import (
 	"sync"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/slurmscope/slurmscope/agent/bpf"
+	"github.com/slurmscope/slurmscope/agent/procfs"
 )
 
 // Options configures a Sampler. Zero values select the defaults.
@@ -71,14 +73,16 @@ const (
 	stackDepth = 127
 )
 
+// ErrHotplug marks a Drain that could not follow CPU hotplug; its samples
+// are good.
+var ErrHotplug = errors.New("following CPU hotplug")
+
 // Sample is one distinct (process, kernel stack, user stack) and how many
 // times it was seen since the previous Drain.
 type Sample struct {
-	PID uint32
-	// StartTime is the process's start time in clock ticks since boot, the
-	// same number as field 22 of /proc/<pid>/stat, so that (PID, StartTime)
-	// names one process even when pids are reused.
-	StartTime uint64
+	// Proc is the thread-group leader's, so that a sample names one process
+	// even when pids are reused.
+	Proc procfs.ID
 	// Comm is the thread-group leader's name when the key was first seen.
 	Comm string
 	// Kernel and User are instruction addresses, innermost first; nil when
@@ -166,11 +170,6 @@ func New(opts Options) (*Sampler, error) {
 		return nil, fmt.Errorf("cpu sampler: negative option in %+v", opts)
 	}
 
-	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("cpu sampler: %w", err)
-	}
-
 	spec, err := loadSampler()
 	if err != nil {
 		return nil, fmt.Errorf("cpu sampler: %w", err)
@@ -181,9 +180,6 @@ func New(opts Options) (*Sampler, error) {
 	for _, name := range []string{samplerMapStacks0, samplerMapStacks1} {
 		spec.Maps[name].MaxEntries = uint32(opts.MaxStackEntries)
 	}
-	if err := spec.Variables[samplerVarExcludeTgid].Set(uint32(opts.ExcludePID)); err != nil {
-		return nil, fmt.Errorf("cpu sampler: %w", err)
-	}
 	// A secret seed per load: no process can predict the key of any stack,
 	// so none can craft user stack frames that collide with another's.
 	var seed [8]byte
@@ -191,17 +187,11 @@ func New(opts Options) (*Sampler, error) {
 		return nil, fmt.Errorf("cpu sampler: stack hash seed: %w", err)
 	}
 	hashSeed := binary.NativeEndian.Uint64(seed[:])
-	if err := spec.Variables[samplerVarStackHashSeed].Set(hashSeed); err != nil {
-		return nil, fmt.Errorf("cpu sampler: %w", err)
-	}
 
 	s := &Sampler{sysRoot: opts.SysRoot, hashSeed: hashSeed}
-	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
-		var verr *ebpf.VerifierError
-		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("cpu sampler: load: %+v", verr)
-		}
-		return nil, fmt.Errorf("cpu sampler: load: %w", err)
+	consts := map[string]any{samplerVarExcludeTgid: uint32(opts.ExcludePID), samplerVarStackHashSeed: hashSeed}
+	if err := bpf.Load(spec, consts, &s.objs); err != nil {
+		return nil, fmt.Errorf("cpu sampler: %w", err)
 	}
 	s.gens = [2]generation{
 		{selector: s.objs.Gen0, counts: s.objs.Counts0, stacks: s.objs.Stacks0, stats: s.objs.Stats0},
@@ -247,7 +237,8 @@ func (s *Sampler) syncCPUs() error {
 // the maps are read, never /proc.
 //
 // An error from following hotplug does not stop the drain; it is returned
-// with the samples. Any other error returns no samples, and they are lost.
+// with the samples, wrapping ErrHotplug. Any other error returns no
+// samples, and they are lost.
 func (s *Sampler) Drain() ([]Sample, Stats, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -277,7 +268,7 @@ func (s *Sampler) Drain() ([]Sample, Stats, error) {
 		return nil, Stats{}, fmt.Errorf("cpu sampler: %w", err)
 	}
 	if hotplugErr != nil {
-		hotplugErr = fmt.Errorf("cpu sampler: %w", hotplugErr)
+		hotplugErr = fmt.Errorf("cpu sampler: %w: %w", ErrHotplug, hotplugErr)
 	}
 	st := s.stats
 	st.AttachedCPUs = len(s.cpus.cpus)
@@ -310,12 +301,11 @@ func (s *Sampler) readGeneration(g generation) ([]Sample, error) {
 	it := g.counts.Iterate()
 	for it.Next(&key, &val) {
 		samples = append(samples, Sample{
-			PID:       key.Tgid,
-			StartTime: startTimeTicks(key.StartBoottimeNs),
-			Comm:      commString(val.Comm),
-			Kernel:    lookup(key.KernelStack),
-			User:      lookup(key.UserStack),
-			Count:     val.Count,
+			Proc:   procfs.ID{PID: int(key.Tgid), Start: procfs.StartFromBoottime(key.StartBoottimeNs)},
+			Comm:   commString(val.Comm),
+			Kernel: lookup(key.KernelStack),
+			User:   lookup(key.UserStack),
+			Count:  val.Count,
 		})
 	}
 	if err := it.Err(); err != nil {

@@ -259,7 +259,7 @@ func TestIntegrationManyStacks(t *testing.T) {
 	distinct := map[string]bool{}
 	for _, sm := range samples {
 		drained += sm.Count
-		if int(sm.PID) != b.pid || sm.StartTime != startTicks {
+		if sm.Proc.PID != b.pid || sm.Proc.Start != startTicks {
 			continue
 		}
 		total += sm.Count
@@ -307,7 +307,7 @@ func TestIntegrationStackMapFull(t *testing.T) {
 	startTicks := procStat(t, b.pid)[22]
 	burner := func(samples []Sample) (total, noUser uint64) {
 		for _, sm := range samples {
-			if int(sm.PID) == b.pid && sm.StartTime == startTicks {
+			if sm.Proc.PID == b.pid && sm.Proc.Start == startTicks {
 				total += sm.Count
 				if len(sm.User) == 0 {
 					noUser += sm.Count

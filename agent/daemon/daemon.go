@@ -1,11 +1,13 @@
-// Package daemon is the agent's main loop: every interval it drains the CPU
-// sampler, attributes each process's samples to its SLURM job, symbolises
-// the stacks and hands one pprof profile per job to a sink (files on disk,
-// or the Pyroscope spool).
+// Package daemon is the agent's main loop: every interval it drains each
+// profile source (agent/source), attributes each process's samples to its
+// SLURM job, symbolises the stacks and hands one pprof profile per job and
+// profile type to a sink (files on disk, or the Pyroscope spool). It does
+// not know which sources it runs.
 package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -15,35 +17,35 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/slurmscope/slurmscope/agent/attribution"
-	"github.com/slurmscope/slurmscope/agent/cpu"
-	"github.com/slurmscope/slurmscope/agent/gputrace"
+	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/profiles"
+	"github.com/slurmscope/slurmscope/agent/source"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
-// Sampler is the CPU sampler (agent/cpu in production).
-type Sampler interface {
-	Drain() ([]cpu.Sample, cpu.Stats, error)
-}
-
 // Symbolizer turns raw addresses into frames (agent/symbolize).
 type Symbolizer interface {
-	User(pid int, startTime uint64, addrs []uint64) []symbolize.Frame
+	User(p procfs.ID, addrs []uint64) []symbolize.Frame
 	Kernel(addrs []uint64) []symbolize.Frame
 	// Prepare loads a live process's symbols, so its samples can be
 	// symbolised after it exits.
-	Prepare(pid int, startTime uint64)
-	Forget(pid int)
+	Prepare(p procfs.ID)
+	Forget(p procfs.ID)
 }
 
 // Resolver attributes processes (agent/attribution).
 type Resolver interface {
-	Cached(pid int, startTime uint64) (attribution.Process, bool)
+	Cached(p procfs.ID) (attribution.Process, bool)
 	Resolve(pid int) (attribution.Process, error)
 	Scan() ([]attribution.Process, error)
 	Refresh() ([]attribution.Process, error)
 }
+
+var (
+	_ Symbolizer = (*symbolize.Symbolizer)(nil)
+	_ Resolver   = (*attribution.Resolver)(nil)
+)
 
 // Output is one encoded profile: one job (or one executable outside any
 // job), one profile type, one interval.
@@ -63,57 +65,44 @@ type Sink interface {
 
 // Config configures the loop.
 type Config struct {
-	SampleRate int           // Hz; sets the pprof period
-	Interval   time.Duration // drain and upload interval
+	Interval time.Duration // drain and upload interval
 	// RescanInterval is how often new processes are attributed, so that one
 	// which runs for a second and exits is still labelled.
 	RescanInterval time.Duration
 	AllProcesses   bool // also profile processes in no job
-	// GPU, when set, is the GPU kernel tracer: new processes are attached
-	// to it in rescans and its samples become one gpu profile per job.
-	GPU GPUTracer
-	// GPUDevice names the GPU a CUDA device ordinal stands for in a
-	// process with environment env (the GPUEnvKeys read through Environ),
-	// as pprof sample labels; nil when it cannot say for sure.
-	GPUDevice func(env map[string]string, ordinal uint32) []profiles.Label
-	// Environ reads variables of a live process (procfs.FS.Environ).
-	Environ    func(pid int, keys ...string) (map[string]string, error)
-	GPUEnvKeys []string
-	Log        *slog.Logger
-	Now        func() time.Time
+	Log            *slog.Logger
+	Now            func() time.Time
 }
 
 // Daemon is the main loop.
 type Daemon struct {
-	cfg     Config
-	sampler Sampler
-	sym     Symbolizer
-	res     Resolver
-	sink    Sink
-	period  int64
+	cfg  Config
+	srcs []*src
+	sym  Symbolizer
+	res  Resolver
+	sink Sink
 
 	mu         sync.Mutex // serialises Collect
-	start      time.Time
-	lastStats  cpu.Stats
 	knownMu    sync.Mutex // rescans run beside Collect
-	known      map[procKey]bool
+	known      map[procfs.ID]bool
 	lastLogged map[string]bool
-	gpu        gpuState // guarded by knownMu
-	lastGPU    gputrace.Stats
 
 	m metrics
 }
 
-type procKey struct {
-	pid   uint32
-	start uint64
+// src is a source and what the daemon keeps for it.
+type src struct {
+	source.Source
+	info   source.Info
+	attach source.ProcessAttacher // nil unless the source is one
+	// pending: profiled processes the attacher asked to retry; guarded by
+	// knownMu.
+	pending map[procfs.ID]bool
+	start   time.Time // of the interval not drained yet; guarded by mu
 }
 
-// New returns a Daemon.
-func New(cfg Config, s Sampler, sym Symbolizer, res Resolver, sink Sink) *Daemon {
-	if cfg.SampleRate <= 0 {
-		cfg.SampleRate = 97
-	}
+// New returns a Daemon that profiles with sources.
+func New(cfg Config, sources []source.Source, sym Symbolizer, res Resolver, sink Sink) *Daemon {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 15 * time.Second
 	}
@@ -126,10 +115,15 @@ func New(cfg Config, s Sampler, sym Symbolizer, res Resolver, sink Sink) *Daemon
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Daemon{cfg: cfg, sampler: s, sym: sym, res: res, sink: sink,
-		period: int64(time.Second) / int64(cfg.SampleRate), start: cfg.Now(),
-		known: map[procKey]bool{}, lastLogged: map[string]bool{}, m: newMetrics(),
-		gpu: gpuState{pending: map[procKey]bool{}, env: map[procKey]map[string]string{}}}
+	d := &Daemon{cfg: cfg, sym: sym, res: res, sink: sink,
+		known: map[procfs.ID]bool{}, lastLogged: map[string]bool{}, m: newMetrics()}
+	start := cfg.Now()
+	for _, s := range sources {
+		st := &src{Source: s, info: s.Info(), pending: map[procfs.ID]bool{}, start: start}
+		st.attach, _ = s.(source.ProcessAttacher)
+		d.srcs = append(d.srcs, st)
+	}
+	return d
 }
 
 // Run collects every interval until ctx is done, then collects and writes
@@ -176,7 +170,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 // rescan attributes processes that appeared since the last pass, so that
 // short-lived ones are known before they exit; full also re-reads the
-// known ones whose cache entries expired.
+// known ones whose cache entries expired, and retries the attachers that
+// asked for it.
 func (d *Daemon) rescan(full bool) {
 	var procs []attribution.Process
 	var err error
@@ -192,78 +187,123 @@ func (d *Daemon) rescan(full bool) {
 		if p.Foreign || !(p.InJob() || d.cfg.AllProcesses) {
 			continue
 		}
-		k := procKey{uint32(p.PID), p.StartTime}
+		k := p.ID
+		var retry []*src
 		d.knownMu.Lock()
 		seen := d.known[k]
 		d.known[k] = true
-		retry := full && d.gpu.pending[k]
+		for _, s := range d.srcs {
+			if full && s.pending[k] {
+				retry = append(retry, s)
+			}
+		}
 		d.knownMu.Unlock()
 		if seen {
-			if retry {
-				d.attachGPU(k)
+			for _, s := range retry {
+				d.attachProcess(s, k)
 			}
 			continue
 		}
 		// Symbols are read while the process lives: by the time its
 		// interval is drained, a short task may be gone.
-		d.sym.Prepare(p.PID, p.StartTime)
-		d.attachGPU(k)
+		d.sym.Prepare(k)
+		for _, s := range d.srcs {
+			if s.attach != nil {
+				d.attachProcess(s, k)
+			}
+		}
 	}
 }
 
-// Collect drains the sampler and writes one profile per job.
+// attachProcess hands a profiled process to a source that attaches to
+// processes, and keeps it pending while the source asks to retry.
+func (d *Daemon) attachProcess(s *src, k procfs.ID) {
+	res, err := s.attach.AttachProcess(k)
+	if err != nil {
+		d.logOnce(s.info.Name+"_attach", "the "+s.info.Name+" source failed to attach to a process", err)
+	}
+	if res == source.AttachReload {
+		// Same pid and start time, another program: its symbols may
+		// have been read from the shell it was forked as.
+		d.sym.Forget(k)
+		d.sym.Prepare(k)
+	}
+	d.knownMu.Lock()
+	defer d.knownMu.Unlock()
+	if res == source.AttachRetry && d.known[k] { // not forgotten in the meantime
+		s.pending[k] = true
+	} else {
+		delete(s.pending, k)
+	}
+}
+
+// Collect drains every source and writes one profile per job and profile
+// type. A source that fails to drain keeps its interval for the next
+// Collect; the others are written, and the failure is returned.
 func (d *Daemon) Collect(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	end := d.cfg.Now()
-	samples, stats, err := d.sampler.Drain()
-	if err != nil {
-		// Keep the interval's start: the next drain covers this one too.
-		return fmt.Errorf("draining the sampler: %w", err)
-	}
-	d.m.observeSampler(d.lastStats, stats)
-	d.lastStats = stats
-
-	builders := map[string]*jobProfile{}
-	for _, s := range samples {
-		d.m.samples.Add(float64(s.Count))
-		jp := d.profileFor(builders, profiles.CPU, d.period, s.PID, s.StartTime, float64(s.Count), d.m.unattributed)
-		if jp == nil {
+	var outs []Output
+	var errs []error
+	seen := map[procfs.ID]bool{}
+	for _, s := range d.srcs {
+		b, err := s.Drain()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("draining the %s source: %w", s.info.Name, err))
 			continue
 		}
-		stack := d.sym.Kernel(s.Kernel)
-		stack = append(stack, d.sym.User(int(s.PID), s.StartTime, s.User)...)
-		// The step is a sample label: one profile per job, while
-		// Pyroscope still splits series by step.
-		var sl []profiles.Label
-		if st := jp.stepOf[procKey{s.PID, s.StartTime}]; st != "" {
-			sl = []profiles.Label{{Name: schema.JobStep.Label, Value: st}}
+		if b.Warn != nil {
+			d.logOnce(s.info.Name+"_drain", "draining the "+s.info.Name+" source", b.Warn)
 		}
-		jp.b.Add(stack, sl, int64(s.Count), int64(s.Count)*d.period)
+		builders := map[string]*jobProfile{}
+		for i := range b.Samples {
+			d.add(builders, s, &b.Samples[i])
+			seen[b.Samples[i].Proc] = true
+		}
+		outs = d.finish(outs, builders, s.start, end)
+		s.start = end
 	}
+	// After every source: a process seen by any of them stays known.
+	d.forgetExited(seen)
+	if len(outs) > 0 {
+		if err := d.sink.Write(ctx, outs); err != nil {
+			d.m.profiles.WithLabelValues("error").Add(float64(len(outs)))
+			errs = append(errs, fmt.Errorf("writing profiles: %w", err))
+		} else {
+			d.m.profiles.WithLabelValues("ok").Add(float64(len(outs)))
+		}
+	}
+	return errors.Join(errs...)
+}
 
-	// GPU samples after the CPU ones: their processes are attributed by
-	// the same rules, before forgetExited drops the state of the exited.
-	gpuBuilders := map[string]*jobProfile{}
-	gpuSeen := d.collectGPU(gpuBuilders)
-
-	outs := d.finish(nil, builders, end)
-	outs = d.finish(outs, gpuBuilders, end)
-	d.start = end
-	d.forgetExited(samples, gpuSeen)
-	if len(outs) == 0 {
-		return nil
+// add attributes, symbolises and adds one sample of source s.
+func (d *Daemon) add(builders map[string]*jobProfile, s *src, smp *source.Sample) {
+	count := float64(smp.Values[s.info.Counted])
+	s.info.Drained.Add(count)
+	jp := d.profileFor(builders, s, smp.Proc, count)
+	if jp == nil {
+		return
 	}
-	if err := d.sink.Write(ctx, outs); err != nil {
-		d.m.profiles.WithLabelValues("error").Add(float64(len(outs)))
-		return fmt.Errorf("writing profiles: %w", err)
+	stack := append([]symbolize.Frame(nil), smp.Frames...)
+	if len(smp.Kernel) > 0 {
+		stack = append(stack, d.sym.Kernel(smp.Kernel)...)
 	}
-	d.m.profiles.WithLabelValues("ok").Add(float64(len(outs)))
-	return nil
+	if len(smp.User) > 0 {
+		stack = append(stack, d.sym.User(smp.Proc, smp.User)...)
+	}
+	// The step is a sample label: one profile per job, while Pyroscope
+	// still splits series by step.
+	var sl []profiles.Label
+	if st := jp.stepOf[smp.Proc]; st != "" {
+		sl = append(sl, profiles.Label{Name: schema.JobStep.Label, Value: st})
+	}
+	sl = append(sl, smp.Labels...)
+	jp.b.Add(stack, sl, smp.Values...)
 }
 
 // finish encodes the builders' profiles, in job order, onto outs.
-func (d *Daemon) finish(outs []Output, builders map[string]*jobProfile, end time.Time) []Output {
+func (d *Daemon) finish(outs []Output, builders map[string]*jobProfile, start, end time.Time) []Output {
 	keys := make([]string, 0, len(builders))
 	for k := range builders {
 		keys = append(keys, k)
@@ -285,7 +325,7 @@ func (d *Daemon) finish(outs []Output, builders map[string]*jobProfile, end time
 			continue
 		}
 		outs = append(outs, Output{Type: jp.typ, JobID: jp.jobID, ServiceName: jp.service,
-			Labels: jp.labels, Start: d.start, End: end, Data: data})
+			Labels: jp.labels, Start: start, End: end, Data: data})
 		d.m.payloadBytes.Add(float64(len(data)))
 	}
 	return outs
@@ -298,21 +338,20 @@ type jobProfile struct {
 	service string
 	labels  []profiles.Label
 	steps   map[string]bool
-	stepOf  map[procKey]string
+	stepOf  map[procfs.ID]string
 }
 
-// profileFor attributes a sample. A sample whose process cannot be
-// attributed with certainty (it exited and its pid is gone or reused) is
-// counted (count, in unattr) and dropped, never guessed. builders holds
-// profiles of typ only.
-func (d *Daemon) profileFor(builders map[string]*jobProfile, typ profiles.Type, period int64, pid uint32, start uint64,
-	count float64, unattr *prometheus.CounterVec) *jobProfile {
-	key := procKey{pid, start}
-	p, ok := d.res.Cached(int(pid), start)
+// profileFor attributes a sample of source s. A sample whose process
+// cannot be attributed with certainty (it exited and its pid is gone or
+// reused) is counted (count, in the source's Unattributed) and dropped,
+// never guessed. builders holds profiles of s only.
+func (d *Daemon) profileFor(builders map[string]*jobProfile, s *src, key procfs.ID, count float64) *jobProfile {
+	unattr := s.info.Unattributed
+	p, ok := d.res.Cached(key)
 	if !ok {
 		var err error
-		p, err = d.res.Resolve(int(pid))
-		if err != nil || p.StartTime != start {
+		p, err = d.res.Resolve(key.PID)
+		if err != nil || p.ID != key {
 			unattr.WithLabelValues("exited").Add(count)
 			return nil
 		}
@@ -335,7 +374,8 @@ func (d *Daemon) profileFor(builders map[string]*jobProfile, typ profiles.Type, 
 	}
 	jp := builders[bk]
 	if jp == nil {
-		jp = &jobProfile{typ: typ, b: profiles.NewBuilder(typ, period, d.start), steps: map[string]bool{}, stepOf: map[procKey]string{}}
+		jp = &jobProfile{typ: s.info.Type, b: profiles.NewBuilder(s.info.Type, s.info.Period, s.start),
+			steps: map[string]bool{}, stepOf: map[procfs.ID]string{}}
 		if p.InJob() {
 			jp.jobID = p.Job.ID
 		}
@@ -354,25 +394,24 @@ func (d *Daemon) profileFor(builders map[string]*jobProfile, typ profiles.Type, 
 	return jp
 }
 
-// forgetExited drops symbolizer state of processes that no longer run.
-func (d *Daemon) forgetExited(samples []cpu.Sample, seen map[procKey]bool) {
-	if seen == nil {
-		seen = make(map[procKey]bool, len(samples))
-	}
-	for _, s := range samples {
-		seen[procKey{s.PID, s.StartTime}] = true
-	}
+// forgetExited drops the symbolizer's and the attachers' state of
+// processes that no longer run (and that no source drained a sample of).
+func (d *Daemon) forgetExited(seen map[procfs.ID]bool) {
 	d.knownMu.Lock()
 	defer d.knownMu.Unlock()
 	for k := range d.known {
 		if seen[k] {
 			continue
 		}
-		if p, ok := d.res.Cached(int(k.pid), k.start); !ok || p.StartTime != k.start {
-			d.sym.Forget(int(k.pid))
+		if p, ok := d.res.Cached(k); !ok || p.ID != k {
+			d.sym.Forget(k)
 			delete(d.known, k)
-			delete(d.gpu.pending, k)
-			delete(d.gpu.env, k)
+			for _, s := range d.srcs {
+				if s.attach != nil {
+					delete(s.pending, k)
+					s.attach.ForgetProcess(k)
+				}
+			}
 		}
 	}
 }
@@ -389,5 +428,12 @@ func (d *Daemon) logOnce(key, msg string, err error) {
 	d.cfg.Log.Warn(msg+" (further errors of this kind are only counted)", "err", err)
 }
 
-// Collectors returns the daemon's Prometheus collectors.
-func (d *Daemon) Collectors() []prometheus.Collector { return d.m.all() }
+// Collectors returns the daemon's Prometheus collectors, with the sample
+// counters of each source.
+func (d *Daemon) Collectors() []prometheus.Collector {
+	cs := d.m.all()
+	for _, s := range d.srcs {
+		cs = append(cs, s.info.Drained, s.info.Unattributed)
+	}
+	return cs
+}

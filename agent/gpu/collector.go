@@ -108,11 +108,6 @@ type state struct {
 
 type deviceLabels struct{ uuid, name string }
 
-type gpmPair struct {
-	prev, cur nvml.GpmSample
-	have      bool // prev holds a sample
-}
-
 type envEntry struct {
 	start    uint64
 	alloc    taskAlloc
@@ -289,15 +284,6 @@ func (c *Collector) countAlloc(reason string) {
 	c.cmu.Lock()
 	c.allocErrs[reason]++
 	c.cmu.Unlock()
-}
-
-func (p *gpmPair) free() {
-	if p.prev != nil {
-		p.prev.Free()
-	}
-	if p.cur != nil {
-		p.cur.Free()
-	}
 }
 
 // cleanLabel makes a value from NVML or a process safe as a label value.

@@ -172,7 +172,7 @@ func TestOrdinalsMapToMinorNumbers(t *testing.T) {
 		t.Fatal(err)
 	}
 	job := &attribution.Job{ID: "7", Name: "j", User: "bob", Account: "a", Partition: "p"}
-	jobs := fakeJobs{{PID: 42, StartTime: 1, Job: job}}
+	jobs := fakeJobs{{ID: procfs.ID{PID: 42, Start: 1}, Job: job}}
 	d0, d1 := fakeDevice("GPU-a", 1), fakeDevice("GPU-b", 0) // swapped minors
 	c, err := New(Options{NVML: fakeLib(d0, d1), HostName: "n1", Jobs: jobs, Proc: procfs.New(root)})
 	if err != nil {

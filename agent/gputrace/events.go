@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/slurmscope/slurmscope/agent/procfs"
 )
 
 // Wire sizes of the ring buffer events (markers.bpf.c). TestObjectLayout
@@ -40,9 +42,8 @@ var errShortEvent = errors.New("short event")
 
 // header is what the kernel, not the traced process, says about an event.
 type header struct {
-	kind  uint32
-	tgid  uint32
-	start uint64 // leader's start_boottime, ns
+	kind uint32
+	proc procfs.ID // the thread-group leader's, converted from start_boottime
 }
 
 type launchEvent struct {
@@ -94,7 +95,7 @@ func decodeHeader(b []byte) (header, error) {
 	if len(b) < headerSize {
 		return header{}, errShortEvent
 	}
-	return header{kind: le.Uint32(b), tgid: le.Uint32(b[4:]), start: le.Uint64(b[8:])}, nil
+	return header{kind: le.Uint32(b), proc: procfs.ID{PID: int(le.Uint32(b[4:])), Start: procfs.StartFromBoottime(le.Uint64(b[8:]))}}, nil
 }
 
 func decodeLaunch(h header, b []byte) (launchEvent, error) {

@@ -9,6 +9,8 @@ package gputrace
 // target (bpf2go defines __TARGET_ARCH_x86 / __TARGET_ARCH_arm64 and adds the
 // build constraints). bpf2go maps the source directory out of the debug info
 // and drops the compiler identification, so the objects are byte-for-byte
-// reproducible; -Werror keeps warnings out of a committed binary.
+// reproducible; -Werror keeps warnings out of a committed binary. The types,
+// constants, registers and probe code shared with agent/cpu come from
+// ../bpf/include (agent/bpf).
 
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-14 -strip llvm-strip-14 -cflags "-O2 -g -Wall -Werror" -target amd64,arm64 -type event_header -type launch_event -type records_event -type name_event -type kernel_record -type event_kind -type stat_index markers markers.bpf.c
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-14 -strip llvm-strip-14 -cflags "-O2 -g -Wall -Werror -I../bpf/include" -target amd64,arm64 -type event_header -type launch_event -type records_event -type name_event -type kernel_record -type event_kind -type stat_index markers markers.bpf.c

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
 )
 
@@ -71,12 +72,12 @@ func newTracer(t testing.TB, opts Options) *Tracer {
 
 // caller drives one markercall process.
 type caller struct {
-	t     testing.TB
-	cmd   *exec.Cmd
-	in    io.WriteCloser
-	out   *bufio.Reader
-	pid   int
-	start uint64
+	t   testing.TB
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Reader
+	pid int
+	id  procfs.ID
 }
 
 func startCaller(t testing.TB, lib string, bin string) *caller {
@@ -102,7 +103,7 @@ func startCaller(t testing.TB, lib string, bin string) *caller {
 		}
 	})
 	c.expect("ready")
-	if c.start, err = readStartTicks("/proc", c.pid); err != nil {
+	if c.id, err = procfs.New("").ID(c.pid); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -138,7 +139,7 @@ type kernelTotal struct{ ns, launches uint64 }
 func totalsOf(samples []Sample, pid int) map[string]kernelTotal {
 	m := map[string]kernelTotal{}
 	for _, s := range samples {
-		if int(s.PID) == pid {
+		if s.Proc.PID == pid {
 			k := m[s.KernelRaw]
 			k.ns += s.GPUTime
 			k.launches += s.Launches
@@ -167,20 +168,20 @@ func TestIntegrationMarkers(t *testing.T) {
 	sym := symbolize.New(symbolize.Options{})
 
 	a := startCaller(t, lib, filepath.Join(dir, "markercall"))
-	if err := tr.Attach(a.pid, a.start+1); err == nil {
+	if err := tr.Attach(procfs.ID{PID: a.pid, Start: a.id.Start + 1}); err == nil {
 		t.Fatal("Attach accepted a wrong start time")
 	}
-	if err := tr.Attach(a.pid, a.start); err != nil {
+	if err := tr.Attach(a.id); err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.Attach(a.pid, a.start); err != nil { // idempotent
+	if err := tr.Attach(a.id); err != nil { // idempotent
 		t.Fatal(err)
 	}
-	sym.Prepare(a.pid, a.start)
+	sym.Prepare(a.id)
 	// A second process on the same library file: traced through the same
 	// attachment, but as itself. It reuses a's correlation and name ids.
 	b := startCaller(t, lib, filepath.Join(dir, "markercall"))
-	sym.Prepare(b.pid, b.start)
+	sym.Prepare(b.id)
 
 	gemm := nameIDOf([]byte("gemm_kernel"))
 	other := nameIDOf([]byte("other_kernel"))
@@ -228,16 +229,16 @@ func TestIntegrationMarkers(t *testing.T) {
 		t.Errorf("b totals %+v: want only its own 5000 ns under an unknown name", tb)
 	}
 	for _, s := range samples {
-		if int(s.PID) != a.pid && int(s.PID) != b.pid {
+		if s.Proc.PID != a.pid && s.Proc.PID != b.pid {
 			t.Errorf("sample of a process that called no marker: %+v", s)
 		}
-		if int(s.PID) == a.pid && s.StartTime != a.start || int(s.PID) == b.pid && s.StartTime != b.start {
-			t.Errorf("sample start time %d", s.StartTime)
+		if s.Proc.PID == a.pid && s.Proc != a.id || s.Proc.PID == b.pid && s.Proc != b.id {
+			t.Errorf("sample of %v", s.Proc)
 		}
 	}
 	var sawOuter, sawOther, sawUnsampled bool
 	for _, s := range samples {
-		if int(s.PID) != a.pid {
+		if s.Proc.PID != a.pid {
 			continue
 		}
 		if s.Unsampled {
@@ -247,7 +248,7 @@ func TestIntegrationMarkers(t *testing.T) {
 			}
 			continue
 		}
-		fn := functions(sym.User(a.pid, a.start, s.User))
+		fn := functions(sym.User(a.id, s.User))
 		switch {
 		case slices.Contains(fn, "outer_launch"):
 			sawOuter = true
@@ -349,7 +350,7 @@ func readTotalsFile(t testing.TB, path string) map[string]kernelTotal {
 func waitMapped(t testing.TB, pid int) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		if _, err := FindMapping("/proc", pid); err == nil {
+		if _, err := FindMapping(procfs.New(""), pid); err == nil {
 			return
 		}
 	}
@@ -382,11 +383,7 @@ func TestIntegrationTrainer(t *testing.T) {
 	cmd := startTrainer(t, dir, lib, work, "--seconds", "2", "--steps", "100000")
 	other := startTrainer(t, dir, copyLib, otherWork, "--seconds", "1", "--coop")
 	waitMapped(t, cmd.Process.Pid)
-	start, err := readStartTicks("/proc", cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sym.Prepare(cmd.Process.Pid, start)
+	sym.Prepare(mustStart(t, cmd.Process.Pid))
 	if err := cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}
@@ -420,17 +417,17 @@ func TestIntegrationTrainer(t *testing.T) {
 		"reduce_kernel": {"launch_reduce", "backward", "train_step", "main"},
 	}
 	for _, s := range samples {
-		if int(s.PID) == other.Process.Pid {
+		if s.Proc.PID == other.Process.Pid {
 			t.Fatalf("process on an unattached library traced: %+v", s)
 		}
-		if int(s.PID) != cmd.Process.Pid {
+		if s.Proc.PID != cmd.Process.Pid {
 			continue
 		}
 		if s.Unsampled {
 			t.Errorf("unsampled row although every kernel had sampled launches: %+v", s)
 			continue
 		}
-		fn := functions(sym.User(int(s.PID), s.StartTime, s.User))
+		fn := functions(sym.User(s.Proc, s.User))
 		for _, f := range paths[s.KernelRaw] {
 			if !slices.Contains(fn, f) {
 				t.Errorf("%s stack %v lacks %s", s.KernelRaw, fn, f)
@@ -462,7 +459,7 @@ func TestIntegrationRestartAndKill(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	tr2 := newTracer(t, Options{})
-	if err := tr2.Attach(cmd.Process.Pid, mustStart(t, cmd.Process.Pid)); err != nil {
+	if err := tr2.Attach(mustStart(t, cmd.Process.Pid)); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -500,13 +497,13 @@ func TestIntegrationRestartAndKill(t *testing.T) {
 	}
 }
 
-func mustStart(t testing.TB, pid int) uint64 {
+func mustStart(t testing.TB, pid int) procfs.ID {
 	t.Helper()
-	s, err := readStartTicks("/proc", pid)
+	id, err := procfs.New("").ID(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return id
 }
 
 // The CPU cost the probe adds to one sampled launch: markercall times N calls

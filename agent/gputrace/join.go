@@ -7,6 +7,8 @@ import (
 	"math/bits"
 	"slices"
 	"time"
+
+	"github.com/slurmscope/slurmscope/agent/procfs"
 )
 
 // The joiner matches launch events (stack, correlation id) with completed
@@ -15,7 +17,7 @@ import (
 // BPF, no /proc, time passed in, so that every rule below is unit tested.
 //
 // Rules:
-//   - Identity is (tgid, start time) from the kernel. Correlation ids, name
+//   - Identity is the procfs.ID from the kernel (tgid and start time). Correlation ids, name
 //     ids and everything else are only looked up within that process, so
 //     one process cannot touch another's state, and a reused pid starts
 //     afresh.
@@ -29,11 +31,6 @@ import (
 //   - State is bounded: pending launches and held records per process and
 //     in total, names per process and name bytes in total, processes. When a
 //     bound is hit the oldest entry goes first and a counter says so.
-
-type procKey struct {
-	pid   uint32
-	start uint64 // start_boottime ns
-}
 
 type limits struct {
 	maxProcesses          int
@@ -157,7 +154,7 @@ func satAdd(a, b uint64) uint64 {
 }
 
 type procState struct {
-	key       procKey
+	key       procfs.ID
 	names     map[uint64]kernelName
 	nameBytes int
 	launches  map[uint64]*pendingLaunch
@@ -181,7 +178,7 @@ type joinStats struct {
 
 type joiner struct {
 	lim       limits
-	procs     map[procKey]*procState
+	procs     map[procfs.ID]*procState
 	lru       *list.List // of *procState, least recently active first
 	stacks    *stackTable
 	launches  *list.List // of *pendingLaunch, oldest first
@@ -191,11 +188,11 @@ type joiner struct {
 }
 
 func newJoiner(lim limits) *joiner {
-	return &joiner{lim: lim, procs: map[procKey]*procState{}, lru: list.New(),
+	return &joiner{lim: lim, procs: map[procfs.ID]*procState{}, lru: list.New(),
 		stacks: newStackTable(), launches: list.New(), heldList: list.New()}
 }
 
-func (j *joiner) proc(k procKey) *procState {
+func (j *joiner) proc(k procfs.ID) *procState {
 	p := j.procs[k]
 	if p != nil {
 		p.active = true
@@ -235,7 +232,7 @@ func (j *joiner) dropProc(p *procState) {
 
 func (j *joiner) name(e nameEvent) {
 	j.st.Names++
-	p := j.proc(procKey{e.tgid, e.start})
+	p := j.proc(e.proc)
 	if _, dup := p.names[e.nameID]; dup {
 		return // announced again (library table full, or a race): first wins
 	}
@@ -262,7 +259,7 @@ func (j *joiner) launch(e launchEvent, now time.Time) {
 	if e.truncated {
 		j.st.TruncatedStacks++
 	}
-	p := j.proc(procKey{e.tgid, e.start})
+	p := j.proc(e.proc)
 	if old := p.launches[e.correlationID]; old != nil {
 		// A correlation id reused while pending: only a broken or hostile
 		// process does that. The newer launch wins.
@@ -323,7 +320,7 @@ func (j *joiner) removeLaunch(l *pendingLaunch) {
 }
 
 func (j *joiner) records(h header, recs []kernelRecord, now time.Time) {
-	p := j.proc(procKey{h.tgid, h.start})
+	p := j.proc(h.proc)
 	for _, r := range recs {
 		j.st.Records++
 		l := p.launches[r.correlationID]
@@ -425,10 +422,7 @@ func (j *joiner) expire(now time.Time) {
 // Sample is the GPU time of one kernel launched from one stack in one
 // process, since the previous Drain.
 type Sample struct {
-	PID uint32
-	// StartTime is the process's start time in clock ticks since boot, as
-	// field 22 of /proc/<pid>/stat (see agent/cpu).
-	StartTime uint64
+	Proc procfs.ID
 	// User is the launching thread's user stack, innermost first (the first
 	// frame is inside the injection library's launch marker). nil when
 	// Unsampled. Samples may share the slice: treat it as read only.
@@ -451,14 +445,14 @@ type Sample struct {
 
 // drain returns and clears the interval's aggregates. alive tells whether an
 // idle process still runs; dead ones are forgotten.
-func (j *joiner) drain(now time.Time, alive func(procKey) bool) []Sample {
+func (j *joiner) drain(now time.Time, alive func(procfs.ID) bool) []Sample {
 	j.expire(now)
-	keys := make([]procKey, 0, len(j.procs))
+	keys := make([]procfs.ID, 0, len(j.procs))
 	for k := range j.procs {
 		keys = append(keys, k)
 	}
-	slices.SortFunc(keys, func(a, b procKey) int {
-		return cmp.Or(cmp.Compare(a.pid, b.pid), cmp.Compare(a.start, b.start))
+	slices.SortFunc(keys, func(a, b procfs.ID) int {
+		return cmp.Or(cmp.Compare(a.PID, b.PID), cmp.Compare(a.Start, b.Start))
 	})
 	var out []Sample
 	for _, k := range keys {
@@ -550,7 +544,7 @@ func (j *joiner) drainProc(out []Sample, p *procState) []Sample {
 		}
 	}
 	for k, r := range rows {
-		s := Sample{PID: p.key.pid, StartTime: startTimeTicks(p.key.start), Device: k.device,
+		s := Sample{Proc: p.key, Device: k.device,
 			GPUInstance: k.gi, GPUTime: r.ns, Launches: r.launches}
 		if k.stack == noStack {
 			s.Unsampled = true

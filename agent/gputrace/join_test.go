@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/slurmscope/slurmscope/agent/procfs"
 )
 
 var t0 = time.Unix(1000, 0)
@@ -16,14 +18,14 @@ func testLimits() limits {
 		maxNamesPerProcess: 16, maxNameBytes: 4096, launchTimeout: time.Minute, recordGrace: time.Second}
 }
 
-func hdr(pid uint32, start uint64) header { return header{tgid: pid, start: start} }
+func hdr(pid int, start uint64) header { return header{proc: procfs.ID{PID: pid, Start: start}} }
 
-func nameEv(pid uint32, start uint64, name string) nameEvent {
+func nameEv(pid int, start uint64, name string) nameEvent {
 	return nameEvent{header: hdr(pid, start), nameID: nameIDOf([]byte(name)), len: uint32(len(name)), name: []byte(name)}
 }
 
-func launchEv(pid uint32, start, cid uint64, name string, stack ...uint64) launchEvent {
-	return launchEvent{header: hdr(pid, start), correlationID: cid, nameID: nameIDOf([]byte(name)), tid: pid, stack: stack}
+func launchEv(pid int, start, cid uint64, name string, stack ...uint64) launchEvent {
+	return launchEvent{header: hdr(pid, start), correlationID: cid, nameID: nameIDOf([]byte(name)), tid: uint32(pid), stack: stack}
 }
 
 func rec(cid uint64, name string, ns uint64, sampled bool) kernelRecord {
@@ -31,13 +33,13 @@ func rec(cid uint64, name string, ns uint64, sampled bool) kernelRecord {
 		gpuInstance: GPUInstanceNone, sampled: sampled}
 }
 
-func always(procKey) bool { return true }
+func always(procfs.ID) bool { return true }
 
 // perKernel sums samples by (pid, kernel).
 func perKernel(samples []Sample) map[string]sums {
 	m := map[string]sums{}
 	for _, s := range samples {
-		k := string(rune('0'+s.PID)) + "/" + s.KernelRaw
+		k := string(rune('0'+s.Proc.PID)) + "/" + s.KernelRaw
 		v := m[k]
 		v.add(s.GPUTime, s.Launches)
 		m[k] = v
@@ -67,7 +69,7 @@ func TestJoinMatchesAndSpreadsUnsampledExactly(t *testing.T) {
 	byStack := map[uint64]Sample{}
 	for _, s := range out {
 		byStack[s.User[0]] = s
-		if s.PID != 1 || s.StartTime != 0 || s.Kernel != "gemm" || s.Unsampled {
+		if s.Proc != (procfs.ID{PID: 1, Start: 5}) || s.Kernel != "gemm" || s.Unsampled {
 			t.Errorf("sample %+v", s)
 		}
 	}
@@ -98,7 +100,7 @@ func TestJoinExactTotalsUnderSampling(t *testing.T) {
 	want := map[string]sums{}
 	for round := 0; round < 3; round++ {
 		for cid := uint64(1); cid <= 5000; cid++ {
-			pid := uint32(1 + cid%2)
+			pid := int(1 + cid%2)
 			name := names[r.IntN(len(names))]
 			if name == "d" && pid == 2 {
 				name = "c"
@@ -198,7 +200,7 @@ func TestJoinIsolatesProcessesAndPidReuse(t *testing.T) {
 	out := j.drain(t0.Add(5*time.Second), always)
 	for _, s := range out {
 		switch {
-		case s.PID == 1 && s.StartTime == startTimeTicks(1) && s.GPUTime == 300:
+		case s.Proc == procfs.ID{PID: 1, Start: 1} && s.GPUTime == 300:
 			if s.User[0] != 0xaa || s.Kernel != "mine" {
 				t.Errorf("%+v", s)
 			}
@@ -224,7 +226,7 @@ func TestJoinBounds(t *testing.T) {
 	if j.launches.Len() != lim.maxLaunchesPerProcess || j.st.EvictedLaunches != 100-uint64(lim.maxLaunchesPerProcess) {
 		t.Errorf("per process: %d pending, %+v", j.launches.Len(), j.st)
 	}
-	for pid := uint32(2); pid < 20; pid++ {
+	for pid := 2; pid < 20; pid++ {
 		j.launch(launchEv(pid, 1, 1, "k", 1), t0)
 		for i := range 20 {
 			j.name(nameEv(pid, 1, strings.Repeat("n", i+1)))
@@ -243,8 +245,8 @@ func TestJoinBounds(t *testing.T) {
 		t.Errorf("%+v", j.st)
 	}
 	// Everything drains back to nothing once processes are gone.
-	j.drain(t0, func(procKey) bool { return false })
-	j.drain(t0, func(procKey) bool { return false })
+	j.drain(t0, func(procfs.ID) bool { return false })
+	j.drain(t0, func(procfs.ID) bool { return false })
 	if len(j.procs) != 0 || j.launches.Len() != 0 || j.heldList.Len() != 0 || j.stacks.live() != 0 || j.nameBytes != 0 {
 		t.Errorf("left: %d procs %d launches %d held %d stacks %d name bytes",
 			len(j.procs), j.launches.Len(), j.heldList.Len(), j.stacks.live(), j.nameBytes)
@@ -259,12 +261,12 @@ func TestJoinForgetsExitedProcesses(t *testing.T) {
 	j.name(nameEv(1, 1, "k"))
 	j.name(nameEv(2, 1, "k"))
 	j.records(hdr(1, 1), []kernelRecord{rec(1, "k", 5, true)}, t0) // held, launch never comes
-	dead := func(k procKey) bool { return k.pid != 1 }
+	dead := func(k procfs.ID) bool { return k.PID != 1 }
 	if out := j.drain(t0, dead); len(out) != 0 {
 		t.Fatalf("active process drained early: %+v", out)
 	}
 	out := j.drain(t0, dead)
-	if len(out) != 1 || out[0].GPUTime != 5 || !out[0].Unsampled || len(j.procs) != 1 || j.procs[procKey{2, 1}] == nil {
+	if len(out) != 1 || out[0].GPUTime != 5 || !out[0].Unsampled || len(j.procs) != 1 || j.procs[procfs.ID{PID: 2, Start: 1}] == nil {
 		t.Fatalf("%+v, procs %v", out, j.procs)
 	}
 }
@@ -329,7 +331,8 @@ func TestDecodeEvents(t *testing.T) {
 	le.PutUint64(b[64:], 0x300)
 	h, _ := decodeHeader(b)
 	e, err := decodeLaunch(h, b)
-	if err != nil || e.tgid != 42 || e.correlationID != 7 || e.nameID != 8 || e.tid != 43 || e.device != 1 ||
+	// The start time arrives in ns (start_boottime) and leaves in ticks.
+	if err != nil || e.proc != (procfs.ID{PID: 42, Start: 100}) || e.correlationID != 7 || e.nameID != 8 || e.tid != 43 || e.device != 1 ||
 		!slices.Equal(e.stack, []uint64{0x100, 0x500, 0x300}) {
 		t.Fatalf("%+v %v", e, err)
 	}
@@ -385,22 +388,23 @@ func TestDecodeEvents(t *testing.T) {
 	}
 }
 
-func TestScanMaps(t *testing.T) {
+func TestLibraryMappings(t *testing.T) {
 	maps := "7f00-7f10 r-xp 00000000 08:01 1234                       /usr/lib/libc.so.6\n" +
 		"7f20-7f30 r--p 00000000 08:01 99   /opt/my dir/libslurmscope_inject.so.1 (deleted)\n" +
 		"bad line\n"
-	m, ok, err := scanMaps(strings.NewReader(maps))
-	if err != nil || !ok || m.Path != "/opt/my dir/libslurmscope_inject.so.1" || !m.Deleted || m.MapFiles != "7f20-7f30" {
-		t.Fatalf("%+v %v %v", m, ok, err)
+	ms, _, err := procfs.ParseMaps(strings.NewReader(maps), isLibrary)
+	if err != nil || len(ms) != 1 || ms[0].Path != "/opt/my dir/libslurmscope_inject.so.1" || !ms[0].Deleted || ms[0].Range() != "7f20-7f30" {
+		t.Fatalf("%+v %v", ms, err)
 	}
 	for _, s := range []string{
 		"7f00-7f10 r-xp 00000000 08:01 1 /usr/lib/libslurmscope_inject.so.bak.x\n", // matches: versioned
 		"7f00-7f10 r-xp 00000000 08:01 1 /usr/lib/notlibslurmscope_inject.so\n",
 		"7f00-7f10 r-xp 00000000 00:00 0 [libslurmscope_inject.so]\n",
+		"7f00-7f10 r-xp 00000000 00:00 0 /usr/lib/libslurmscope_inject.so\n", // no inode: not a file
 	} {
-		_, ok, _ := scanMaps(strings.NewReader(s))
-		if ok != strings.Contains(s, "bak") {
-			t.Errorf("%q: %v", s, ok)
+		ms, _, _ := procfs.ParseMaps(strings.NewReader(s), isLibrary)
+		if (len(ms) == 1) != strings.Contains(s, "bak") {
+			t.Errorf("%q: %v", s, ms)
 		}
 	}
 }

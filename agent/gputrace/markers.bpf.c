@@ -21,63 +21,15 @@
 // carries its stack is exact and needs no second lookup. Launch markers are
 // rate-limited by the library, so the extra ring buffer bytes are bounded.
 
-// No vmlinux.h and no <linux/*.h>, as in agent/cpu: the object must not depend
-// on the build host's kernel headers and must regenerate byte for byte.
-typedef unsigned char __u8;
-typedef unsigned short __u16;
-typedef unsigned int __u32;
-typedef unsigned long long __u64;
-typedef signed int __s32;
-typedef signed long long __s64;
-typedef __u16 __be16;
-typedef __u32 __be32;
-typedef __u32 __wsum;
+// Types, UAPI constants, the CO-RE task_struct view and the uprobe's
+// registers: ../bpf/include.
+#include "common.h"
+#include "regs.h"
 
-// bpf_user_pt_regs_t, the context of a uprobe program, is UAPI: on x86-64 it
-// is struct pt_regs of <asm/ptrace.h> (these field names are the UAPI ones
-// that bpf_tracing.h uses outside the kernel), on arm64 struct user_pt_regs.
-#if defined(__TARGET_ARCH_x86)
-struct pt_regs {
-	unsigned long r15, r14, r13, r12, rbp, rbx, r11, r10, r9, r8;
-	unsigned long rax, rcx, rdx, rsi, rdi, orig_rax, rip, cs, eflags, rsp, ss;
-};
-#elif defined(__TARGET_ARCH_arm64)
-struct user_pt_regs {
-	__u64 regs[31];
-	__u64 sp;
-	__u64 pc;
-	__u64 pstate;
-};
-struct pt_regs;
-#else
-#error "unsupported target architecture"
-#endif
-
-#include <bpf/bpf_helpers.h>
-#include <bpf/bpf_core_read.h>
-#include <bpf/bpf_tracing.h>
-
-// UAPI values (include/uapi/linux/bpf.h); ABI, they never change.
-#define BPF_MAP_TYPE_PERCPU_ARRAY 6
-#define BPF_MAP_TYPE_RINGBUF 27
-#define BPF_F_USER_STACK (1ULL << 8)
-#define BPF_RB_NO_WAKEUP (1ULL << 0)
-#define BPF_RB_FORCE_WAKEUP (1ULL << 1)
-#define BPF_RB_AVAIL_DATA 0
-
-// Default kernel.perf_event_max_stack, as in agent/cpu.
-#define MAX_STACK_DEPTH 127
 // slurmscope_inject.h: SLURMSCOPE_RECORDS_MAX.
 #define RECORDS_MAX 64
 // Bytes of a kernel name copied; longer names arrive truncated (and say so).
 #define NAME_MAX 512
-
-// Minimal CO-RE view of task_struct, as in agent/cpu.
-struct task_struct {
-	int tgid;
-	struct task_struct *group_leader;
-	__u64 start_boottime; // CLOCK_BOOTTIME ns; /proc/<pid>/stat field 22
-} __attribute__((preserve_access_index));
 
 // Event kinds; mirrored in Go (bpf2go -type event_kind).
 enum event_kind {
@@ -184,14 +136,6 @@ const struct records_event *unused_records __attribute__((unused));
 const struct name_event *unused_name __attribute__((unused));
 const enum event_kind *unused_kind __attribute__((unused));
 
-static __always_inline void stat_inc(__u32 idx)
-{
-	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
-
-	if (v)
-		*v += 1; // per-CPU slot, and uprobe programs do not nest on one CPU
-}
-
 // skip reports a call not to trace: the agent's own (it never loads the
 // library, but a test binary that does must not trace itself).
 static __always_inline int skip(void)
@@ -199,7 +143,7 @@ static __always_inline int skip(void)
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 
 	if (exclude_tgid != 0 && tgid == exclude_tgid) {
-		stat_inc(STAT_SKIPPED_SELF);
+		stat_inc(&stats, STAT_SKIPPED_SELF);
 		return 1;
 	}
 	return 0;
@@ -222,7 +166,7 @@ int kernel_launch(struct pt_regs *ctx)
 		return 0;
 	struct launch_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
-		stat_inc(STAT_LOST_RINGBUF);
+		stat_inc(&stats, STAT_LOST_RINGBUF);
 		return 0;
 	}
 	header(&e->hdr, EVENT_LAUNCH);
@@ -235,14 +179,14 @@ int kernel_launch(struct pt_regs *ctx)
 	long n = bpf_get_stack(ctx, e->stack, sizeof(e->stack), BPF_F_USER_STACK);
 	e->stack_bytes = (__s32)n;
 	if (n <= 0)
-		stat_inc(STAT_STACK_ERRORS);
+		stat_inc(&stats, STAT_STACK_ERRORS);
 #if defined(__TARGET_ARCH_x86)
 	if (bpf_probe_read_user(&e->return_address, sizeof(e->return_address), (void *)PT_REGS_SP(ctx)) != 0)
 		e->return_address = 0;
 #else
 	e->return_address = PT_REGS_RET(ctx);
 #endif
-	stat_inc(STAT_LAUNCHES);
+	stat_inc(&stats, STAT_LAUNCHES);
 	bpf_ringbuf_submit(e, submit_flags());
 	return 0;
 }
@@ -259,12 +203,12 @@ int kernel_records(struct pt_regs *ctx)
 	if (skip())
 		return 0;
 	if (n == 0 || n > RECORDS_MAX) {
-		stat_inc(STAT_BAD_ARGS);
+		stat_inc(&stats, STAT_BAD_ARGS);
 		return 0;
 	}
 	struct records_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
-		stat_inc(STAT_LOST_RINGBUF);
+		stat_inc(&stats, STAT_LOST_RINGBUF);
 		return 0;
 	}
 	header(&e->hdr, EVENT_RECORDS);
@@ -275,11 +219,11 @@ int kernel_records(struct pt_regs *ctx)
 	barrier_var(size);
 	if (size > sizeof(e->recs) ||
 	    bpf_probe_read_user(e->recs, size, recs) != 0) {
-		stat_inc(STAT_READ_ERRORS);
+		stat_inc(&stats, STAT_READ_ERRORS);
 		bpf_ringbuf_discard(e, 0);
 		return 0;
 	}
-	stat_inc(STAT_RECORD_BATCHES);
+	stat_inc(&stats, STAT_RECORD_BATCHES);
 	bpf_ringbuf_submit(e, submit_flags());
 	return 0;
 }
@@ -295,12 +239,12 @@ int kernel_name(struct pt_regs *ctx)
 	if (skip())
 		return 0;
 	if (len == 0) {
-		stat_inc(STAT_BAD_ARGS);
+		stat_inc(&stats, STAT_BAD_ARGS);
 		return 0;
 	}
 	struct name_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
-		stat_inc(STAT_LOST_RINGBUF);
+		stat_inc(&stats, STAT_LOST_RINGBUF);
 		return 0;
 	}
 	header(&e->hdr, EVENT_NAME);
@@ -314,11 +258,11 @@ int kernel_name(struct pt_regs *ctx)
 	e->len = len;
 	e->copied = (__u32)copy;
 	if (copy > NAME_MAX || bpf_probe_read_user(e->name, copy, name) != 0) {
-		stat_inc(STAT_READ_ERRORS);
+		stat_inc(&stats, STAT_READ_ERRORS);
 		bpf_ringbuf_discard(e, 0);
 		return 0;
 	}
-	stat_inc(STAT_NAMES);
+	stat_inc(&stats, STAT_NAMES);
 	bpf_ringbuf_submit(e, submit_flags());
 	return 0;
 }

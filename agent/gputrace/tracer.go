@@ -28,6 +28,7 @@ package gputrace
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"sync"
@@ -37,13 +38,15 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
-	"github.com/cilium/ebpf/rlimit"
+
+	"github.com/slurmscope/slurmscope/agent/bpf"
+	"github.com/slurmscope/slurmscope/agent/procfs"
 )
 
 // Options configures a Tracer. Zero values select the defaults.
 type Options struct {
-	// ProcRoot is where the host's procfs is mounted. Default "/proc".
-	ProcRoot string
+	// Proc is the host's procfs. Default /proc.
+	Proc procfs.FS
 	// ExcludePID is a process not to trace, normally the agent itself.
 	ExcludePID int
 	// RingBufferBytes is the size of the BPF ring buffer, a power of two
@@ -76,8 +79,8 @@ func (o *Options) setDefaults() error {
 			*v = d
 		}
 	}
-	if o.ProcRoot == "" {
-		o.ProcRoot = "/proc"
+	if o.Proc.Root == "" {
+		o.Proc = procfs.New("")
 	}
 	def(&o.RingBufferBytes, 8<<20)
 	def(&o.MaxFiles, 32)
@@ -148,12 +151,13 @@ type Stats struct {
 	Stacks          int
 }
 
-type fileKey struct{ dev, ino uint64 }
-
 type attachedFile struct {
 	path  string
 	links []link.Link
 }
+
+// errClosed is returned by a closed Tracer.
+var errClosed = errors.New("gpu tracer: closed")
 
 // Tracer attaches to injection libraries and joins their events until
 // Close. Its methods are safe for concurrent use.
@@ -166,8 +170,8 @@ type Tracer struct {
 	done    chan struct{}
 
 	attachMu     sync.Mutex
-	files        map[fileKey]*attachedFile
-	procs        map[procKey]fileKey // attached processes, start in ticks
+	files        map[procfs.FileID]*attachedFile
+	procs        map[procfs.ID]procfs.FileID // attached processes
 	attachErrors uint64
 
 	drainMu sync.Mutex // one Drain at a time: it owns the flush handshake
@@ -185,28 +189,16 @@ func New(opts Options) (*Tracer, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, fmt.Errorf("gpu tracer: %w", err)
 	}
-	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("gpu tracer: %w", err)
-	}
 	spec, err := loadMarkers()
 	if err != nil {
 		return nil, fmt.Errorf("gpu tracer: %w", err)
 	}
 	spec.Maps[markersMapEvents].MaxEntries = uint32(opts.RingBufferBytes)
-	if err := spec.Variables[markersVarExcludeTgid].Set(uint32(opts.ExcludePID)); err != nil {
-		return nil, fmt.Errorf("gpu tracer: %w", err)
-	}
-	if err := spec.Variables[markersVarWakeupBytes].Set(uint64(opts.RingBufferBytes / 4)); err != nil {
-		return nil, fmt.Errorf("gpu tracer: %w", err)
-	}
 	t := &Tracer{opts: opts, flushed: make(chan struct{}, 1), done: make(chan struct{}),
-		files: map[fileKey]*attachedFile{}, procs: map[procKey]fileKey{}, join: newJoiner(opts.limits())}
-	if err := spec.LoadAndAssign(&t.objs, nil); err != nil {
-		var verr *ebpf.VerifierError
-		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("gpu tracer: load: %+v", verr)
-		}
-		return nil, fmt.Errorf("gpu tracer: load: %w", err)
+		files: map[procfs.FileID]*attachedFile{}, procs: map[procfs.ID]procfs.FileID{}, join: newJoiner(opts.limits())}
+	consts := map[string]any{markersVarExcludeTgid: uint32(opts.ExcludePID), markersVarWakeupBytes: uint64(opts.RingBufferBytes / 4)}
+	if err := bpf.Load(spec, consts, &t.objs); err != nil {
+		return nil, fmt.Errorf("gpu tracer: %w", err)
 	}
 	t.rd, err = ringbuf.NewReader(t.objs.Events)
 	if err != nil {
@@ -217,47 +209,52 @@ func New(opts Options) (*Tracer, error) {
 	return t, nil
 }
 
-// Attach makes sure process pid, started at startTime (field 22 of
-// /proc/<pid>/stat), is traced: if it maps the injection library, the
-// library file is attached (once per file, for all processes). It returns
-// ErrNotInjected when the library is not mapped, so a rescan can try again
-// later (CUDA loads it at initialisation), and an error wrapping
-// fs.ErrNotExist when the process is gone or its pid was reused. Calling it
-// again for an attached process costs a map lookup.
-func (t *Tracer) Attach(pid int, startTime uint64) error {
-	k := procKey{uint32(pid), startTime}
+// Attach makes sure process id is traced: if it maps the injection
+// library, the library file is attached (once per file, for all
+// processes). It returns ErrNotInjected when the library is not mapped, so
+// a rescan can try again later (CUDA loads it at initialisation), and an
+// error wrapping fs.ErrNotExist when the process is gone or its pid was
+// reused. Calling it again for an attached process costs a map lookup.
+func (t *Tracer) Attach(id procfs.ID) error {
+	pid := id.PID
 	t.attachMu.Lock()
 	defer t.attachMu.Unlock()
 	if t.files == nil {
-		return errors.New("gpu tracer: closed")
+		return errClosed
 	}
-	if fk, ok := t.procs[k]; ok && t.files[fk] != nil {
+	if fk, ok := t.procs[id]; ok && t.files[fk] != nil {
 		return nil
 	}
-	m, err := FindMapping(t.opts.ProcRoot, pid)
+	m, err := FindMapping(t.opts.Proc, pid)
 	if err != nil {
 		return err
 	}
 	// The pid may have been reused between the caller's scan and ours.
-	if st, err := readStartTicks(t.opts.ProcRoot, pid); err != nil {
+	if now, err := t.opts.Proc.ID(pid); err != nil {
 		return err
-	} else if st != startTime {
-		return fmt.Errorf("pid %d started at %d, not %d: %w", pid, st, startTime, fs.ErrNotExist)
+	} else if now != id {
+		return fmt.Errorf("pid %d started at %d, not %d: %w", pid, now.Start, id.Start, fs.ErrNotExist)
 	}
-	var errs []error
-	for _, path := range []string{m.MapFiles, m.Root} {
-		fk, err := t.attachLocked(path)
-		if err == nil {
-			if len(t.procs) >= 4*t.opts.MaxProcesses {
-				clear(t.procs) // only a shortcut for repeated calls
-			}
-			t.procs[k] = fk
-			return nil
-		}
-		errs = append(errs, err)
+	st, err := t.opts.Proc.Status(pid)
+	if err != nil {
+		return err
 	}
-	t.attachErrors++
-	return fmt.Errorf("gpu tracer: attach pid %d: %w", pid, errors.Join(errs...))
+	// The very file the process maps (map_files), or the same file by its
+	// path in the process's root; never what a link there points to.
+	f, err := t.opts.Proc.Open(procfs.JobFile{PID: pid, Mapping: &m, UID: st.UID, MaxSize: maxLibraryBytes})
+	if err == nil {
+		defer f.Close()
+		err = t.attachLocked(f.File, f.Reader(), f.Info.ID)
+	}
+	if err != nil {
+		t.attachErrors++
+		return fmt.Errorf("gpu tracer: attach pid %d: %w", pid, err)
+	}
+	if len(t.procs) >= 4*t.opts.MaxProcesses {
+		clear(t.procs) // only a shortcut for repeated calls
+	}
+	t.procs[id] = f.Info.ID
+	return nil
 }
 
 // AttachFile attaches to the injection library at path (in the agent's
@@ -268,40 +265,52 @@ func (t *Tracer) AttachFile(path string) error {
 	t.attachMu.Lock()
 	defer t.attachMu.Unlock()
 	if t.files == nil {
-		return errors.New("gpu tracer: closed")
+		return errClosed
 	}
-	if _, err := t.attachLocked(path); err != nil {
+	// The installed library, named by the agent's own flag: not a file a
+	// job controls.
+	f, err := os.Open(path)
+	if err == nil {
+		defer f.Close()
+		var fi os.FileInfo
+		if fi, err = f.Stat(); err == nil && !fi.Mode().IsRegular() {
+			err = fmt.Errorf("%s: not a regular file", path)
+		}
+		if err == nil {
+			st := fi.Sys().(*syscall.Stat_t)
+			err = t.attachLocked(f, io.NewSectionReader(f, 0, fi.Size()), procfs.FileID{Dev: st.Dev, Ino: st.Ino})
+		}
+	}
+	if err != nil {
 		t.attachErrors++
 		return fmt.Errorf("gpu tracer: %w", err)
 	}
 	return nil
 }
 
-func (t *Tracer) attachLocked(path string) (fileKey, error) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		return fileKey{}, &os.PathError{Op: "stat", Path: path, Err: err}
-	}
-	fk := fileKey{dev: uint64(st.Dev), ino: st.Ino}
+// attachLocked attaches the probes to the open library file f (read
+// through r), identified as fk.
+func (t *Tracer) attachLocked(f *os.File, r io.ReaderAt, fk procfs.FileID) error {
+	path := f.Name()
 	if t.files[fk] != nil {
-		return fk, nil
-	}
-	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
-		return fileKey{}, fmt.Errorf("%s: not a regular file", path)
+		return nil
 	}
 	if len(t.files) >= t.opts.MaxFiles {
-		return fileKey{}, fmt.Errorf("%s: already %d library files attached", path, len(t.files))
+		return fmt.Errorf("%s: already %d library files attached", path, len(t.files))
 	}
-	v, err := readABIVersion(path)
+	v, err := readABIVersion(r)
 	if err != nil {
-		return fileKey{}, fmt.Errorf("%s: %w", path, err)
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	if v != abiVersion {
-		return fileKey{}, fmt.Errorf("%s: marker ABI version %d, this agent speaks %d", path, v, abiVersion)
+		return fmt.Errorf("%s: marker ABI version %d, this agent speaks %d", path, v, abiVersion)
 	}
-	ex, err := link.OpenExecutable(path)
+	// The kernel resolves a uprobe's path itself: name the open
+	// descriptor, so that it attaches to the file checked here, whatever
+	// the path names by then.
+	ex, err := link.OpenExecutable(procfs.FDPath(f.Fd()))
 	if err != nil {
-		return fileKey{}, err
+		return err
 	}
 	af := &attachedFile{path: path}
 	for _, p := range []struct {
@@ -319,12 +328,12 @@ func (t *Tracer) attachLocked(path string) (fileKey, error) {
 			for _, l := range af.links {
 				l.Close()
 			}
-			return fileKey{}, fmt.Errorf("%s: uprobe %s: %w", path, p.sym, err)
+			return fmt.Errorf("%s: uprobe %s: %w", path, p.sym, err)
 		}
 		af.links = append(af.links, l)
 	}
 	t.files[fk] = af
-	return fk, nil
+	return nil
 }
 
 func (t *Tracer) readLoop() {
@@ -396,7 +405,8 @@ const flushWait = 5 * time.Second
 
 // Drain returns the GPU time joined since the previous Drain (or New) and
 // clears it, with the counters since New. Every event the probes emitted
-// before the call is included. Samples are sorted by process, then kernel,
+// before the call is included. An error other than from a closed Tracer
+// comes with the samples: only the counters are off. Samples are sorted by process, then kernel,
 // device and stack.
 func (t *Tracer) Drain() ([]Sample, Stats, error) {
 	t.drainMu.Lock()
@@ -405,7 +415,7 @@ func (t *Tracer) Drain() ([]Sample, Stats, error) {
 	closed := t.closed
 	t.mu.Unlock()
 	if closed {
-		return nil, Stats{}, errors.New("gpu tracer: closed")
+		return nil, Stats{}, errClosed
 	}
 	// Make the reader consume everything committed so far, then wait for it
 	// to say so.
@@ -437,12 +447,12 @@ func (t *Tracer) Drain() ([]Sample, Stats, error) {
 }
 
 // alive reports whether a process still runs; an unreadable /proc keeps it.
-func (t *Tracer) alive(k procKey) bool {
-	st, err := readStartTicks(t.opts.ProcRoot, int(k.pid))
+func (t *Tracer) alive(id procfs.ID) bool {
+	now, err := t.opts.Proc.ID(id.PID)
 	if err != nil {
-		return !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ESRCH)
+		return !errors.Is(err, procfs.ErrGone)
 	}
-	return st == startTimeTicks(k.start)
+	return now == id
 }
 
 func (t *Tracer) bpfStats() (Stats, error) {

@@ -1,4 +1,7 @@
-// Package procfs reads the few /proc files slurmscope needs, from any root.
+// Package procfs reads the few /proc files slurmscope needs, from any root,
+// and is the only part of the agent that does: the process identity (ID),
+// stat, status, cgroup, environ, maps and map_files, and the one way the
+// agent opens a file a job controls (Open).
 //
 // Everything under /proc is written by, or on behalf of, processes we do not
 // trust, and a process can exit between two reads. Every read is therefore
@@ -34,7 +37,12 @@ const (
 )
 
 // FS is a proc filesystem rooted at Root ("/proc" on a live node).
-type FS struct{ Root string }
+type FS struct {
+	Root string
+	// walkOnly makes Open resolve paths without openat2, as on kernels
+	// before 5.6; tests cover both ways.
+	walkOnly bool
+}
 
 // New returns an FS at root, defaulting to /proc.
 func New(root string) FS {
@@ -72,7 +80,7 @@ func (p FS) PIDs() ([]int, error) {
 
 func gone(err error) error {
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("%w: %v", ErrGone, err)
+		return fmt.Errorf("%w: %w", ErrGone, err)
 	}
 	return err
 }
@@ -131,7 +139,7 @@ type Stat struct {
 	Comm      string // raw bytes of the command name; may be any bytes
 	State     byte
 	PPID      int
-	StartTime uint64 // clock ticks since boot (field 22): with the pid, a process's identity
+	StartTime uint64 // clock ticks since boot (field 22): with the pid, a process's ID
 }
 
 // Stat reads /proc/<pid>/stat.
@@ -147,10 +155,10 @@ func (p FS) Stat(pid int) (Stat, error) {
 	return s, err
 }
 
-// StartTime reads only what the cache key needs.
-func (p FS) StartTime(pid int) (uint64, error) {
+// ID reads the identity of a live process: its pid and start time.
+func (p FS) ID(pid int) (ID, error) {
 	s, err := p.Stat(pid)
-	return s.StartTime, err
+	return ID{PID: pid, Start: s.StartTime}, err
 }
 
 // ParseStat parses the contents of a stat file. The command name sits in
@@ -184,9 +192,28 @@ func ParseStat(b []byte) (Stat, error) {
 	return st, nil
 }
 
-// UID returns the real uid of a process from /proc/<pid>/status. The real
-// uid, not the effective one: a setuid helper run by a job still belongs to
-// the job's owner.
+// Status is the part of /proc/<pid>/status we use.
+type Status struct {
+	// UID is the real uid, not the effective one: a setuid helper run by a
+	// job still belongs to the job's owner. -1 when the file has no Uid line.
+	UID int
+	// NSpid is the pid inside the process's own (innermost) pid namespace,
+	// which names its files there (a JIT's /tmp/perf-<nspid>.map); the host
+	// pid when the file has no NSpid line (kernels before 4.1).
+	NSpid int
+}
+
+// Status reads /proc/<pid>/status.
+func (p FS) Status(pid int) (Status, error) {
+	var st Status
+	err := p.withFile(pid, "status", maxStatusBytes, func(b []byte, _ bool) error {
+		st = ParseStatus(b, pid)
+		return nil
+	})
+	return st, err
+}
+
+// UID returns the real uid of a process from /proc/<pid>/status.
 func (p FS) UID(pid int) (int, error) {
 	uid := -1
 	err := p.withFile(pid, "status", maxStatusBytes, func(b []byte, _ bool) error {
@@ -197,6 +224,26 @@ func (p FS) UID(pid int) (int, error) {
 		return nil
 	})
 	return uid, err
+}
+
+// ParseStatus parses a status file of process pid. Malformed lines leave
+// their field at its default.
+func ParseStatus(b []byte, pid int) Status {
+	st := Status{UID: -1, NSpid: pid}
+	st.UID, _ = ParseStatusUID(b)
+	for _, line := range bytes.Split(b, []byte{'\n'}) {
+		v, ok := bytes.CutPrefix(line, []byte("NSpid:"))
+		if !ok {
+			continue
+		}
+		if f := bytes.Fields(v); len(f) > 0 {
+			if n, err := strconv.Atoi(string(f[len(f)-1])); err == nil && n > 0 {
+				st.NSpid = n
+			}
+		}
+		break
+	}
+	return st
 }
 
 // ParseStatusUID extracts the real uid from a status file.

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParseStat(t *testing.T) {
@@ -89,5 +91,47 @@ func TestCgroupTooLarge(t *testing.T) {
 	os.WriteFile(filepath.Join(d, "cgroup"), []byte(strings.Repeat("0::/a\n", 20000)), 0o644)
 	if _, err := New(root).Cgroup(7); err == nil || errors.Is(err, ErrGone) {
 		t.Fatalf("oversized cgroup file: %v", err)
+	}
+}
+
+func TestParseStatus(t *testing.T) {
+	st := ParseStatus([]byte("Name:\tpython3\nUid:\t1001\t1001\t1001\t1001\nNSpid:\t4242\t7\n"), 4242)
+	if st.UID != 1001 || st.NSpid != 7 {
+		t.Errorf("got %+v", st)
+	}
+	// An old kernel has no NSpid: the pid is its own; no Uid: unknown.
+	if st := ParseStatus([]byte("Name:\tx\nNSpid:\tjunk\n"), 9); st.UID != -1 || st.NSpid != 9 {
+		t.Errorf("got %+v", st)
+	}
+}
+
+func TestStartFromBoottime(t *testing.T) {
+	for _, tc := range []struct{ ns, want uint64 }{
+		{0, 0},
+		{9_999_999, 0}, // truncates, as the kernel's nsec_to_clock_t does
+		{10_000_000, 1},
+		{1_234_567_890, 123},
+		{86400 * 1e9, 8_640_000}, // one day of uptime
+		{^uint64(0), ^uint64(0) / 10_000_000},
+	} {
+		if got := StartFromBoottime(tc.ns); got != tc.want {
+			t.Errorf("StartFromBoottime(%d) = %d, want %d", tc.ns, got, tc.want)
+		}
+	}
+}
+
+// The kernel's field 22 and the conversion of the boot-time clock agree for
+// this very process (within the tick the two reads can straddle).
+func TestIDOfALiveProcess(t *testing.T) {
+	id, err := New("").ID(os.Getpid())
+	if err != nil || id.PID != os.Getpid() || id.Start == 0 {
+		t.Fatalf("%+v, %v", id, err)
+	}
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		t.Fatal(err)
+	}
+	if now := StartFromBoottime(uint64(ts.Nano())); id.Start > now {
+		t.Errorf("started at tick %d, after now (%d)", id.Start, now)
 	}
 }

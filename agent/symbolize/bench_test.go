@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/slurmscope/slurmscope/agent/procfs"
 )
 
 // benchStack returns 32 addresses inside distinct functions of this test
@@ -18,9 +20,9 @@ func benchStack(tb testing.TB) []uint64 {
 		strings.Contains, strings.Repeat, strings.ToLower, bytes.Index, bytes.Equal,
 		bytes.TrimSpace, bytes.Fields, strconv.Itoa, strconv.ParseUint, strconv.Quote,
 		strconv.FormatInt, sort.Ints, sort.Strings, sort.Search, os.Getpid,
-		os.Getenv, os.ReadFile, reflect.ValueOf, reflect.TypeOf, parseMapsLine,
-		parseMaps, findMapping, demangleName, parsePerfMapLine, parseKallsyms,
-		readStartTime, readNSpid,
+		os.Getenv, os.ReadFile, reflect.ValueOf, reflect.TypeOf, procfs.ParseMapsLine,
+		procfs.ParseMaps, findMapping, demangleName, parsePerfMapLine, parseKallsyms,
+		procfs.ParseStat, procfs.ParseStatus,
 	}
 	addrs := make([]uint64, 0, len(fns))
 	for _, fn := range fns {
@@ -31,8 +33,8 @@ func benchStack(tb testing.TB) []uint64 {
 
 func TestBenchStackResolves(t *testing.T) {
 	s := New(Options{})
-	frames := s.User(os.Getpid(), 0, benchStack(t))
-	if frames[0].Function != "strings.Index" || !strings.HasSuffix(frames[len(frames)-1].Function, "symbolize.readNSpid") {
+	frames := s.User(procfs.ID{PID: os.Getpid()}, benchStack(t))
+	if frames[0].Function != "strings.Index" || !strings.HasSuffix(frames[len(frames)-1].Function, "procfs.ParseStatus") {
 		t.Fatalf("first/last frames = %+v / %+v", frames[0], frames[len(frames)-1])
 	}
 	for _, f := range frames {
@@ -48,10 +50,10 @@ func BenchmarkUserCached32(b *testing.B) {
 	s := New(Options{})
 	pid := os.Getpid()
 	addrs := benchStack(b)
-	s.User(pid, 0, addrs)
+	s.User(procfs.ID{PID: pid}, addrs)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		s.User(pid, 0, addrs)
+		s.User(procfs.ID{PID: pid}, addrs)
 	}
 }

@@ -12,6 +12,11 @@
 //
 // Kernel addresses are resolved through kallsyms.
 //
+// Every file above is read through agent/procfs: maps and status by its
+// parsers, and the mapped files and perf maps, which the job controls, by
+// procfs's Open only (no links followed, regular files of a bounded size,
+// owned by the process's user or root).
+//
 // # Return addresses
 //
 // Callers pass stacks exactly as the sampler collected them: addrs[0] is the
@@ -31,7 +36,7 @@
 //
 // Parsed files are cached by file identity (device, inode, size, mtime), and
 // deduplicated by GNU build id, in an LRU bounded by Options.MaxCachedFiles.
-// Per-process mapping tables are cached per (pid, start time) and re-read when
+// Per-process mapping tables are cached per procfs.ID and re-read when
 // an address falls outside every known mapping. Nothing is re-read per sample.
 //
 // A Symbolizer is safe for concurrent use; calls are serialised.

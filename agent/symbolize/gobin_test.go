@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/slurmscope/slurmscope/agent/procfs"
 )
 
 // TestGoBinaries symbolises a Go function through the pclntab, including in
@@ -40,7 +42,7 @@ func TestGoBinaries(t *testing.T) {
 			}
 			pid, addr := startTarget(t, bin)
 			s := New(Options{})
-			frames := s.User(pid, 0, leafAndReturn(addr))
+			frames := s.User(procfs.ID{PID: pid}, leafAndReturn(addr))
 			checkResolves(t, frames, "main.targetFunction")
 			for _, f := range frames {
 				if !strings.HasSuffix(f.File, "main.go") || f.Line != wantLine {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/slurmscope/slurmscope/agent/procfs"
 )
 
 const (
@@ -28,8 +30,15 @@ type kallsyms struct {
 	syms   []ksym
 }
 
-func loadKallsyms(path string) kallsyms {
-	f, err := os.Open(path)
+// loadKallsyms reads <proc-root>/kallsyms, or the file at path if given.
+func loadKallsyms(proc procfs.FS, path string) kallsyms {
+	var f *os.File
+	var err error
+	if path != "" {
+		f, err = os.Open(path)
+	} else {
+		f, err = proc.Kallsyms()
+	}
 	if err != nil {
 		return kallsyms{loaded: true, err: err}
 	}

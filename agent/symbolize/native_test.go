@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/slurmscope/slurmscope/agent/procfs"
 )
 
 // TestNativeBinaries builds small C and C++ programs and symbolises a known
@@ -56,7 +58,7 @@ func TestNativeBinaries(t *testing.T) {
 			tc.build(bin)
 			pid, addr := startTarget(t, bin, tc.env...)
 			s := New(Options{})
-			frames := s.User(pid, 0, leafAndReturn(addr))
+			frames := s.User(procfs.ID{PID: pid}, leafAndReturn(addr))
 			checkResolves(t, frames, tc.want)
 			module := tc.module
 			if module == "" {

@@ -1,10 +1,9 @@
 package symbolize
 
 import (
-	"fmt"
-	"os"
-	"path/filepath"
-	"syscall"
+	"errors"
+
+	"github.com/slurmscope/slurmscope/agent/procfs"
 )
 
 // fileRef is a mapping's link to its parsed file: the cache key, or the
@@ -15,46 +14,22 @@ type fileRef struct {
 	err ErrorKind
 }
 
-// openMapped opens the file behind a mapping. map_files names exactly the
-// mapped object, even if deleted or replaced on disk, but needs
-// CAP_SYS_ADMIN; the fallback path through the process's root is accepted
-// only if its inode is the mapped one.
-func (s *Symbolizer) openMapped(p *process, m *mapping) (*os.File, ErrorKind) {
-	mf := s.procPath(p.pid, "map_files", fmt.Sprintf("%x-%x", m.start, m.end))
-	if f, err := os.Open(mf); err == nil {
+// openMapped opens the file behind a mapping, by procfs's rules for a file
+// a job controls: through map_files, or by path in the process's root when
+// it is still the mapped file (device and inode).
+func (s *Symbolizer) openMapped(p *process, m *mapping) (*procfs.File, ErrorKind) {
+	f, err := s.opts.Proc.Open(procfs.JobFile{PID: p.id.PID, Mapping: &m.Mapping, UID: p.status.UID, MaxSize: s.opts.MaxFileBytes})
+	switch {
+	case err == nil:
 		return f, ""
-	}
-	if m.deleted {
-		return nil, ErrOpenFile
-	}
-	// Join cleans ".." so a hostile path cannot climb above the root
-	// lexically; symlinks inside the root are the kernel's business, and
-	// the inode check below rejects any file that is not the mapped one.
-	f, err := os.Open(filepath.Join(s.procPath(p.pid, "root"), m.path))
-	if err != nil {
-		return nil, ErrOpenFile
-	}
-	id, ok := identityOf(f)
-	if !ok || id.ino != m.inode {
-		f.Close()
+	case errors.Is(err, procfs.ErrNotMapped):
 		return nil, ErrFileIdentity
 	}
-	return f, ""
+	return nil, ErrOpenFile
 }
 
-func identityOf(f *os.File) (fileIdentity, bool) {
-	fi, err := f.Stat()
-	if err != nil {
-		return fileIdentity{}, false
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return fileIdentity{}, false
-	}
-	return fileIdentity{
-		dev: uint64(st.Dev), ino: st.Ino, size: fi.Size(),
-		mtimeNsec: fi.ModTime().UnixNano(),
-	}, true
+func identityOf(f *procfs.File) fileIdentity {
+	return fileIdentity{dev: f.Info.ID.Dev, ino: f.Info.ID.Ino, size: f.Info.Size, mtimeNsec: f.Info.MtimeNsec}
 }
 
 // objFor returns the parsed file behind a mapping, opening and parsing it on
@@ -75,18 +50,14 @@ func (s *Symbolizer) objFor(p *process, m *mapping) (*objFile, ErrorKind) {
 		return nil, kind
 	}
 	defer f.Close()
-	id, ok := identityOf(f)
-	if !ok {
-		m.file = &fileRef{err: ErrOpenFile}
-		return nil, ErrOpenFile
-	}
+	id := identityOf(f)
 	m.file = &fileRef{id: id}
 	if obj := s.files.get(id); obj != nil {
 		s.stats.FileCacheHits++
 		return obj, obj.failed
 	}
 	s.stats.FileCacheMisses++
-	obj, err := openObj(f, id.size)
+	obj, err := openObj(f.Reader(), id.size)
 	if err != nil {
 		// Cache the failure too, so a malformed file mapped by many
 		// processes is parsed once.

@@ -4,10 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"io"
-	"os"
 	"slices"
 	"strconv"
-	"syscall"
+
+	"github.com/slurmscope/slurmscope/agent/procfs"
 )
 
 // Bounds for a JIT perf map, which grows for as long as the process runs.
@@ -22,43 +22,36 @@ type perfEntry struct {
 	seq        int // insertion order: a later entry for reused code wins
 }
 
-// perfMap is an incrementally read /tmp/perf-<pid>.map.
+// perfMap is an incrementally read /tmp/perf-<pid>.map, a file the job
+// writes (and so opened by procfs's rules).
 type perfMap struct {
-	path    string
-	ino     uint64
+	proc    procfs.FS
+	req     procfs.JobFile
+	file    procfs.FileID
 	readOff int64 // bytes consumed, always at a line boundary
 	entries []perfEntry
 	bad     int // malformed lines seen
 }
 
 // refresh reads whatever was appended since the last read. A file that
-// shrank or changed inode was rewritten, so it is read again from scratch.
+// shrank or is another file now was rewritten, so it is read again from
+// scratch. A map larger than maxPerfMapBytes is refused whole.
 func (p *perfMap) refresh() error {
-	f, err := os.Open(p.path)
+	f, err := p.proc.Open(p.req)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return err
+	size := f.Info.Size
+	if f.Info.ID != p.file || size < p.readOff {
+		p.file, p.readOff, p.entries, p.bad = f.Info.ID, 0, nil, 0
 	}
-	var ino uint64
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		ino = st.Ino
-	}
-	if ino != p.ino || fi.Size() < p.readOff {
-		p.ino, p.readOff, p.entries, p.bad = ino, 0, nil, 0
-	}
-	if fi.Size() == p.readOff {
-		return nil
-	}
-	limit := min(fi.Size(), maxPerfMapBytes) - p.readOff
+	limit := size - p.readOff
 	if limit <= 0 {
 		return nil
 	}
 	buf := make([]byte, limit)
-	n, err := f.ReadAt(buf, p.readOff)
+	n, err := f.Reader().ReadAt(buf, p.readOff)
 	if err != nil && err != io.EOF {
 		return err
 	}

@@ -5,15 +5,16 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/procfs/procfstest"
 )
 
 func copyTree(t *testing.T, src string) string { return procfstest.CopyTree(t, src) }
 
 func TestPerfMap(t *testing.T) {
-	s := New(Options{ProcRoot: filepath.Join("testdata", "proc")})
+	s := New(Options{Proc: procfs.New(filepath.Join("testdata", "proc"))})
 	// The map is found under the namespace pid (7), not the host pid.
-	frames := s.User(4242, 0, []uint64{
+	frames := s.User(procfs.ID{PID: 4242}, []uint64{
 		0x7f0000001000, // leaf at the entry
 		0x7f0000002080, // return address just past step: looked up as ...207f
 		0x7f0000004005,
@@ -32,9 +33,9 @@ func TestPerfMap(t *testing.T) {
 
 func TestPerfMapGrowth(t *testing.T) {
 	root := copyTree(t, filepath.Join("testdata", "proc"))
-	s := New(Options{ProcRoot: root})
+	s := New(Options{Proc: procfs.New(root)})
 	const addr = 0x7f0000005010
-	if f := s.User(4242, 0, []uint64{addr}); f[0].Function != "" {
+	if f := s.User(procfs.ID{PID: 4242}, []uint64{addr}); f[0].Function != "" {
 		t.Fatalf("before growth: %+v", f)
 	}
 	path := filepath.Join(root, "4242", "root", "tmp", "perf-7.map")
@@ -45,26 +46,27 @@ func TestPerfMapGrowth(t *testing.T) {
 	// A partial line must wait until the writer finishes it.
 	_, err = f.WriteString("7f0000005000 100 new_jit")
 	must(t, err)
-	if fr := s.User(4242, 0, []uint64{addr}); fr[0].Function != "" {
+	if fr := s.User(procfs.ID{PID: 4242}, []uint64{addr}); fr[0].Function != "" {
 		t.Fatalf("partial line resolved: %+v", fr)
 	}
 	_, err = f.WriteString("_func\n")
 	must(t, err)
 	must(t, f.Close())
-	if fr := s.User(4242, 0, []uint64{addr}); fr[0].Function != "new_jit_func" {
+	if fr := s.User(procfs.ID{PID: 4242}, []uint64{addr}); fr[0].Function != "new_jit_func" {
 		t.Fatalf("after growth: %+v", fr)
 	}
 	// Older entries are still there.
-	if fr := s.User(4242, 0, []uint64{0x7f0000001000}); fr[0].Function != "py::main:/app/train.py" {
+	if fr := s.User(procfs.ID{PID: 4242}, []uint64{0x7f0000001000}); fr[0].Function != "py::main:/app/train.py" {
 		t.Fatalf("old entry lost: %+v", fr)
 	}
 }
 
 func TestPerfMapNewerEntryWins(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, "perf-1.map")
+	must(t, os.MkdirAll(filepath.Join(dir, "1", "root"), 0o755))
+	path := filepath.Join(dir, "1", "root", "perf-1.map")
 	must(t, os.WriteFile(path, []byte("1000 100 old\n1000 100 new\n1080 10 inner\n"), 0o644))
-	pm := &perfMap{path: path}
+	pm := &perfMap{proc: procfs.New(dir), req: procfs.JobFile{PID: 1, Path: "/perf-1.map", UID: -1, MaxSize: maxPerfMapBytes}}
 	must(t, pm.refresh())
 	for addr, want := range map[uint64]string{0x1010: "new", 0x1085: "inner", 0x10a0: "new"} {
 		if got, _ := pm.lookup(addr); got != want {

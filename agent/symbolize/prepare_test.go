@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/slurmscope/slurmscope/agent/procfs"
 )
 
 // A process that exits before its samples are symbolised still resolves if
@@ -18,13 +20,13 @@ func TestPrepareOutlivesTheProcess(t *testing.T) {
 
 	run := func(prepare bool) []Frame {
 		pid, addr := startTarget(t, bin)
-		start, ok := readStartTime(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-		if !ok {
-			t.Fatal("no start time")
+		id, err := procfs.New("").ID(pid)
+		if err != nil {
+			t.Fatal(err)
 		}
 		s := New(Options{})
 		if prepare {
-			s.Prepare(pid, start)
+			s.Prepare(id)
 		}
 		syscall.Kill(pid, syscall.SIGKILL)
 		for i := 0; i < 200; i++ { // wait until the kernel tears it down
@@ -37,7 +39,7 @@ func TestPrepareOutlivesTheProcess(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		return s.User(pid, start, leafAndReturn(addr))
+		return s.User(id, leafAndReturn(addr))
 	}
 	checkResolves(t, run(true), "target_function")
 	if f := run(false); f[0].Function != "" {

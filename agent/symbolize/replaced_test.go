@@ -7,11 +7,15 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/slurmscope/slurmscope/agent/procfs"
 )
 
 // fakeProcess writes <root>/<pid>/maps describing bin's executable segment
-// as mapped at its link address (non-PIE), with the inode of the file now at
-// root/<pid>/root/bin/prog.
+// as mapped at its link address (non-PIE), with the device and inode of the
+// file now at root/<pid>/root/bin/prog.
 func fakeProcess(t *testing.T, root string, pid int, bin string) {
 	t.Helper()
 	dir := filepath.Join(root, fmt.Sprint(pid))
@@ -30,8 +34,9 @@ func fakeProcess(t *testing.T, root string, pid int, bin string) {
 		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
 			start := p.Vaddr &^ 0xfff
 			end := (p.Vaddr + p.Memsz + 0xfff) &^ 0xfff
-			maps += fmt.Sprintf("%x-%x r-xp %08x 08:01 %d    /bin/prog\n",
-				start, end, p.Off&^0xfff, fi.Sys().(*syscall.Stat_t).Ino)
+			st := fi.Sys().(*syscall.Stat_t)
+			maps += fmt.Sprintf("%x-%x r-xp %08x %02x:%02x %d    /bin/prog\n",
+				start, end, p.Off&^0xfff, unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino)
 		}
 	}
 	must(t, os.WriteFile(filepath.Join(dir, "maps"), []byte(maps), 0o644))
@@ -66,8 +71,8 @@ func TestBinaryReplacedOnDisk(t *testing.T) {
 
 	root := t.TempDir()
 	fakeProcess(t, root, 100, oldBin)
-	s := New(Options{ProcRoot: root})
-	checkResolves(t, s.User(100, 0, []uint64{addr}), "target_function")
+	s := New(Options{Proc: procfs.New(root)})
+	checkResolves(t, s.User(procfs.ID{PID: 100}, []uint64{addr}), "target_function")
 
 	// Replace the file; pid 100 still maps the old inode.
 	oldMaps, err := os.ReadFile(filepath.Join(root, "100", "maps"))
@@ -76,19 +81,19 @@ func TestBinaryReplacedOnDisk(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(root, "100", "maps"), oldMaps, 0o644))
 
 	// Cached: the old process still gets the old (correct) names.
-	checkResolves(t, s.User(100, 0, []uint64{addr}), "target_function")
+	checkResolves(t, s.User(procfs.ID{PID: 100}, []uint64{addr}), "target_function")
 
 	// A fresh symbolizer cannot reach the old file (no map_files here) and
 	// must refuse the new one rather than misname the frame.
-	fresh := New(Options{ProcRoot: root})
-	checkResolves(t, fresh.User(100, 0, []uint64{addr}), "")
+	fresh := New(Options{Proc: procfs.New(root)})
+	checkResolves(t, fresh.User(procfs.ID{PID: 100}, []uint64{addr}), "")
 	if n := fresh.Stats().Errors[ErrFileIdentity]; n != 1 {
 		t.Errorf("file_identity errors = %d, want 1", n)
 	}
 
 	// A new process mapping the new file gets the new names.
 	fakeProcess(t, root, 101, newBin)
-	checkResolves(t, s.User(101, 0, []uint64{addr}), "replaced_function")
+	checkResolves(t, s.User(procfs.ID{PID: 101}, []uint64{addr}), "replaced_function")
 }
 
 // TestReplacedWhileRunning runs a real process, replaces its executable on
@@ -105,5 +110,5 @@ func TestReplacedWhileRunning(t *testing.T) {
 	pid, addr := startTarget(t, bin)
 	must(t, os.Rename(newBin, bin))
 	s := New(Options{})
-	checkResolves(t, s.User(pid, 0, []uint64{addr}), "target_function")
+	checkResolves(t, s.User(procfs.ID{PID: pid}, []uint64{addr}), "target_function")
 }

@@ -4,19 +4,23 @@ import (
 	"errors"
 	"io/fs"
 	"maps"
-	"path/filepath"
 	"sync"
+
+	"github.com/slurmscope/slurmscope/agent/procfs"
 )
 
 // Options configures a Symbolizer. Every filesystem root is an option so
 // tests, and agents running with the host's /proc mounted elsewhere, can
 // point it anywhere.
 type Options struct {
-	ProcRoot       string // default "/proc"
-	KallsymsPath   string // default <ProcRoot>/kallsyms
-	MaxCachedFiles int    // parsed ELF files kept; default 64
-	MaxCacheBytes  int64  // approximate bytes of parsed files kept; default 512 MiB
-	MaxProcesses   int    // per-process tables kept; default 4096
+	Proc           procfs.FS // default /proc
+	KallsymsPath   string    // a file instead of <proc-root>/kallsyms (tests)
+	MaxCachedFiles int       // parsed ELF files kept; default 64
+	MaxCacheBytes  int64     // approximate bytes of parsed files kept; default 512 MiB
+	MaxProcesses   int       // per-process tables kept; default 4096
+	// MaxFileBytes is the largest mapped file read, by its real size;
+	// default 4 GiB (a CUDA library is up to 1.5 GiB).
+	MaxFileBytes int64
 }
 
 // Symbolizer resolves stack addresses to frames. Create one with New.
@@ -34,11 +38,11 @@ type Symbolizer struct {
 
 // New returns a Symbolizer; it reads nothing until first used.
 func New(opts Options) *Symbolizer {
-	if opts.ProcRoot == "" {
-		opts.ProcRoot = "/proc"
+	if opts.Proc.Root == "" {
+		opts.Proc = procfs.New("")
 	}
-	if opts.KallsymsPath == "" {
-		opts.KallsymsPath = filepath.Join(opts.ProcRoot, "kallsyms")
+	if opts.MaxFileBytes <= 0 {
+		opts.MaxFileBytes = 4 << 30
 	}
 	if opts.MaxCachedFiles <= 0 {
 		opts.MaxCachedFiles = 64
@@ -57,17 +61,17 @@ func New(opts Options) *Symbolizer {
 	}
 }
 
-// User symbolises a user stack of process pid. startTime is field 22 of
-// /proc/<pid>/stat as recorded with the sample (0 if unknown); when it no
-// longer matches, the pid was reused and the stack belongs to a process that
-// is gone, so its frames are reported unknown rather than resolved against
-// the wrong binary. See the package doc for the return-address convention.
-// It returns at least one Frame per address.
-func (s *Symbolizer) User(pid int, startTime uint64, addrs []uint64) []Frame {
+// User symbolises a user stack of process id, as recorded with the sample
+// (id.Start 0 if unknown). When its start time no longer matches, the pid
+// was reused and the stack belongs to a process that is gone, so its frames
+// are reported unknown rather than resolved against the wrong binary. See
+// the package doc for the return-address convention. It returns at least
+// one Frame per address.
+func (s *Symbolizer) User(id procfs.ID, addrs []uint64) []Frame {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]Frame, 0, len(addrs))
-	p := s.process(pid, startTime)
+	p := s.process(id)
 	if p == nil {
 		for _, a := range addrs {
 			out = append(out, Frame{Address: a})
@@ -92,7 +96,7 @@ func (s *Symbolizer) User(pid int, startTime uint64, addrs []uint64) []Frame {
 		if m == nil && refreshed {
 			p.noteBadAddr(look)
 		}
-		if m == nil || !m.isFileBacked() {
+		if m == nil || !m.FileBacked() {
 			// JIT code lives in anonymous memory described by a perf map.
 			pm := s.perfMapFor(p)
 			name, ok := pm.lookup(look)
@@ -111,7 +115,7 @@ func (s *Symbolizer) User(pid int, startTime uint64, addrs []uint64) []Frame {
 			}
 			f := Frame{Address: a}
 			if m != nil {
-				f.Module = m.path
+				f.Module = m.Path
 				s.countErr(ErrNoSymbol)
 			} else {
 				s.countErr(ErrNoMapping)
@@ -125,13 +129,13 @@ func (s *Symbolizer) User(pid int, startTime uint64, addrs []uint64) []Frame {
 }
 
 func (s *Symbolizer) appendFileFrames(out []Frame, p *process, m *mapping, addr, look uint64) []Frame {
-	unknown := Frame{Module: m.path, Address: addr}
+	unknown := Frame{Module: m.Path, Address: addr}
 	obj, kind := s.objFor(p, m)
 	if kind != "" {
 		s.countErr(kind)
 		return append(out, unknown)
 	}
-	vaddr, ok := obj.vaddr(look - m.start + m.offset)
+	vaddr, ok := obj.vaddr(look - m.Start + m.Offset)
 	if !ok {
 		s.countErr(ErrNoSymbol)
 		return append(out, unknown)
@@ -147,18 +151,20 @@ func (s *Symbolizer) appendFileFrames(out []Frame, p *process, m *mapping, addr,
 	for _, r := range rs {
 		out = append(out, Frame{
 			Function: r.function, File: r.file, Line: r.line,
-			Module: m.path, Address: addr, Inlined: r.inlined,
+			Module: m.Path, Address: addr, Inlined: r.inlined,
 		})
 	}
 	return out
 }
 
-// process returns the cached table for pid, loading it when absent or when
-// the caller's start time shows the cached one is for an earlier process.
-// It returns nil when the process is gone or its start time does not match.
-func (s *Symbolizer) process(pid int, startTime uint64) *process {
+// process returns the cached table for id.PID, loading it when absent or
+// when the caller's start time shows the cached one is for an earlier
+// process. It returns nil when the process is gone or its start time does
+// not match.
+func (s *Symbolizer) process(id procfs.ID) *process {
+	pid, startTime := id.PID, id.Start
 	p := s.procs[pid]
-	if p != nil && startTime != 0 && p.startTime != startTime {
+	if p != nil && startTime != 0 && p.id.Start != startTime {
 		p = nil
 	}
 	if p == nil {
@@ -173,7 +179,7 @@ func (s *Symbolizer) process(pid int, startTime uint64) *process {
 		p = s.loadProcess(pid)
 		s.procs[pid] = p
 	}
-	if p.mapsErr || (startTime != 0 && p.startTime != 0 && p.startTime != startTime) {
+	if p.mapsErr || (startTime != 0 && p.id.Start != 0 && p.id.Start != startTime) {
 		return nil
 	}
 	return p
@@ -186,7 +192,7 @@ func (s *Symbolizer) Kernel(addrs []uint64) []Frame {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.kern.loaded {
-		s.kern = loadKallsyms(s.opts.KallsymsPath)
+		s.kern = loadKallsyms(s.opts.Proc, s.opts.KallsymsPath)
 		if s.kern.err != nil {
 			s.countErr(ErrKallsyms)
 		}
@@ -221,10 +227,10 @@ func (s *Symbolizer) Kernel(addrs []uint64) []Frame {
 // now, so that its samples can still be symbolised after it exits: a job's
 // short-lived processes are often gone by the time their interval is
 // drained. It is cheap for a process it has seen: files are cached.
-func (s *Symbolizer) Prepare(pid int, startTime uint64) {
+func (s *Symbolizer) Prepare(id procfs.ID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p := s.process(pid, startTime)
+	p := s.process(id)
 	if p == nil {
 		return
 	}
@@ -233,12 +239,15 @@ func (s *Symbolizer) Prepare(pid int, startTime uint64) {
 	}
 }
 
-// Forget drops the cached table of an exited process. Parsed files stay
-// cached: other processes likely map them.
-func (s *Symbolizer) Forget(pid int) {
+// Forget drops the cached table of an exited process (of whatever process
+// has its pid when id.Start is 0). Parsed files stay cached: other
+// processes likely map them.
+func (s *Symbolizer) Forget(id procfs.ID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.procs, pid)
+	if p := s.procs[id.PID]; p != nil && (id.Start == 0 || p.id.Start == 0 || p.id.Start == id.Start) {
+		delete(s.procs, id.PID)
+	}
 }
 
 // Stats returns a snapshot of the counters.

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
 	"github.com/slurmscope/slurmscope/agent/unwind"
 	"github.com/slurmscope/slurmscope/agent/unwind/unwindtest"
@@ -194,10 +195,10 @@ func sampleWith(t testing.TB, l *unwind.Loader, w *workload, d time.Duration, fp
 	if out.counters, err = l.Counters(); err != nil {
 		t.Fatal(err)
 	}
-	sym := symbolize.New(symbolize.Options{})
+	sym := symbolize.New(symbolize.Options{Proc: procfs.New("")})
 	for _, s := range p.Samples() {
 		n := int(min(s.Len, uint32(len(s.Ips))))
-		frames := sym.User(w.pid, w.ticks, s.Ips[:n])
+		frames := sym.User(procfs.ID{PID: w.pid, Start: w.ticks}, s.Ips[:n])
 		st := stack{end: s.End, n: n}
 		for _, f := range frames {
 			if f.Inlined {

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/python"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
 	"github.com/slurmscope/slurmscope/internal/testenv/simjob"
@@ -172,7 +173,7 @@ func newSession(t *testing.T, hz int) *session {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &session{t: t, job: job, stop: make(chan struct{}), sym: symbolize.New(symbolize.Options{})}
+	s := &session{t: t, job: job, stop: make(chan struct{}), sym: symbolize.New(symbolize.Options{Proc: procfs.New("")})}
 	if s.cgfd, err = syscall.Open(job.Leaf, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +227,7 @@ func newSession(t *testing.T, hz int) *session {
 func (s *session) resolve(smp Sample) {
 	g := got{pid: smp.PID, tid: smp.TID, status: python.Status(smp.Py.Status), rawLen: int(smp.Py.Len)}
 	g.py, g.truncated = s.tracker.Resolve(smp.PID, smp.StartBoottime, &smp.Py)
-	native := s.sym.User(int(smp.PID), StartTimeTicks(smp.StartBoottime), smp.UserStack)
+	native := s.sym.User(procfs.ID{PID: int(smp.PID), Start: StartTimeTicks(smp.StartBoottime)}, smp.UserStack)
 	for _, f := range native {
 		g.evalSeen = g.evalSeen || python.IsEvalFrame(f)
 	}

@@ -1,0 +1,113 @@
+package cpu
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/slurmscope/slurmscope/agent/profiles"
+	"github.com/slurmscope/slurmscope/agent/source"
+)
+
+// drainer is the Sampler as the source uses it; tests fake it.
+type drainer interface {
+	Drain() ([]Sample, Stats, error)
+}
+
+// Source is the CPU sampler as a profile source: each drained (process,
+// kernel stack, user stack) becomes one process_cpu sample of its count
+// and the CPU time it stands for.
+type Source struct {
+	s      drainer
+	period int64 // ns of CPU per sample
+	m      metrics
+	last   Stats
+}
+
+var (
+	_ source.Source = (*Source)(nil)
+	_ drainer       = (*Sampler)(nil)
+)
+
+// NewSource makes a source of a sampler running at sampleRate Hz.
+func NewSource(s drainer, sampleRate int) *Source {
+	return &Source{s: s, period: 1e9 / int64(sampleRate), m: newMetrics()}
+}
+
+// Info describes the source to the daemon.
+func (c *Source) Info() source.Info {
+	return source.Info{Name: "cpu", Type: profiles.CPU, Period: c.period, Counted: 0,
+		Drained: c.m.samples, Unattributed: c.m.unattributed}
+}
+
+// Drain drains the sampler. A hotplug failure only warns: its samples are
+// good.
+func (c *Source) Drain() (source.Batch, error) {
+	samples, st, err := c.s.Drain()
+	var b source.Batch
+	if err != nil {
+		if !errors.Is(err, ErrHotplug) {
+			return b, err
+		}
+		b.Warn = err
+	}
+	c.m.observe(c.last, st)
+	c.last = st
+	b.Samples = make([]source.Sample, len(samples))
+	for i, s := range samples {
+		n := int64(s.Count)
+		b.Samples[i] = source.Sample{Proc: s.Proc, Kernel: s.Kernel, User: s.User, Values: []int64{n, n * c.period}}
+	}
+	return b, nil
+}
+
+// Collectors are the source's own metrics (the sampler's losses and CPUs).
+func (c *Source) Collectors() []prometheus.Collector { return c.m.own() }
+
+// Kind runs the eBPF CPU sampler (--cpu-profiling, on by default).
+type Kind struct {
+	on   bool
+	rate int
+}
+
+var _ source.Kind = (*Kind)(nil)
+
+// Flags registers --cpu-profiling and --sample-rate.
+func (k *Kind) Flags(fs *flag.FlagSet) {
+	fs.BoolVar(&k.on, "cpu-profiling", true, "profile CPU stacks with eBPF")
+	fs.IntVar(&k.rate, "sample-rate", defaultSampleRate, "CPU samples per second on each CPU")
+}
+
+// Check validates the sample rate.
+func (k *Kind) Check() error {
+	if k.on && (k.rate < 1 || k.rate > 10000) {
+		return fmt.Errorf("--sample-rate %d out of range 1..10000", k.rate)
+	}
+	return nil
+}
+
+// Open loads and attaches the sampler.
+func (k *Kind) Open(env source.Env) (source.Source, error) {
+	if !k.on {
+		return nil, nil
+	}
+	s, err := New(Options{SampleRate: k.rate, SysRoot: env.SysRoot, ExcludePID: env.ExcludePID})
+	if err != nil {
+		return nil, fmt.Errorf("starting the eBPF sampler (needs root, perf events and BTF): %w", err)
+	}
+	src := &closingSource{Source: NewSource(s, k.rate), s: s}
+	env.Reg.MustRegister(src.Collectors()...)
+	env.Reg.MustRegister(programStats(s)...)
+	env.Log.Info("sampling CPU stacks", "sample_rate_hz", k.rate)
+	return src, nil
+}
+
+// closingSource closes the sampler with the source.
+type closingSource struct {
+	*Source
+	s *Sampler
+}
+
+func (c *closingSource) Close() error { return c.s.Close() }

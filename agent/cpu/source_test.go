@@ -1,0 +1,84 @@
+package cpu
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/slurmscope/slurmscope/agent/procfs"
+)
+
+type fakeDrainer struct {
+	samples []Sample
+	stats   []Stats
+	err     error
+}
+
+func (f *fakeDrainer) Drain() ([]Sample, Stats, error) {
+	st := f.stats[0]
+	f.stats = f.stats[1:]
+	if f.err != nil && !errors.Is(f.err, ErrHotplug) {
+		return nil, Stats{}, f.err
+	}
+	return f.samples, st, f.err
+}
+
+func TestSourceSamples(t *testing.T) {
+	p := procfs.ID{PID: 7, Start: 99}
+	d := &fakeDrainer{samples: []Sample{{Proc: p, Kernel: []uint64{1}, User: []uint64{2, 3}, Count: 4}},
+		stats: []Stats{{AttachedCPUs: 2}, {AttachedCPUs: 2}, {AttachedCPUs: 2}}}
+	s := NewSource(d, 100)
+	if info := s.Info(); info.Period != 1e7 || info.Type.Name != "process_cpu" || info.Counted != 0 {
+		t.Errorf("info %+v", info)
+	}
+	b, err := s.Drain()
+	if err != nil || b.Warn != nil || len(b.Samples) != 1 {
+		t.Fatalf("%+v, %v", b, err)
+	}
+	if got := b.Samples[0]; got.Proc != p || fmt.Sprint(got.Values) != "[4 40000000]" ||
+		fmt.Sprint(got.Kernel, got.User) != "[1] [2 3]" || got.Frames != nil {
+		t.Errorf("sample %+v", got)
+	}
+	// Hotplug not followed: the samples are good, and it is a warning.
+	d.err = fmt.Errorf("cpu sampler: %w: %w", ErrHotplug, errors.New("cpu 3: EBUSY"))
+	if b, err := s.Drain(); err != nil || b.Warn == nil || len(b.Samples) != 1 {
+		t.Errorf("hotplug failure: %+v, %v", b, err)
+	}
+	// Anything else drained nothing.
+	d.err = errors.New("map read failed")
+	if b, err := s.Drain(); err == nil || len(b.Samples) != 0 {
+		t.Errorf("drain failure: %+v, %v", b, err)
+	}
+}
+
+func TestSourceLostReasons(t *testing.T) {
+	m := newMetrics()
+	prev := Stats{LostMapFull: 1, KernelStackErrors: 1, UserStackMapFull: 2}
+	cur := Stats{LostMapFull: 4, KernelStackErrors: 2, UserStackErrors: 3, KernelStackMapFull: 5, UserStackMapFull: 9, AttachedCPUs: 3}
+	m.observe(prev, cur)
+	for reason, want := range map[string]float64{"map_full": 3, "stack_error": 4, "stack_map_full": 12} {
+		if got := testutil.ToFloat64(m.lost.WithLabelValues(reason)); got != want {
+			t.Errorf("lost{reason=%q} = %v, want %v", reason, got, want)
+		}
+	}
+	if n := testutil.CollectAndCount(m.lost); n != 3 {
+		t.Errorf("%d lost reasons, want 3", n)
+	}
+	if got := testutil.ToFloat64(m.cpus); got != 3 {
+		t.Errorf("sampled cpus %v", got)
+	}
+}
+
+func TestKindChecksTheRate(t *testing.T) {
+	for rate, ok := range map[int]bool{0: false, 1: true, 97: true, 10000: true, 10001: false} {
+		k := &Kind{on: true, rate: rate}
+		if (k.Check() == nil) != ok {
+			t.Errorf("rate %d: %v", rate, k.Check())
+		}
+	}
+	if err := (&Kind{rate: 0}).Check(); err != nil {
+		t.Errorf("a rate is not checked when CPU profiling is off: %v", err)
+	}
+}

@@ -1,0 +1,46 @@
+package gputrace
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/slurmscope/slurmscope/agent/promschema"
+	"github.com/slurmscope/slurmscope/schema"
+)
+
+type metrics struct {
+	gpuTime      prometheus.Counter
+	unattributed *prometheus.CounterVec
+	lost         *prometheus.CounterVec
+	files        prometheus.Gauge
+}
+
+func newMetrics() metrics {
+	return metrics{
+		gpuTime:      promschema.Counter(schema.AgentGPUKernelTime),
+		unattributed: promschema.CounterVec(schema.AgentGPUKernelTimeUnattributed),
+		lost:         promschema.CounterVec(schema.AgentGPUTraceLost),
+		files:        promschema.Gauge(schema.AgentGPUTraceAttachedFiles),
+	}
+}
+
+// own are the metrics the source exports itself; the daemon exports
+// gpuTime and unattributed (source.Info).
+func (m metrics) own() []prometheus.Collector { return []prometheus.Collector{m.lost, m.files} }
+
+// observe turns the tracer's running totals into counter increments.
+func (m metrics) observe(prev, cur Stats) {
+	add := func(reason string, p, c uint64) {
+		if c > p {
+			m.lost.WithLabelValues(reason).Add(float64(c - p))
+		}
+	}
+	add("ring_buffer", prev.LostRingBuffer, cur.LostRingBuffer)
+	add("bad_args", prev.BadArgs, cur.BadArgs)
+	add("read_error", prev.ReadErrors, cur.ReadErrors)
+	add("decode_error", prev.DecodeErrors, cur.DecodeErrors)
+	add("stack_error", prev.StackErrors, cur.StackErrors)
+	add("expired_launch", prev.ExpiredLaunches, cur.ExpiredLaunches)
+	add("evicted_launch", prev.EvictedLaunches, cur.EvictedLaunches)
+	add("name", prev.RejectedNames+prev.DroppedNames, cur.RejectedNames+cur.DroppedNames)
+	m.files.Set(float64(cur.AttachedFiles))
+}

@@ -1,0 +1,126 @@
+package gputrace
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/agent/profiles"
+	"github.com/slurmscope/slurmscope/agent/source"
+	"github.com/slurmscope/slurmscope/schema"
+)
+
+type fakeTracer struct {
+	attach  map[int]error
+	samples []Sample
+	stats   Stats
+	err     error
+}
+
+func (f *fakeTracer) Attach(p procfs.ID) error { return f.attach[p.PID] }
+
+func (f *fakeTracer) Drain() ([]Sample, Stats, error) {
+	if errors.Is(f.err, errClosed) {
+		return nil, Stats{}, f.err
+	}
+	return f.samples, f.stats, f.err
+}
+
+// environs writes /proc/<pid>/environ files under a fixture root.
+func environs(t *testing.T, envs map[int]string) procfs.FS {
+	t.Helper()
+	root := t.TempDir()
+	for pid, env := range envs {
+		d := filepath.Join(root, fmt.Sprint(pid))
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "environ"), []byte(env), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return procfs.New(root)
+}
+
+func TestSourceAttachAnswers(t *testing.T) {
+	tr := &fakeTracer{attach: map[int]error{
+		2: ErrNotInjected,
+		3: fmt.Errorf("pid 3: %w", fs.ErrNotExist),
+		4: errors.New("uprobe: EBUSY"),
+	}}
+	g := NewSource(tr, environs(t, nil), nil, nil)
+	for pid, want := range map[int]source.Attach{1: source.AttachReload, 2: source.AttachRetry, 3: source.AttachDone, 4: source.AttachRetry} {
+		got, err := g.AttachProcess(procfs.ID{PID: pid, Start: 1})
+		if got != want || (err != nil) != (pid == 4) {
+			t.Errorf("pid %d: %v, %v; want %v", pid, got, err, want)
+		}
+	}
+}
+
+func TestSourceSamples(t *testing.T) {
+	a, b := procfs.ID{PID: 10, Start: 100}, procfs.ID{PID: 20, Start: 200}
+	tr := &fakeTracer{samples: []Sample{
+		{Proc: a, User: []uint64{1, 2}, Kernel: "gemm", KernelRaw: "gemm", Device: 1, GPUInstance: GPUInstanceNone, GPUTime: 700, Launches: 7},
+		{Proc: a, Unsampled: true, Kernel: "gemm", KernelRaw: "gemm", Device: 1, GPUTime: 300, Launches: 3},
+		{Proc: a, User: []uint64{3}, KernelRaw: "_Z6reducev", Device: DeviceUnknown, GPUTime: 50, Launches: 1},
+		{Proc: b, User: []uint64{4}, Kernel: "k2", Device: 0, GPUTime: 11, Launches: 1}, // no environment: no GPU label
+	}, stats: Stats{AttachedFiles: 1, LostRingBuffer: 2}}
+	devices := func(env map[string]string, ordinal uint32) []profiles.Label {
+		return []profiles.Label{{Name: schema.GPUIndex.Label, Value: fmt.Sprintf("%s#%d", env["CUDA_VISIBLE_DEVICES"], ordinal)}}
+	}
+	g := NewSource(tr, environs(t, map[int]string{10: "CUDA_VISIBLE_DEVICES=2,3\x00"}), []string{"CUDA_VISIBLE_DEVICES"}, devices)
+	for _, p := range []procfs.ID{a, b} {
+		if _, err := g.AttachProcess(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if info := g.Info(); info.Period != 1 || info.Counted != 1 || info.Type.Name != profiles.GPU.Name {
+		t.Errorf("info %+v", info)
+	}
+	batch, err := g.Drain()
+	if err != nil || batch.Warn != nil || len(batch.Samples) != 4 {
+		t.Fatalf("%+v, %v", batch, err)
+	}
+	var got []string
+	for _, s := range batch.Samples {
+		var fns []string
+		for _, f := range s.Frames {
+			fns = append(fns, f.Function)
+		}
+		got = append(got, fmt.Sprint(s.Proc.PID, fns, s.User, s.Labels, s.Values))
+	}
+	idx := schema.GPUIndex.Label
+	want := []string{
+		"10 [gemm] [1 2] [{" + idx + " 2,3#1}] [7 700]",
+		"10 [gemm " + UnsampledFrame + "] [] [{" + idx + " 2,3#1}] [3 300]",
+		"10 [_Z6reducev] [3] [] [1 50]", // no demangled name: the raw one; unknown device: no label
+		"20 [k2] [4] [] [1 11]",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("samples\n%q\nwant\n%q", got, want)
+	}
+	if v := testutil.ToFloat64(g.m.lost.WithLabelValues("ring_buffer")); v != 2 {
+		t.Errorf("ring buffer losses %v", v)
+	}
+	// Forgotten processes lose their labels.
+	g.ForgetProcess(a)
+	if l := g.labels(a, 1); l != nil {
+		t.Errorf("labels after forget: %v", l)
+	}
+
+	// Counters that could not be read only warn; a closed tracer fails.
+	tr.err = errors.New("read stats: EFAULT")
+	if b, err := g.Drain(); err != nil || b.Warn == nil || len(b.Samples) != 4 {
+		t.Errorf("stats failure: %+v, %v", b, err)
+	}
+	tr.err = errClosed
+	if _, err := g.Drain(); err == nil {
+		t.Error("closed tracer drained")
+	}
+}

@@ -1,0 +1,119 @@
+// Package source is the contract between the agent's profile sources (the
+// eBPF CPU sampler, the GPU kernel tracer, any later profile type) and the
+// daemon, which attributes, symbolises, builds and ships what they deliver
+// without knowing which source it came from.
+//
+// A new profile type is one package that implements Kind and Source, and
+// one line in the list of kinds the agent runs (agent/cli).
+package source
+
+import (
+	"flag"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/agent/profiles"
+	"github.com/slurmscope/slurmscope/agent/symbolize"
+)
+
+// Sample is one stack of one process and the values it stands for.
+type Sample struct {
+	Proc procfs.ID
+	// Frames are already named, innermost first, and go before the
+	// symbolised Kernel and User frames: a leaf the source knows by name
+	// (a GPU kernel), or a whole stack it named itself.
+	Frames []symbolize.Frame
+	// Kernel and User are instruction addresses, innermost first, as the
+	// source captured them (agent/symbolize says how return addresses are
+	// treated). Either may be nil. Samples may share them: read only.
+	Kernel, User []uint64
+	// Labels are the source's own sample labels (the GPU a kernel ran on);
+	// the daemon adds the job step.
+	Labels []profiles.Label
+	// Values holds one value per sample type of the source's profile type.
+	Values []int64
+}
+
+// Info describes a source to the daemon. It does not change.
+type Info struct {
+	// Name names the source in logs and in the stage label of the agent's
+	// error counter ("cpu", "gpu").
+	Name   string
+	Type   profiles.Type
+	Period int64 // the pprof period, in Type.PeriodType's unit
+	// Counted is the index of the value of each sample that Drained and
+	// Unattributed add up (samples for CPU, nanoseconds for GPU).
+	Counted int
+	// Drained counts every sample drained; Unattributed the samples put in
+	// no profile, by reason (exited, other_node, not_in_job). The daemon
+	// counts and exports both.
+	Drained      prometheus.Counter
+	Unattributed *prometheus.CounterVec
+}
+
+// Batch is what one Drain delivers.
+type Batch struct {
+	Samples []Sample
+	// Warn is a problem that cost no sample (hotplug not followed, a
+	// counter not read): the batch is used, and Warn logged once and
+	// counted.
+	Warn error
+}
+
+// Source is a profile source.
+type Source interface {
+	Info() Info
+	// Drain returns what the source collected since the previous Drain.
+	// An error means nothing was drained: the source's interval stays
+	// open, and the next Drain covers it.
+	Drain() (Batch, error)
+}
+
+// ProcessAttacher is implemented by a source that must act on each process
+// the daemon profiles while the process lives, such as the GPU tracer,
+// which attaches to the library a process maps.
+type ProcessAttacher interface {
+	// AttachProcess is called for a process when the daemon first sees it
+	// in a rescan, and again at each full rescan while it answers
+	// AttachRetry. An error is logged once and counted; the answer stands.
+	AttachProcess(p procfs.ID) (Attach, error)
+	// ForgetProcess is called once the process is gone.
+	ForgetProcess(p procfs.ID)
+}
+
+// Attach is a ProcessAttacher's answer.
+type Attach int
+
+const (
+	// AttachDone: nothing more to do for this process.
+	AttachDone Attach = iota
+	// AttachRetry: not now; ask again at the next full rescan.
+	AttachRetry
+	// AttachReload: done, and the process has exec'd since it was first
+	// seen (same pid and start time): the daemon reads its symbols again.
+	AttachReload
+)
+
+// Env is what the agent gives a source it starts.
+type Env struct {
+	Proc       procfs.FS
+	SysRoot    string // where sysfs is mounted
+	ExcludePID int    // the agent itself: never profiled
+	// Reg takes the source's own metrics; the daemon exports Info's.
+	Reg prometheus.Registerer
+	Log *slog.Logger
+}
+
+// Kind is a profile type the agent can run: its command-line flags and how
+// to start its source.
+type Kind interface {
+	Flags(fs *flag.FlagSet)
+	// Check validates the parsed flags before anything starts.
+	Check() error
+	// Open starts the source as the flags ask, or returns nil when they
+	// turn it off. A source that implements io.Closer is closed when the
+	// agent stops.
+	Open(env Env) (Source, error)
+}
