@@ -2,20 +2,17 @@ package pyrostandin
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
-	googlev1 "github.com/grafana/pyroscope/api/gen/proto/go/google/v1"
 	pushv1 "github.com/grafana/pyroscope/api/gen/proto/go/push/v1"
 	"github.com/grafana/pyroscope/api/gen/proto/go/push/v1/pushv1connect"
 	querierv1 "github.com/grafana/pyroscope/api/gen/proto/go/querier/v1"
@@ -23,7 +20,6 @@ import (
 	typesv1 "github.com/grafana/pyroscope/api/gen/proto/go/types/v1"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -51,53 +47,12 @@ func newEnv(t *testing.T, opts ...Option) env {
 		querierv1connect.NewQuerierServiceClient(http.DefaultClient, srv.URL)}
 }
 
-// pprofAt is a gzipped cpu profile stamped ts, stacks "a;b;c" -> ns.
-func pprofAt(t *testing.T, ts time.Time, stacks map[string]int64) []byte {
-	t.Helper()
-	p := &googlev1.Profile{StringTable: []string{"", "cpu", "nanoseconds"}, Period: 1e7, TimeNanos: ts.UnixNano()}
-	p.SampleType = []*googlev1.ValueType{{Type: 1, Unit: 2}}
-	p.PeriodType = &googlev1.ValueType{Type: 1, Unit: 2}
-	ids := map[string]uint64{}
-	keys := make([]string, 0, len(stacks))
-	for k := range stacks {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, stack := range keys {
-		frames := strings.Split(stack, ";")
-		var locs []uint64
-		for i := len(frames) - 1; i >= 0; i-- {
-			id, ok := ids[frames[i]]
-			if !ok {
-				p.StringTable = append(p.StringTable, frames[i])
-				id = uint64(len(ids) + 1)
-				ids[frames[i]] = id
-				p.Function = append(p.Function, &googlev1.Function{Id: id, Name: int64(len(p.StringTable) - 1)})
-				p.Location = append(p.Location, &googlev1.Location{Id: id, Line: []*googlev1.Line{{FunctionId: id}}})
-			}
-			locs = append(locs, id)
-		}
-		p.Sample = append(p.Sample, &googlev1.Sample{LocationId: locs, Value: []int64{stacks[stack]}})
-	}
-	raw, err := proto.Marshal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b bytes.Buffer
-	zw := gzip.NewWriter(&b)
-	zw.Write(raw)
-	zw.Close()
-	return b.Bytes()
+func pprofAt(_ *testing.T, ts time.Time, stacks map[string]int64) []byte {
+	return CPUProfile(ts, stacks)
 }
 
-// series is one pushed series: name=value pairs besides __name__.
-func series(t *testing.T, ts time.Time, stacks map[string]int64, labels ...string) *pushv1.RawProfileSeries {
-	t.Helper()
-	ls := []*typesv1.LabelPair{{Name: "__name__", Value: "process_cpu"}}
-	for i := 0; i+1 < len(labels); i += 2 {
-		ls = append(ls, &typesv1.LabelPair{Name: labels[i], Value: labels[i+1]})
-	}
-	return &pushv1.RawProfileSeries{Labels: ls, Samples: []*pushv1.RawSample{{RawProfile: pprofAt(t, ts, stacks)}}}
+func series(_ *testing.T, ts time.Time, stacks map[string]int64, labels ...string) *pushv1.RawProfileSeries {
+	return CPUSeries(ts, stacks, labels...)
 }
 
 func (e env) pushErr(t *testing.T, ss ...*pushv1.RawProfileSeries) error {
