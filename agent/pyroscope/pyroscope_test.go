@@ -126,7 +126,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func startStandin(t *testing.T, opts ...pyrostandin.Option) *pyrostandin.Server {
 	t.Helper()
-	s := pyrostandin.New(opts...)
+	// The requests are stamped from t0: keep them inside the stand-in's
+	// ingestion window.
+	s := pyrostandin.New(append([]pyrostandin.Option{pyrostandin.WithClock(func() time.Time { return t0 })}, opts...)...)
 	if err := s.Start("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	pushv1 "github.com/grafana/pyroscope/api/gen/proto/go/push/v1"
+
 	"github.com/slurmscope/slurmscope/agent/daemon"
 	"github.com/slurmscope/slurmscope/agent/pyroscope"
 	"github.com/slurmscope/slurmscope/schema"
@@ -112,13 +114,7 @@ var _ daemon.Sink = (*Push)(nil)
 func (p *Push) Write(_ context.Context, outs []daemon.Output) error {
 	var errs []error
 	for _, o := range outs {
-		labels := map[string]string{}
-		for _, l := range o.Labels {
-			if l.Name != schema.ServiceName {
-				labels[l.Name] = l.Value
-			}
-		}
-		req, err := pyroscope.NewPushRequest(pyroscope.Series{Name: o.Type.Name, ServiceName: o.ServiceName, Labels: labels, Profiles: [][]byte{o.Data}})
+		req, err := PushRequest(o)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -142,4 +138,16 @@ func (m Multi) Write(ctx context.Context, outs []daemon.Output) error {
 		errs = append(errs, s.Write(ctx, outs))
 	}
 	return errors.Join(errs...)
+}
+
+// PushRequest is the push request of one profile: its series labels,
+// service_name as the series' own.
+func PushRequest(o daemon.Output) (*pushv1.PushRequest, error) {
+	labels := map[string]string{}
+	for _, l := range o.Labels {
+		if l.Name != schema.ServiceName {
+			labels[l.Name] = l.Value
+		}
+	}
+	return pyroscope.NewPushRequest(pyroscope.Series{Name: o.Type.Name, ServiceName: o.ServiceName, Labels: labels, Profiles: [][]byte{o.Data}})
 }

@@ -28,6 +28,9 @@ func jobCmd(args []string, stdout, stderr io.Writer) int {
 	since := fs.Duration("since", 24*time.Hour, "look back this far from --to")
 	toFlag := fs.String("to", "", "end of the range, RFC 3339 (default: now)")
 	timeout := fs.Duration("timeout", 30*time.Second, "per backend call")
+	maxQuery := fs.Duration("max-query-length", query.DefaultMaxQueryLength, "Pyroscope's max_query_length: longer ranges are asked for in chunks of it")
+	parallel := fs.Int("parallel", query.DefaultParallel, "backend calls in flight at once")
+	maxCalls := fs.Int("max-calls", query.DefaultMaxCalls, "most Pyroscope calls one query may make")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `usage: slurmscope job <job id> [--pyroscope-url URL] [--prometheus-url URL] [--since 24h] [--json]
@@ -35,7 +38,8 @@ func jobCmd(args []string, stdout, stderr io.Writer) int {
 Prints the job's nodes, per-GPU utilisation and memory (mean and max over
 the range), GPUs allocated to it that stayed idle, its top CPU functions
 and, where GPU kernel profiles exist, its top GPU kernels. It asks the
-same engine the Grafana datasource uses.
+same engine the Grafana datasource uses; a --since longer than
+Pyroscope's max_query_length is asked for a chunk at a time.
 
 `)
 		fs.PrintDefaults()
@@ -76,7 +80,11 @@ same engine the Grafana datasource uses.
 		fmt.Fprintln(stderr, "slurmscope job: --since must be positive")
 		return 2
 	}
-	eng := &query.Engine{}
+	if *maxQuery < time.Second || *parallel < 1 || *maxCalls < 1 {
+		fmt.Fprintln(stderr, "slurmscope job: --max-query-length must be at least 1s, --parallel and --max-calls at least 1")
+		return 2
+	}
+	eng := &query.Engine{MaxQueryLength: *maxQuery, Parallel: *parallel, MaxCalls: *maxCalls}
 	if *pyroURL != "" {
 		p, err := backends.NewPyroscope(backends.Config{URL: *pyroURL, TenantID: *tenant, Timeout: *timeout})
 		if err != nil {

@@ -64,7 +64,7 @@ func New(set Settings, secrets map[string]string) *Datasource {
 	if set.DefaultProfileType == "" {
 		set.DefaultProfileType = schema.DefaultProfileType.ID()
 	}
-	d := &Datasource{settings: set, engine: &query.Engine{}}
+	d := &Datasource{settings: set, engine: set.engine()}
 	if set.Pyroscope.URL != "" {
 		cfg, err := set.backendConfig("pyroscope", set.Pyroscope, secrets)
 		if err == nil {
@@ -93,7 +93,9 @@ func NewWith(set Settings, profiles query.Profiles, metrics query.Metrics) *Data
 	if set.DefaultProfileType == "" {
 		set.DefaultProfileType = schema.DefaultProfileType.ID()
 	}
-	return &Datasource{settings: set, engine: &query.Engine{Profiles: profiles, Metrics: metrics}}
+	e := set.engine()
+	e.Profiles, e.Metrics = profiles, metrics
+	return &Datasource{settings: set, engine: e}
 }
 
 // Dispose is called when the settings change; nothing holds resources
@@ -170,7 +172,7 @@ func errorResponse(err error) backend.DataResponse {
 	var br badRequest
 	var be *backends.Error
 	switch {
-	case errors.As(err, &br), errors.Is(err, query.ErrNoLogin):
+	case errors.As(err, &br), errors.Is(err, query.ErrNoLogin), errors.Is(err, query.ErrTooManyCalls):
 		return backend.ErrDataResponseWithSource(backend.StatusBadRequest, backend.ErrorSourceDownstream, err.Error())
 	case errors.As(err, &be) && be.Status >= 400 && be.Status < 500:
 		return backend.ErrDataResponseWithSource(backend.StatusBadRequest, backend.ErrorSourceDownstream, err.Error())
@@ -375,7 +377,7 @@ func statusFor(err error) int {
 	var br badRequest
 	var be *backends.Error
 	switch {
-	case errors.As(err, &br), errors.Is(err, query.ErrNoLogin):
+	case errors.As(err, &br), errors.Is(err, query.ErrNoLogin), errors.Is(err, query.ErrTooManyCalls):
 		return http.StatusBadRequest
 	case errors.As(err, &be) && strings.Contains(be.Msg, "timed out"):
 		return http.StatusGatewayTimeout

@@ -248,7 +248,7 @@ func TestResources(t *testing.T) {
 		{"attributes", 200, `{"name":"gpu.mig.profile","type":"string","scope":"gpu","description":`},
 		{"validate?filter=slurm.job.id+%3D%3D+%221%22", 200, `"ok":true`},
 		{"validate?filter=slurm.job.uid+%3D%3D+1", 200, `"column":1`},
-		{"values?attribute=slurm.job.id", 200, `"values":["1","2"]`},
+		{"values?attribute=slurm.job.id", 200, `"values":["2","v"]`}, // "v" from SelectSeries, "2" from Prometheus
 		{"values?attribute=nope", 400, `unknown attribute`},
 		{"values?attribute=host.name&from=x", 400, `milliseconds`},
 		{"profile-types", 200, `process_cpu`},
@@ -377,5 +377,39 @@ func TestSettings(t *testing.T) {
 	}
 	if s.DefaultProfileType == "" || !s.Ownership.Enabled {
 		t.Errorf("%+v", s)
+	}
+}
+
+// The fan-out settings reach the engine; a query over the call cap fails
+// on its own with a 400 that says why, and sends nothing.
+func TestFanOutSettings(t *testing.T) {
+	s, err := ParseSettings(backend.DataSourceInstanceSettings{JSONData: []byte(
+		`{"pyroscopeMaxQueryLength": "1d", "maxConcurrentCalls": 2, "maxCallsPerQuery": 6}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &fakeProfiles{}
+	d := NewWith(s, p, nil)
+	if e := d.engine; e.MaxQueryLength != 24*time.Hour || e.Parallel != 2 || e.MaxCalls != 6 {
+		t.Errorf("engine %+v", e)
+	}
+	week := dataQuery("W", Model{QueryType: TypeFlamegraph})
+	week.TimeRange.From = week.TimeRange.To.Add(-7 * 24 * time.Hour)
+	resp, _ := d.QueryData(context.Background(), &backend.QueryDataRequest{Queries: []backend.DataQuery{
+		week, dataQuery("H", Model{QueryType: TypeFlamegraph})}})
+	if r := resp.Responses["W"]; r.Status != backend.StatusBadRequest || r.Error == nil ||
+		!strings.Contains(r.Error.Error(), "needs 7 Pyroscope calls (1 selector(s) × 7 time chunk(s)") {
+		t.Errorf("a week: %v %v", r.Status, r.Error)
+	}
+	if r := resp.Responses["H"]; r.Error != nil {
+		t.Errorf("an hour: %v", r.Error)
+	}
+	if len(p.sels) != 1 {
+		t.Errorf("%d calls, want only the hour's", len(p.sels))
+	}
+	for _, bad := range []string{`{"pyroscopeMaxQueryLength": "soon"}`, `{"pyroscopeMaxQueryLength": "10ms"}`, `{"maxCallsPerQuery": -1}`} {
+		if _, err := ParseSettings(backend.DataSourceInstanceSettings{JSONData: []byte(bad)}); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
 	}
 }

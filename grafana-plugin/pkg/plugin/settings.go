@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/grafana/grafana-plugin-sdk-go/backend"
+	"github.com/prometheus/common/model"
 
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -23,6 +25,16 @@ type Settings struct {
 	// TimeoutSeconds bounds each backend call (default 30).
 	TimeoutSeconds int       `json:"timeoutSeconds"`
 	Ownership      Ownership `json:"jobOwnership"`
+	// PyroscopeMaxQueryLength is the server's max_query_length ("24h",
+	// "1d"; default 24h): longer ranges are asked for in chunks of it.
+	PyroscopeMaxQueryLength model.Duration `json:"pyroscopeMaxQueryLength"`
+	// MaxConcurrentCalls bounds the backend calls one query has in flight
+	// (default 8).
+	MaxConcurrentCalls int `json:"maxConcurrentCalls"`
+	// MaxCallsPerQuery caps the Pyroscope calls of one query, selectors ×
+	// time chunks (default 1024); a query over it fails with a message
+	// saying so.
+	MaxCallsPerQuery int `json:"maxCallsPerQuery"`
 }
 
 // BackendSettings is one backend's connection.
@@ -72,7 +84,21 @@ func ParseSettings(s backend.DataSourceInstanceSettings) (Settings, error) {
 	if out.DefaultProfileType == "" {
 		out.DefaultProfileType = schema.DefaultProfileType.ID()
 	}
+	switch {
+	case out.PyroscopeMaxQueryLength != 0 && time.Duration(out.PyroscopeMaxQueryLength) < time.Second:
+		return Settings{}, fmt.Errorf("datasource settings: pyroscopeMaxQueryLength %s: want at least 1s", out.PyroscopeMaxQueryLength)
+	case out.MaxConcurrentCalls < 0:
+		return Settings{}, fmt.Errorf("datasource settings: maxConcurrentCalls %d is negative", out.MaxConcurrentCalls)
+	case out.MaxCallsPerQuery < 0:
+		return Settings{}, fmt.Errorf("datasource settings: maxCallsPerQuery %d is negative", out.MaxCallsPerQuery)
+	}
 	return out, nil
+}
+
+// engine is the query engine these settings ask for, without backends.
+func (s Settings) engine() *query.Engine {
+	return &query.Engine{MaxQueryLength: time.Duration(s.PyroscopeMaxQueryLength),
+		Parallel: s.MaxConcurrentCalls, MaxCalls: s.MaxCallsPerQuery}
 }
 
 // backendConfig builds one backend's client configuration; name is

@@ -1,7 +1,9 @@
 // Package query is slurmscope's query engine, shared by the Grafana
 // datasource and the slurmscope CLI: a filter becomes disjoint selectors,
-// each selector one backend call (made concurrently), and the answers are
-// summed, which merges a job across its nodes exactly.
+// a range longer than Pyroscope accepts becomes time chunks, each selector
+// and chunk one backend call (made concurrently, at most MaxCalls of
+// them), and the answers are summed, which merges a job across its nodes
+// and its lifetime exactly.
 package query
 
 import (
@@ -26,11 +28,11 @@ import (
 // CPUProfileType is what the agent pushes for CPU time.
 var CPUProfileType = schema.ProcessCPU.ID()
 
-// Profiles is the part of Pyroscope the engine uses.
+// Profiles is the part of Pyroscope the engine uses. Start and end are
+// Pyroscope's: milliseconds, both inclusive (see plan.go).
 type Profiles interface {
 	MergeStacktraces(ctx context.Context, profileType, selector string, start, end time.Time, maxNodes int64) (*querierv1.FlameGraph, error)
 	SelectSeries(ctx context.Context, profileType, selector string, groupBy []string, start, end time.Time, step time.Duration) ([]*typesv1.Series, error)
-	LabelValues(ctx context.Context, label string, selectors []string, start, end time.Time) ([]string, error)
 	ProfileTypes(ctx context.Context, start, end time.Time) ([]*typesv1.ProfileType, error)
 }
 
@@ -46,9 +48,29 @@ type Metrics interface {
 type Engine struct {
 	Profiles Profiles
 	Metrics  Metrics
-	// Parallel bounds concurrent backend calls of one query; 0 means 8.
+	// Parallel bounds concurrent backend calls of one query; 0 means
+	// DefaultParallel.
 	Parallel int
+	// MaxQueryLength is Pyroscope's max_query_length: longer ranges are
+	// split into chunks. 0 means DefaultMaxQueryLength; under a second,
+	// a second.
+	MaxQueryLength time.Duration
+	// MaxCalls caps the Pyroscope calls of one query (selectors × time
+	// chunks, per profile type); 0 means DefaultMaxCalls.
+	MaxCalls int
 }
+
+// The engine's defaults: Pyroscope's max_query_length, and a fan-out that
+// a 256-selector filter over a day fits, or a 64-selector one over a week.
+const (
+	DefaultParallel       = 8
+	DefaultMaxQueryLength = 24 * time.Hour
+	DefaultMaxCalls       = 1024
+)
+
+// ErrTooManyCalls is wrapped by the error of a query that would need more
+// backend calls than MaxCalls.
+var ErrTooManyCalls = errors.New("too many backend calls")
 
 var (
 	ErrNoPyroscope  = errors.New("no Pyroscope URL is configured")
@@ -106,34 +128,74 @@ func (e *Engine) parallel() int {
 	if e.Parallel > 0 {
 		return e.Parallel
 	}
-	return 8
+	return DefaultParallel
 }
 
-// each runs fn for every selector, at most Parallel at a time, and returns
-// the first error.
-func (e *Engine) each(ctx context.Context, sels []filter.Selector, fn func(ctx context.Context, i int, sel string) error) error {
+func (e *Engine) maxQueryLength() time.Duration {
+	if e.MaxQueryLength <= 0 {
+		return DefaultMaxQueryLength
+	}
+	return max(e.MaxQueryLength, time.Second)
+}
+
+func (e *Engine) maxCalls() int {
+	if e.MaxCalls > 0 {
+		return e.MaxCalls
+	}
+	return DefaultMaxCalls
+}
+
+// budget refuses, before anything is sent, a query whose selectors ×
+// chunks (× profile types) exceed MaxCalls.
+func (e *Engine) budget(sels, chunks, types int) error {
+	n := sels * chunks * types
+	if n <= e.maxCalls() {
+		return nil
+	}
+	what := fmt.Sprintf("%d selector(s) × %d time chunk(s)", sels, chunks)
+	if types > 1 {
+		what += fmt.Sprintf(" × %d profile type(s)", types)
+	}
+	return fmt.Errorf("%w: this query needs %d Pyroscope calls (%s of at most %s), over the limit of %d per query: "+
+		"narrow the filter or the time range, or raise maxCallsPerQuery in the datasource settings",
+		ErrTooManyCalls, n, what, e.maxQueryLength(), e.maxCalls())
+}
+
+// fan runs fn(0..n-1), at most Parallel at a time, and returns the first
+// error, cancelling the calls still running.
+func (e *Engine) fan(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sem := make(chan struct{}, e.parallel())
 	var wg sync.WaitGroup
 	var once sync.Once
 	var first error
-	for i, s := range sels {
-		wg.Add(1)
+	for i := 0; i < n; i++ {
 		sem <- struct{}{}
+		if ctx.Err() != nil {
+			<-sem
+			break
+		}
+		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if err := fn(ctx, i, s.String()); err != nil {
+			if err := fn(ctx, i); err != nil {
 				once.Do(func() { first = err; cancel() })
 			}
 		}()
 	}
 	wg.Wait()
+	if first == nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
 	return first
 }
 
-// FlameGraph returns the merged call tree of profileType under scope,
-// capped at maxNodes (<= 0: Pyroscope's default per call, none after).
+// FlameGraph returns the merged call tree of profileType under scope over
+// [From, To), capped at maxNodes (<= 0: Pyroscope's default per call,
+// none after). One call's answer is the server's tree as it came; several
+// (selectors, time chunks) are summed and truncated once, as Pyroscope
+// truncates.
 func (e *Engine) FlameGraph(ctx context.Context, scope Scope, profileType string, r Range, maxNodes int) (*flame.Tree, error) {
 	if e.Profiles == nil {
 		return nil, ErrNoPyroscope
@@ -142,9 +204,14 @@ func (e *Engine) FlameGraph(ctx context.Context, scope Scope, profileType string
 	if err != nil {
 		return nil, err
 	}
-	graphs := make([]*querierv1.FlameGraph, len(sels))
-	err = e.each(ctx, sels, func(ctx context.Context, i int, sel string) error {
-		fg, err := e.Profiles.MergeStacktraces(ctx, profileType, sel, r.From, r.To, int64(maxNodes))
+	chunks := spans(r.From, r.To, e.maxQueryLength())
+	if err := e.budget(len(sels), len(chunks), 1); err != nil {
+		return nil, err
+	}
+	graphs := make([]*querierv1.FlameGraph, len(sels)*len(chunks))
+	err = e.fan(ctx, len(graphs), func(ctx context.Context, i int) error {
+		sel, c := sels[i/len(chunks)], chunks[i%len(chunks)]
+		fg, err := e.Profiles.MergeStacktraces(ctx, profileType, sel.String(), c.From, c.last(), int64(maxNodes))
 		graphs[i] = fg
 		return err
 	})
@@ -154,6 +221,9 @@ func (e *Engine) FlameGraph(ctx context.Context, scope Scope, profileType string
 	tree, err := flame.FromFlamegraphs(graphs...)
 	if err != nil {
 		return nil, fmt.Errorf("pyroscope: %w", err)
+	}
+	if len(graphs) == 1 {
+		return tree, nil
 	}
 	return tree.Truncate(maxNodes), nil
 }
@@ -245,8 +315,19 @@ func wireLabels(attrs []schema.Attribute) []string {
 }
 
 // ProfileSeries returns profile totals per step (SelectSeries), one series
-// per group of groupBy, merged across the selectors.
+// per group of groupBy, merged across the selectors. The points cover
+// [From, To) exactly: each sums the step that ends at it, and a last,
+// shorter step ends at To - 1 ms.
 func (e *Engine) ProfileSeries(ctx context.Context, scope Scope, profileType string, groupBy []schema.Attribute, r Range) ([]Series, error) {
+	return e.series(ctx, scope, profileType, groupBy, seriesPlan(r.From, r.To, r.Step, e.maxQueryLength()))
+}
+
+// totals is one point per group: its total over [From, To).
+func (e *Engine) totals(ctx context.Context, scope Scope, profileType string, groupBy []schema.Attribute, r Range) ([]Series, error) {
+	return e.series(ctx, scope, profileType, groupBy, totalsPlan(r.From, r.To, e.maxQueryLength()))
+}
+
+func (e *Engine) series(ctx context.Context, scope Scope, profileType string, groupBy []schema.Attribute, calls []seriesCall) ([]Series, error) {
 	if e.Profiles == nil {
 		return nil, ErrNoPyroscope
 	}
@@ -254,9 +335,13 @@ func (e *Engine) ProfileSeries(ctx context.Context, scope Scope, profileType str
 	if err != nil {
 		return nil, err
 	}
+	if err := e.budget(len(sels), len(calls), 1); err != nil {
+		return nil, err
+	}
 	m := newMerger()
-	err = e.each(ctx, sels, func(ctx context.Context, _ int, sel string) error {
-		ss, err := e.Profiles.SelectSeries(ctx, profileType, sel, wireLabels(groupBy), r.From, r.To, r.Step)
+	err = e.fan(ctx, len(sels)*len(calls), func(ctx context.Context, i int) error {
+		sel, c := sels[i/len(calls)], calls[i%len(calls)]
+		ss, err := e.Profiles.SelectSeries(ctx, profileType, sel.String(), wireLabels(groupBy), c.Start, c.End, c.Step)
 		if err != nil {
 			return err
 		}
@@ -343,19 +428,13 @@ func (e *Engine) AttributeValues(ctx context.Context, scope Scope, attr schema.A
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	if e.Profiles != nil {
-		sels, err := scope.Selectors(filter.Pyroscope)
-		if err != nil {
-			return nil, err
-		}
-		if len(sels) > 0 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				vs, err := e.Profiles.LabelValues(ctx, attr.Label, selectorStrings(sels), r.From, r.To)
-				errs[0] = err
-				add(vs)
-			}()
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			vs, err := e.profileValues(ctx, scope, attr, r)
+			errs[0] = err
+			add(vs)
+		}()
 	}
 	if e.Metrics != nil {
 		sels, err := scope.Selectors(filter.Prometheus)
@@ -388,21 +467,73 @@ func (e *Engine) AttributeValues(ctx context.Context, scope Scope, attr schema.A
 	return out, nil
 }
 
-func selectorStrings(sels []filter.Selector) []string {
-	out := make([]string, len(sels))
-	for i, s := range sels {
-		out[i] = s.String()
+// profileValues lists the values of attr on profiles in [From, To):
+// Pyroscope's LabelValues answers by whole blocks, which reach minutes or
+// hours outside the range, so the values come from SelectSeries grouped
+// by attr, one total per profile type, which is exact.
+func (e *Engine) profileValues(ctx context.Context, scope Scope, attr schema.Attribute, r Range) ([]string, error) {
+	sels, err := scope.Selectors(filter.Pyroscope)
+	if err != nil || len(sels) == 0 {
+		return nil, err
 	}
-	return out
+	calls := totalsPlan(r.From, r.To, e.maxQueryLength())
+	if err := e.budget(len(sels), len(calls), 1); err != nil {
+		return nil, err
+	}
+	pts, err := e.ProfileTypes(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.budget(len(sels), len(calls), len(pts)); err != nil {
+		return nil, err
+	}
+	// One profile type after the other, so that the calls in flight stay
+	// within Parallel.
+	var out []string
+	for _, pt := range pts {
+		ss, err := e.series(ctx, scope, pt.ID, []schema.Attribute{attr}, calls)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range ss {
+			out = append(out, s.Labels[attr.Name])
+		}
+	}
+	return out, nil
 }
 
-// ProfileTypes lists the profile types with data in the range. Profile
-// types are not per job, so ownership does not narrow them.
+// ProfileTypes lists the profile types with data in the range, one call
+// per time chunk. Profile types are not per job, so ownership does not
+// narrow them.
 func (e *Engine) ProfileTypes(ctx context.Context, r Range) ([]*typesv1.ProfileType, error) {
 	if e.Profiles == nil {
 		return nil, ErrNoPyroscope
 	}
-	return e.Profiles.ProfileTypes(ctx, r.From, r.To)
+	chunks := spans(r.From, r.To, e.maxQueryLength())
+	if err := e.budget(1, len(chunks), 1); err != nil {
+		return nil, err
+	}
+	answers := make([][]*typesv1.ProfileType, len(chunks))
+	err := e.fan(ctx, len(chunks), func(ctx context.Context, i int) error {
+		pts, err := e.Profiles.ProfileTypes(ctx, chunks[i].From, chunks[i].last())
+		answers[i] = pts
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var out []*typesv1.ProfileType
+	for _, pts := range answers {
+		for _, pt := range pts {
+			if !seen[pt.ID] {
+				seen[pt.ID] = true
+				out = append(out, pt)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b *typesv1.ProfileType) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
 }
 
 // GPUProfileType returns the GPU kernel-time profile type with data in the

@@ -59,10 +59,7 @@ func (e *Engine) TopEntities(ctx context.Context, scope Scope, entity schema.Att
 				return nil, err
 			}
 		}
-		// One step over the whole range: one point per group, its total.
-		whole := r
-		whole.Step = r.To.Sub(r.From)
-		ss, err := e.ProfileSeries(ctx, scope, pt, []schema.Attribute{entity}, whole)
+		ss, err := e.totals(ctx, scope, pt, []schema.Attribute{entity}, r)
 		if err != nil {
 			return nil, err
 		}

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	googlev1 "github.com/grafana/pyroscope/api/gen/proto/go/google/v1"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -25,6 +26,10 @@ import (
 // names, values and series, same flame graph and profile totals.
 
 const fixtures = "testdata/fixtures"
+
+// recordedAt is about when the fixtures were recorded: a few minutes after
+// their T0 (scenario.json), inside the pushes' ingestion window.
+var recordedAt = time.Unix(1796019525, 0).Add(5 * time.Minute)
 
 type call struct {
 	Name                string `json:"name"`
@@ -50,7 +55,7 @@ func TestReplayRecordedFixtures(t *testing.T) {
 	if err := json.Unmarshal(readFixture(t, "index.json"), &calls); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(New().Handler())
+	srv := httptest.NewServer(New(WithClock(func() time.Time { return recordedAt })).Handler())
 	defer srv.Close()
 	for _, c := range calls {
 		// Subtests in order: every query depends on the two pushes before it.

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sort"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	googlev1 "github.com/grafana/pyroscope/api/gen/proto/go/google/v1"
@@ -20,9 +20,13 @@ import (
 // defaultMaxNodes is Pyroscope's max_flamegraph_nodes_default.
 const defaultMaxNodes = 8192
 
+// maxMaxNodes is Pyroscope's max_flamegraph_nodes_max.
+const maxMaxNodes = 1 << 20
+
 type querier struct {
 	querierv1connect.UnimplementedQuerierServiceHandler
-	st *store
+	st  *store
+	lim *limits
 }
 
 func invalid(format string, args ...any) error {
@@ -38,10 +42,13 @@ func parseProfileType(id string) (string, error) {
 	return strings.Join(parts[:5], ":"), nil
 }
 
-// querySelector parses the label_selector of the Select* calls.
-// parseSelection validates the profile type and label selector every
-// Select* call carries, with the server's messages.
-func parseSelection(profileType, labelSelector string) (string, selector, error) {
+// parseSelection validates the time range, profile type and label
+// selector every Select* call carries, in the server's order and with its
+// messages.
+func (q *querier) parseSelection(start, end int64, profileType, labelSelector string) (string, selector, error) {
+	if err := q.lim.checkRange(start, end); err != nil {
+		return "", nil, err
+	}
 	pt, err := parseProfileType(profileType)
 	if err != nil {
 		return "", nil, err
@@ -53,6 +60,7 @@ func parseSelection(profileType, labelSelector string) (string, selector, error)
 	return pt, sel, nil
 }
 
+// querySelector parses the label_selector of the Select* calls.
 func querySelector(in string) (selector, error) {
 	sel, err := parseSelector(in)
 	if err != nil {
@@ -61,22 +69,31 @@ func querySelector(in string) (selector, error) {
 	return sel, nil
 }
 
-// matcherSelectors parses the matchers of LabelNames, LabelValues, Series.
-func matcherSelectors(ms []string) ([]selector, error) {
+// labelQuery validates the range and matchers of LabelNames, LabelValues
+// and Series, and returns the range those calls really see: whole blocks.
+func (q *querier) labelQuery(start, end int64, ms []string) (int64, int64, []selector, error) {
+	if err := q.lim.checkRange(start, end); err != nil {
+		return 0, 0, nil, err
+	}
 	var out []selector
 	for _, m := range ms {
 		sel, err := parseSelector(m)
 		if err != nil {
-			return nil, invalid("parsing label selector: failed to parse label selector %q: %v", m, err)
+			return 0, 0, nil, invalid("parsing label selector: failed to parse label selector %q: %v", m, err)
 		}
 		out = append(out, sel)
 	}
-	return out, nil
+	lo, hi := q.lim.blockSpan(start, end)
+	return lo, hi, out, nil
 }
 
 func (q *querier) ProfileTypes(_ context.Context, req *connect.Request[querierv1.ProfileTypesRequest]) (*connect.Response[querierv1.ProfileTypesResponse], error) {
+	lo, hi, _, err := q.labelQuery(req.Msg.Start, req.Msg.End, nil)
+	if err != nil {
+		return nil, err
+	}
 	seen := map[string]*typesv1.ProfileType{}
-	for _, p := range q.st.selectProfiles(req.Msg.Start, req.Msg.End, "") {
+	for _, p := range q.st.selectProfiles(lo, hi, "") {
 		if _, ok := seen[p.profileType]; ok {
 			continue
 		}
@@ -95,26 +112,28 @@ func (q *querier) ProfileTypes(_ context.Context, req *connect.Request[querierv1
 }
 
 func (q *querier) LabelNames(_ context.Context, req *connect.Request[typesv1.LabelNamesRequest]) (*connect.Response[typesv1.LabelNamesResponse], error) {
-	sels, err := matcherSelectors(req.Msg.Matchers)
+	lo, hi, sels, err := q.labelQuery(req.Msg.Start, req.Msg.End, req.Msg.Matchers)
 	if err != nil {
 		return nil, err
 	}
 	names := map[string]bool{}
-	for _, p := range q.st.selectProfiles(req.Msg.Start, req.Msg.End, "", sels...) {
+	for _, p := range q.st.selectProfiles(lo, hi, "", sels...) {
 		for _, l := range p.labels {
-			names[l.name] = true
+			if listed(l.name) {
+				names[l.name] = true
+			}
 		}
 	}
 	return connect.NewResponse(&typesv1.LabelNamesResponse{Names: sortedKeys(names)}), nil
 }
 
 func (q *querier) LabelValues(_ context.Context, req *connect.Request[typesv1.LabelValuesRequest]) (*connect.Response[typesv1.LabelValuesResponse], error) {
-	sels, err := matcherSelectors(req.Msg.Matchers)
+	lo, hi, sels, err := q.labelQuery(req.Msg.Start, req.Msg.End, req.Msg.Matchers)
 	if err != nil {
 		return nil, err
 	}
 	values := map[string]bool{}
-	for _, p := range q.st.selectProfiles(req.Msg.Start, req.Msg.End, "", sels...) {
+	for _, p := range q.st.selectProfiles(lo, hi, "", sels...) {
 		if v := p.labels.get(req.Msg.Name); v != "" {
 			values[v] = true
 		}
@@ -123,7 +142,7 @@ func (q *querier) LabelValues(_ context.Context, req *connect.Request[typesv1.La
 }
 
 func (q *querier) Series(_ context.Context, req *connect.Request[querierv1.SeriesRequest]) (*connect.Response[querierv1.SeriesResponse], error) {
-	sels, err := matcherSelectors(req.Msg.Matchers)
+	lo, hi, sels, err := q.labelQuery(req.Msg.Start, req.Msg.End, req.Msg.Matchers)
 	if err != nil {
 		return nil, err
 	}
@@ -132,14 +151,11 @@ func (q *querier) Series(_ context.Context, req *connect.Request[querierv1.Serie
 		want[n] = true
 	}
 	sets := map[string]labelSet{}
-	for _, p := range q.st.selectProfiles(req.Msg.Start, req.Msg.End, "", sels...) {
-		ls := p.labels
-		if len(want) > 0 {
-			ls = nil
-			for _, l := range p.labels {
-				if want[l.name] {
-					ls = append(ls, l)
-				}
+	for _, p := range q.st.selectProfiles(lo, hi, "", sels...) {
+		var ls labelSet
+		for _, l := range p.labels {
+			if listed(l.name) && (len(want) == 0 || want[l.name]) {
+				ls = append(ls, l)
 			}
 		}
 		sets[ls.key()] = ls
@@ -151,114 +167,146 @@ func (q *querier) Series(_ context.Context, req *connect.Request[querierv1.Serie
 	return connect.NewResponse(resp), nil
 }
 
+// SelectMergeStacktraces merges the call trees of the selected profiles.
+// The server truncates each block's tree to max_nodes, then the merged
+// tree, then (when the request names max_nodes) the answer once more; the
+// stand-in's blocks are its pushes. Truncation keeps every node whose
+// total reaches the max_nodes-th largest, ties included, and the folded
+// "other" nodes count towards that cutoff, so a merged "other" can outgrow
+// every real node.
 func (q *querier) SelectMergeStacktraces(_ context.Context, req *connect.Request[querierv1.SelectMergeStacktracesRequest]) (*connect.Response[querierv1.SelectMergeStacktracesResponse], error) {
 	m := req.Msg
-	pt, sel, err := parseSelection(m.ProfileTypeID, m.LabelSelector)
+	if err := q.lim.checkRange(m.Start, m.End); err != nil {
+		return nil, err
+	}
+	maxNodes := int64(defaultMaxNodes)
+	switch n := m.GetMaxNodes(); {
+	case n > maxMaxNodes:
+		return nil, invalid("max flamegraph nodes limit %d is greater than allowed %d", n, maxMaxNodes)
+	case n < 0:
+		return nil, invalid("max flamegraph nodes limit must be set (max allowed %d)", maxMaxNodes)
+	case n > 0:
+		maxNodes = n
+	}
+	pt, sel, err := q.parseSelection(m.Start, m.End, m.ProfileTypeID, m.LabelSelector)
 	if err != nil {
 		return nil, err
 	}
 	if m.Format == querierv1.ProfileFormat_PROFILE_FORMAT_TREE {
 		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("the stand-in answers only in the flamegraph format"))
 	}
-	maxNodes := int64(defaultMaxNodes)
-	if m.MaxNodes != nil && *m.MaxNodes > 0 {
-		maxNodes = *m.MaxNodes
-	}
-	root := &node{name: "total"}
+	blocks := map[int]*node{}
+	var order []int
 	for _, p := range q.st.selectProfiles(m.Start, m.End, pt, sel) {
+		b := blocks[p.segment]
+		if b == nil {
+			b = &node{name: "total"}
+			blocks[p.segment] = b
+			order = append(order, p.segment)
+		}
 		for _, s := range p.stacks {
-			root.add(s.frames, s.value)
+			b.add(s.frames, s.value)
 		}
 	}
+	root := &node{name: "total"}
+	for _, seg := range order {
+		b := blocks[seg]
+		b.truncate(maxNodes)
+		root.merge(b)
+	}
 	root.truncate(maxNodes)
+	if n := m.GetMaxNodes(); n > 0 {
+		root.truncate(n)
+	}
 	return connect.NewResponse(&querierv1.SelectMergeStacktracesResponse{Flamegraph: root.flamegraph()}), nil
 }
 
+// SelectSeries answers as the server does: it reads the profiles in
+// [start - step, end], and puts a point at start + k*step (k >= 0, up to
+// end) that sums the profiles in (t - step, t] (the first point also takes
+// those at start - step itself; profiles after the last point are left
+// out). Empty steps have no point. Series carry the group-by labels in
+// group-by order, and come largest total first (ties by labels). The
+// server sums whatever aggregation is asked for.
 func (q *querier) SelectSeries(_ context.Context, req *connect.Request[querierv1.SelectSeriesRequest]) (*connect.Response[querierv1.SelectSeriesResponse], error) {
 	m := req.Msg
-	pt, sel, err := parseSelection(m.ProfileTypeID, m.LabelSelector)
+	if err := q.lim.checkRange(m.Start, m.End); err != nil {
+		return nil, err
+	}
+	pt, err := parseProfileType(m.ProfileTypeID)
 	if err != nil {
 		return nil, err
 	}
-	if m.Step <= 0 {
-		return nil, invalid("step must be positive")
+	if m.Step < 0.001 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errStep)
 	}
-	stepMs := int64(math.Round(m.Step * 1000))
-	avg := m.Aggregation != nil && *m.Aggregation == typesv1.TimeSeriesAggregationType_TIME_SERIES_AGGREGATION_TYPE_AVERAGE
-	type bucket struct {
-		sum float64
-		n   int
+	sel, err := querySelector(m.LabelSelector)
+	if err != nil {
+		return nil, err
 	}
-	groups := map[string]labelSet{}
-	points := map[string]map[int64]*bucket{}
-	for _, p := range q.st.selectProfiles(m.Start, m.End, pt, sel) {
+	stepMs := time.Duration(m.Step * float64(time.Second)).Milliseconds()
+	type series struct {
+		labels labelSet
+		points map[int64]float64
+		total  float64
+	}
+	groups := map[string]*series{}
+	for _, p := range q.st.selectProfiles(m.Start-stepMs, m.End, pt, sel) {
+		t := m.Start
+		if ts := p.tsMillis(); ts > m.Start {
+			t += (ts - m.Start + stepMs - 1) / stepMs * stepMs
+		}
+		if t > m.End {
+			continue
+		}
 		var g labelSet
 		for _, n := range m.GroupBy {
-			if v := p.labels.get(n); v != "" {
+			if v := p.labels.get(n); v != "" && g.get(n) == "" {
 				g = append(g, label{n, v})
 			}
 		}
-		sort.Slice(g, func(i, j int) bool { return g[i].name < g[j].name })
 		k := g.key()
-		groups[k] = g
-		if points[k] == nil {
-			points[k] = map[int64]*bucket{}
+		s := groups[k]
+		if s == nil {
+			s = &series{labels: g, points: map[int64]float64{}}
+			groups[k] = s
 		}
-		// A point at t sums the profiles with a timestamp in (t-step, t].
-		steps := (p.tsMillis - m.Start + stepMs - 1) / stepMs
-		t := m.Start + steps*stepMs
-		b := points[k][t]
-		if b == nil {
-			b = &bucket{}
-			points[k][t] = b
-		}
-		b.sum += float64(p.total())
-		b.n++
+		v := float64(p.total())
+		s.points[t] += v
+		s.total += v
 	}
-	keys := make([]string, 0, len(groups))
-	totals := map[string]float64{}
-	for k := range groups {
-		keys = append(keys, k)
-		for _, b := range points[k] {
-			totals[k] += b.sum
-		}
+	out := make([]*series, 0, len(groups))
+	for _, s := range groups {
+		out = append(out, s)
 	}
-	if m.Limit != nil && *m.Limit > 0 && int64(len(keys)) > *m.Limit {
-		sort.Slice(keys, func(i, j int) bool { return totals[keys[i]] > totals[keys[j]] })
-		keys = keys[:*m.Limit]
-	}
-	// By labels; the group of series without any group-by label last.
-	sort.Slice(keys, func(i, j int) bool {
-		a, b := groups[keys[i]], groups[keys[j]]
-		if len(a) == 0 || len(b) == 0 {
-			return len(b) == 0 && len(a) != 0
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].total != out[j].total {
+			return out[i].total > out[j].total
 		}
-		return a.less(b)
+		return out[i].labels.less(out[j].labels)
 	})
+	if m.Limit != nil && *m.Limit > 0 && int64(len(out)) > *m.Limit {
+		out = out[:*m.Limit]
+	}
 	resp := &querierv1.SelectSeriesResponse{}
-	for _, k := range keys {
-		s := &typesv1.Series{Labels: groups[k].pairs()}
-		ts := make([]int64, 0, len(points[k]))
-		for t := range points[k] {
+	for _, s := range out {
+		ts := make([]int64, 0, len(s.points))
+		for t := range s.points {
 			ts = append(ts, t)
 		}
 		sort.Slice(ts, func(i, j int) bool { return ts[i] < ts[j] })
+		rs := &typesv1.Series{Labels: s.labels.pairs()}
 		for _, t := range ts {
-			b := points[k][t]
-			v := b.sum
-			if avg {
-				v /= float64(b.n)
-			}
-			s.Points = append(s.Points, &typesv1.Point{Timestamp: t, Value: v})
+			rs.Points = append(rs.Points, &typesv1.Point{Timestamp: t, Value: s.points[t]})
 		}
-		resp.Series = append(resp.Series, s)
+		resp.Series = append(resp.Series, rs)
 	}
 	return connect.NewResponse(resp), nil
 }
 
 func (q *querier) SelectMergeProfile(_ context.Context, req *connect.Request[querierv1.SelectMergeProfileRequest]) (*connect.Response[googlev1.Profile], error) {
 	m := req.Msg
-	pt, sel, err := parseSelection(m.ProfileTypeID, m.LabelSelector)
+	pt, sel, err := q.parseSelection(m.Start, m.End, m.ProfileTypeID, m.LabelSelector)
 	if err != nil {
 		return nil, err
 	}
@@ -360,7 +408,7 @@ type node struct {
 	name        string
 	self, total int64
 	children    []*node
-	other       bool // the folded remainder of a parent's small children
+	other       bool // named "other": the folded remainder of a parent's small children
 }
 
 func (n *node) add(frames []frame, v int64) {
@@ -377,14 +425,37 @@ func (n *node) add(frames []frame, v int64) {
 		}
 	}
 	if c == nil {
-		c = &node{name: frames[0].name}
+		c = &node{name: frames[0].name, other: frames[0].name == "other"}
 		n.children = append(n.children, c)
 	}
 	c.add(frames[1:], v)
 }
 
-// truncate keeps the maxNodes largest nodes (the root not counted, ties
-// kept) and folds, per parent, the children below them into one "other".
+// merge adds o's tree into n, node by name.
+func (n *node) merge(o *node) {
+	n.total += o.total
+	n.self += o.self
+	for _, oc := range o.children {
+		var c *node
+		for _, ch := range n.children {
+			if ch.name == oc.name {
+				c = ch
+				break
+			}
+		}
+		if c == nil {
+			c = &node{name: oc.name, other: oc.other}
+			n.children = append(n.children, c)
+		}
+		c.merge(oc)
+	}
+}
+
+// truncate applies max_nodes as the server does: the cutoff is the
+// maxNodes-th largest total among all nodes but the root ("other" nodes
+// included); every node at or above it is kept, ties and all, and so is
+// every "other"; each parent's remaining children are folded into its
+// "other" child (which takes self = total).
 func (n *node) truncate(maxNodes int64) {
 	var totals []int64
 	var walk func(*node)
@@ -403,17 +474,26 @@ func (n *node) truncate(maxNodes int64) {
 	var fold func(*node)
 	fold = func(x *node) {
 		var kept []*node
+		var other *node
 		var rest int64
 		for _, c := range x.children {
-			if c.total >= min {
+			switch {
+			case c.other:
+				other = c
+			case c.total >= min:
 				kept = append(kept, c)
 				fold(c)
-			} else {
+			default:
 				rest += c.total
 			}
 		}
-		if rest > 0 {
-			kept = append(kept, &node{name: "other", self: rest, total: rest, other: true})
+		if rest > 0 && other == nil {
+			other = &node{name: "other", other: true}
+		}
+		if other != nil {
+			other.total += rest
+			other.self, other.children = other.total, nil
+			kept = append(kept, other)
 		}
 		x.children = kept
 	}

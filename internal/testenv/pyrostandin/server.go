@@ -6,6 +6,13 @@
 // messages, and answers queries in the shapes recorded from a real server
 // (see testdata/fixtures). It keeps everything in memory.
 //
+// It keeps a real server's default limits and their messages: queries over
+// more than max_query_length (1 day) fail, pushes outside the ingestion
+// window (older than 1 h, or more than 10 min ahead) are rejected, label
+// queries see whole blocks of time, and flame graphs are truncated per
+// pushed segment and again after merging. Each is an option, and each is
+// tested against what a real server did (limits_test.go).
+//
 // For tests it can be made to fail: SetMode switches between serving, a
 // closed port (connection refused), HTTP 503 and HTTP 400, and it can require
 // a tenant, basic auth, bearer auth and TLS.
@@ -22,6 +29,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 	pushv1 "github.com/grafana/pyroscope/api/gen/proto/go/push/v1"
@@ -65,12 +73,35 @@ func WithBearerToken(token string) Option { return func(s *Server) { s.bearer = 
 // WithTLS serves TLS with cfg (which must hold a certificate).
 func WithTLS(cfg *tls.Config) Option { return func(s *Server) { s.tlsConfig = cfg } }
 
+// WithClock sets the server's clock, which the ingestion window is measured
+// from (tests replaying recorded data set it to the recording time).
+func WithClock(now func() time.Time) Option { return func(s *Server) { s.limits.now = now } }
+
+// WithMaxQueryLength sets max_query_length (default 24 h, Pyroscope's); 0
+// disables it.
+func WithMaxQueryLength(d time.Duration) Option {
+	return func(s *Server) { s.limits.maxQueryLength = d }
+}
+
+// WithIngestionWindow sets how old (-validation.reject-older-than, default
+// 1 h) and how far ahead (-validation.reject-newer-than, default 10 min) a
+// pushed profile may be; 0 disables either bound.
+func WithIngestionWindow(olderThan, newerThan time.Duration) Option {
+	return func(s *Server) { s.limits.rejectOlderThan, s.limits.rejectNewerThan = olderThan, newerThan }
+}
+
+// WithBlockDuration sets the time span of the blocks that label queries
+// (LabelNames, LabelValues, Series, ProfileTypes) see whole (default 1 h);
+// 0 makes them exact.
+func WithBlockDuration(d time.Duration) Option { return func(s *Server) { s.limits.block = d } }
+
 // Server is the stand-in. Create it with New and start it with Start.
 type Server struct {
 	tenant               string
 	basicUser, basicPass string
 	bearer               string
 	tlsConfig            *tls.Config
+	limits               limits
 
 	store   store
 	handler http.Handler
@@ -86,13 +117,13 @@ type Server struct {
 
 // New builds a stand-in; it serves nothing until Start.
 func New(opts ...Option) *Server {
-	s := &Server{}
+	s := &Server{limits: defaultLimits()}
 	for _, o := range opts {
 		o(s)
 	}
 	mux := http.NewServeMux()
 	mux.Handle(pushv1connect.NewPusherServiceHandler(&pusher{s: s}))
-	mux.Handle(querierv1connect.NewQuerierServiceHandler(&querier{st: &s.store}))
+	mux.Handle(querierv1connect.NewQuerierServiceHandler(&querier{st: &s.store, lim: &s.limits}))
 	s.handler = s.gate(mux)
 	return s
 }
@@ -266,14 +297,20 @@ type pusher struct {
 	s *Server
 }
 
+// Push stores every valid series of the request and answers the first
+// error of the others, as the real server does: a request with one bad
+// series is a 400, yet its good series are kept. A request is accepted
+// (counted in Accepted) only when all of it is.
 func (p *pusher) Push(_ context.Context, req *connect.Request[pushv1.PushRequest]) (*connect.Response[pushv1.PushResponse], error) {
-	profiles, err := ingest(req.Msg)
+	profiles, err := ingest(req.Msg, p.s.limits.ingestionWindow(), p.s.limits.now())
+	p.s.mu.Lock()
+	p.s.store.add(profiles)
+	if err == nil {
+		p.s.accepted = append(p.s.accepted, proto.Clone(req.Msg).(*pushv1.PushRequest))
+	}
+	p.s.mu.Unlock()
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, err)
 	}
-	p.s.mu.Lock()
-	p.s.store.add(profiles)
-	p.s.accepted = append(p.s.accepted, proto.Clone(req.Msg).(*pushv1.PushRequest))
-	p.s.mu.Unlock()
 	return connect.NewResponse(&pushv1.PushResponse{}), nil
 }

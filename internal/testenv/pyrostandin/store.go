@@ -15,6 +15,7 @@ import (
 	googlev1 "github.com/grafana/pyroscope/api/gen/proto/go/google/v1"
 	pushv1 "github.com/grafana/pyroscope/api/gen/proto/go/push/v1"
 	typesv1 "github.com/grafana/pyroscope/api/gen/proto/go/types/v1"
+	"github.com/prometheus/common/model"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/slurmscope/slurmscope/schema"
@@ -116,10 +117,13 @@ type stackSample struct {
 type profile struct {
 	labels      labelSet // user labels plus the server's __*__ labels
 	profileType string   // name:sample-type:sample-unit:period-type:period-unit
-	tsMillis    int64
+	tsNanos     int64
+	segment     int // the push that brought it: the server's unit of truncation
 	period      int64
 	stacks      []stackSample
 }
+
+func (p *profile) tsMillis() int64 { return p.tsNanos / 1e6 }
 
 func (p *profile) total() (t int64) {
 	for _, s := range p.stacks {
@@ -131,17 +135,59 @@ func (p *profile) total() (t int64) {
 type store struct {
 	mu       sync.Mutex
 	profiles []*profile
+	segments int
 }
 
+// unknownService is what the server names a series pushed without a
+// service_name.
+const unknownService = "unknown_service"
+
 // validateLabels applies Pyroscope's ingest rules (and messages) to one
-// series' labels, sorting them as the server does.
-func validateLabels(in []*typesv1.LabelPair) (labelSet, error) {
-	if len(in) == 0 {
-		return nil, errors.New("error at least one label pair is required per profile")
+// series' labels, sorted as the server sorts them. Label names are checked
+// as UTF-8 (the server's default, -validation.disable-label-sanitization),
+// so dotted or dashed names pass.
+func validateLabels(ls labelSet) error {
+	if len(ls) == 0 {
+		return errors.New("error at least one label pair is required per profile")
 	}
-	ls := make(labelSet, len(in))
-	for i, l := range in {
-		ls[i] = label{l.GetName(), l.GetValue()}
+	if len(ls) > maxLabelNamesPerSeries {
+		return fmt.Errorf("profile series '%s' has %d label names; limit %d", ls, len(ls), maxLabelNamesPerSeries)
+	}
+	if !model.UTF8Validation.IsValidMetricName(ls.get(lblName)) {
+		return fmt.Errorf("invalid labels '%s' with error: invalid metric name", ls)
+	}
+	if ls.get(schema.ServiceName) == "" {
+		return fmt.Errorf("invalid labels '%s' with error: service name is not provided", ls)
+	}
+	last := ""
+	for _, l := range ls {
+		switch {
+		case len(l.name) > maxLabelNameLength:
+			return fmt.Errorf("profile with labels '%s' has label name too long: '%s'", ls, l.name)
+		case len(l.value) > maxLabelValueLength:
+			return fmt.Errorf("profile with labels '%s' has label value too long: '%s'", ls, l.value)
+		case !model.UTF8Validation.IsValidLabelName(l.name):
+			return fmt.Errorf("invalid labels '%s' with error: invalid label name '%s'", ls, l.name)
+		case !utf8.ValidString(l.value):
+			return fmt.Errorf("invalid labels '%s' with error: invalid label value '%s'", ls, l.value)
+		case l.name == last:
+			return fmt.Errorf("profile with labels '%s' has duplicate label name: '%s'", ls, l.name)
+		}
+		last = l.name
+	}
+	return nil
+}
+
+// seriesLabels are a pushed series' labels as the server first sees them:
+// a missing (or empty) service_name becomes unknown_service, and the set
+// is sorted.
+func seriesLabels(in []*typesv1.LabelPair) labelSet {
+	ls := make(labelSet, 0, len(in)+1)
+	for _, l := range in {
+		ls = append(ls, label{l.GetName(), l.GetValue()})
+	}
+	if ls.get(schema.ServiceName) == "" {
+		ls = append(ls, label{schema.ServiceName, unknownService})
 	}
 	sort.SliceStable(ls, func(i, j int) bool {
 		if ls[i].name != ls[j].name {
@@ -149,46 +195,25 @@ func validateLabels(in []*typesv1.LabelPair) (labelSet, error) {
 		}
 		return ls[i].value < ls[j].value
 	})
-	if len(ls) > maxLabelNamesPerSeries {
-		return nil, fmt.Errorf("profile series '%s' has %d label names; limit %d", ls, len(ls), maxLabelNamesPerSeries)
-	}
-	if !validName(ls.get(lblName), true) {
-		return nil, fmt.Errorf("invalid labels '%s' with error: invalid metric name", ls)
-	}
-	if ls.get(schema.ServiceName) == "" {
-		return nil, fmt.Errorf("invalid labels '%s' with error: service name is not provided", ls)
-	}
-	last := ""
-	for _, l := range ls {
-		switch {
-		case len(l.name) > maxLabelNameLength:
-			return nil, fmt.Errorf("profile with labels '%s' has label name too long: '%s'", ls, l.name)
-		case len(l.value) > maxLabelValueLength:
-			return nil, fmt.Errorf("profile with labels '%s' has label value too long: '%s'", ls, l.value)
-		case !validName(l.name, false):
-			return nil, fmt.Errorf("invalid labels '%s' with error: invalid label name '%s'", ls, l.name)
-		case !utf8.ValidString(l.value):
-			return nil, fmt.Errorf("invalid labels '%s' with error: invalid label value '%s'", ls, l.value)
-		case l.name == last:
-			return nil, fmt.Errorf("profile with labels '%s' has duplicate label name: '%s'", ls, l.name)
-		}
-		last = l.name
-	}
-	return ls, nil
+	return ls
 }
 
-func validName(n string, metric bool) bool {
-	if n == "" {
-		return false
-	}
-	for i, c := range n {
-		ok := c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || i > 0 && c >= '0' && c <= '9' || metric && c == ':'
-		if !ok {
-			return false
+// withoutEmpty drops labels with an empty value: the server stores a
+// series without them.
+func withoutEmpty(ls labelSet) labelSet {
+	out := ls[:0:0]
+	for _, l := range ls {
+		if l.value != "" {
+			out = append(out, l)
 		}
 	}
-	return true
+	return out
 }
+
+// listed reports whether a label name shows up in LabelNames and Series
+// answers: names outside the classic Prometheus alphabet (dots, dashes)
+// are stored and matched but not listed.
+func listed(name string) bool { return model.LabelName(name).IsValidLegacy() }
 
 // decodePprof accepts a gzipped or plain pprof protobuf.
 func decodePprof(raw []byte) (*googlev1.Profile, error) {
@@ -210,28 +235,47 @@ func decodePprof(raw []byte) (*googlev1.Profile, error) {
 	return p, nil
 }
 
-// ingest validates and decodes a whole push request before storing any of
-// it, so that a rejected request leaves nothing behind, as on the server.
-func ingest(req *pushv1.PushRequest) ([]*profile, error) {
+// ingest validates and decodes each (series, profile) of a push on its
+// own, as the server does: it returns what is valid, and the first error
+// of the rest. The order of the checks is the server's: the profile must
+// decode, then lie in the ingestion window, then carry valid labels.
+func ingest(req *pushv1.PushRequest, w window, now time.Time) ([]*profile, error) {
 	var out []*profile
-	for _, s := range req.GetSeries() {
-		ls, err := validateLabels(s.GetLabels())
-		if err != nil {
-			return nil, err
+	var first error
+	fail := func(err error) {
+		if first == nil {
+			first = err
 		}
+	}
+	for _, s := range req.GetSeries() {
+		ls := seriesLabels(s.GetLabels())
 		for _, raw := range s.GetSamples() {
 			p, err := decodePprof(raw.GetRawProfile())
 			if err != nil {
-				return nil, fmt.Errorf("failed to parse profile with labels '%s': %v", ls, err)
+				fail(fmt.Errorf("failed to parse profile with labels '%s': %v", ls, err))
+				continue
 			}
-			ps, err := split(ls, p)
+			if p.TimeNanos > 0 {
+				if err := w.check(p.TimeNanos, ls); err != nil {
+					fail(err)
+					continue
+				}
+			} else {
+				p.TimeNanos = now.UnixNano()
+			}
+			if err := validateLabels(ls); err != nil {
+				fail(err)
+				continue
+			}
+			ps, err := split(withoutEmpty(ls), p)
 			if err != nil {
-				return nil, err
+				fail(err)
+				continue
 			}
 			out = append(out, ps...)
 		}
 	}
-	return out, nil
+	return out, first
 }
 
 // split turns a pprof into one profile per sample type, as Pyroscope stores
@@ -268,9 +312,6 @@ func split(ls labelSet, p *googlev1.Profile) ([]*profile, error) {
 		}
 	}
 	ts := p.TimeNanos
-	if ts == 0 {
-		ts = time.Now().UnixNano()
-	}
 	// Stacks once, shared by every sample type.
 	stacks := make([][]frame, len(p.Sample))
 	for i, s := range p.Sample {
@@ -350,7 +391,7 @@ func split(ls labelSet, p *googlev1.Profile) ([]*profile, error) {
 				label{lblProfileType, id}, label{lblServiceName, ls.get(schema.ServiceName)},
 				label{lblType, typ}, label{lblUnit, unit})
 			sort.Slice(full, func(i, j int) bool { return full[i].name < full[j].name })
-			pr := &profile{labels: full, profileType: id, tsMillis: ts / 1e6, period: p.Period}
+			pr := &profile{labels: full, profileType: id, tsNanos: ts, period: p.Period}
 			for i, smp := range p.Sample {
 				if groupOf[i] == g && ti < len(smp.Value) && smp.Value[ti] != 0 {
 					pr.stacks = append(pr.stacks, stackSample{frames: stacks[i], value: smp.Value[ti]})
@@ -365,17 +406,23 @@ func split(ls labelSet, p *googlev1.Profile) ([]*profile, error) {
 func (s *store) add(ps []*profile) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.segments++
+	for _, p := range ps {
+		p.segment = s.segments
+	}
 	s.profiles = append(s.profiles, ps...)
 }
 
-// selectProfiles returns the profiles in [start, end] (ms; end 0 = no
-// bound) of profile type pt ("" = any) that match any of sels (none = all).
+// selectProfiles returns the profiles of profile type pt ("" = any) that
+// match any of sels (none = all) and whose timestamp lies in [start, end]
+// (ms, both inclusive, compared in nanoseconds as the server does).
 func (s *store) selectProfiles(start, end int64, pt string, sels ...selector) []*profile {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	lo, hi := start*1e6, end*1e6
 	var out []*profile
 	for _, p := range s.profiles {
-		if p.tsMillis < start || end > 0 && p.tsMillis > end {
+		if p.tsNanos < lo || p.tsNanos > hi {
 			continue
 		}
 		if pt != "" && p.profileType != pt {

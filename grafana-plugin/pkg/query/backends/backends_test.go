@@ -105,3 +105,16 @@ func TestPrometheusAnswers(t *testing.T) {
 		t.Error("a client certificate without a key was accepted")
 	}
 }
+
+// The server reads a step back as whole milliseconds, truncating: every
+// step must come back as the milliseconds it was.
+func TestStepSecondsRoundTrip(t *testing.T) {
+	for ms := int64(1); ms < 10_000_000; ms += 997 {
+		for _, m := range []int64{ms, ms * 1000, 86_400_000 + ms} {
+			s := stepSeconds(time.Duration(m) * time.Millisecond)
+			if got := time.Duration(s * float64(time.Second)).Milliseconds(); got != m {
+				t.Fatalf("%d ms sent as %v s, read back as %d ms", m, s, got)
+			}
+		}
+	}
+}

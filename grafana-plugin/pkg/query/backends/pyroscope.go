@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"time"
@@ -96,12 +97,25 @@ func (p *Pyroscope) MergeStacktraces(ctx context.Context, profileType, selector 
 // the wire labels groupBy.
 func (p *Pyroscope) SelectSeries(ctx context.Context, profileType, selector string, groupBy []string, start, end time.Time, step time.Duration) ([]*typesv1.Series, error) {
 	req := &querierv1.SelectSeriesRequest{ProfileTypeID: profileType, LabelSelector: selector, GroupBy: groupBy,
-		Start: start.UnixMilli(), End: end.UnixMilli(), Step: step.Seconds()}
+		Start: start.UnixMilli(), End: end.UnixMilli(), Step: stepSeconds(step)}
 	var resp querierv1.SelectSeriesResponse
 	if err := p.call(ctx, "SelectSeries", req, &resp); err != nil {
 		return nil, err
 	}
 	return resp.Series, nil
+}
+
+// stepSeconds is step as the API's seconds, chosen so that the server,
+// which turns them back into whole milliseconds by truncating
+// seconds × 1e9 nanoseconds, gets step's milliseconds exactly (6047.999
+// would come back as 6047998 ms).
+func stepSeconds(step time.Duration) float64 {
+	ms := step.Milliseconds()
+	s := float64(ms) / 1000
+	for time.Duration(s*float64(time.Second)).Milliseconds() < ms {
+		s = math.Nextafter(s, math.Inf(1))
+	}
+	return s
 }
 
 // LabelValues returns the values of label on series matching any of the

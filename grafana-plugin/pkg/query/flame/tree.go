@@ -282,13 +282,14 @@ func (t *Tree) Walk(fn func(level int, name string, self, total int64) bool) {
 	}
 }
 
-// Truncate returns a tree with at most maxNodes nodes besides the root, as
-// Pyroscope's max_nodes does: the maxNodes largest nodes are kept, and each
-// parent's other children are folded into one child named "other" (not
-// counted, as Pyroscope does not count it). A tree within the limit, or
-// maxNodes <= 0, comes back as is.
+// Truncate applies max_nodes as Pyroscope does: the cutoff is the
+// maxNodes-th largest total among all nodes but the root ("other" nodes
+// included), and every node at or above it stays, ties and all, so that
+// more than maxNodes nodes may come back. Each parent's other children,
+// and any "other" it had, fold into one child "other" (self = total). A
+// tree of at most maxNodes nodes, or maxNodes <= 0, comes back as is.
 func (t *Tree) Truncate(maxNodes int) *Tree {
-	if maxNodes <= 0 || t.counted() <= maxNodes {
+	if maxNodes <= 0 || len(t.nodes)-1 <= maxNodes {
 		return t
 	}
 	totals := make([]int64, 0, len(t.nodes)-1)
@@ -296,15 +297,6 @@ func (t *Tree) Truncate(maxNodes int) *Tree {
 		totals = append(totals, n.total)
 	}
 	min := kthLargest(totals, maxNodes)
-	// Nodes equal to the cutoff fill what budget is left, first come
-	// first kept: a parent precedes its children and is never smaller, so
-	// the kept set stays closed under ancestors.
-	ties := maxNodes
-	for _, v := range totals {
-		if v > min {
-			ties--
-		}
-	}
 	// Own name tables, so that later merges into either tree cannot
 	// disturb the other.
 	out := &Tree{names: slices.Clone(t.names), nameIDs: make(map[string]int32, len(t.names)+1),
@@ -316,7 +308,8 @@ func (t *Tree) Truncate(maxNodes int) *Tree {
 	root := t.nodes[0]
 	out.nodes[0] = node{name: root.name, parent: -1, self: root.self, total: root.total}
 	other := out.intern(OtherName)
-	// Parents precede children, so m[parent] is set before the child is seen.
+	// Parents precede children, so m[parent] is set before the child is
+	// seen; a node at or above the cutoff has its parent kept too.
 	m := make([]int32, len(t.nodes))
 	for i := 1; i < len(t.nodes); i++ {
 		n := t.nodes[i]
@@ -325,10 +318,7 @@ func (t *Tree) Truncate(maxNodes int) *Tree {
 			m[i] = -1 // under a folded node: already counted in its "other"
 			continue
 		}
-		if n.total > min || n.total == min && ties > 0 {
-			if n.total == min {
-				ties--
-			}
+		if n.total >= min && n.name != other {
 			m[i] = out.child(dst, n.name)
 			out.nodes[m[i]].self += n.self
 			out.nodes[m[i]].total += n.total
@@ -340,21 +330,6 @@ func (t *Tree) Truncate(maxNodes int) *Tree {
 		m[i] = -1
 	}
 	return out
-}
-
-// counted is the number of nodes besides the root that count against a
-// node budget: "other" nodes do not, as in Pyroscope. A graph Pyroscope
-// already truncated to the budget is then kept as it came.
-func (t *Tree) counted() int {
-	n := len(t.nodes) - 1
-	if other, ok := t.nameIDs[OtherName]; ok {
-		for _, nd := range t.nodes[1:] {
-			if nd.name == other {
-				n--
-			}
-		}
-	}
-	return n
 }
 
 // kthLargest returns the k-th largest value of v (1-based), reordering v.

@@ -119,14 +119,51 @@ func TestTruncateMatchesServer(t *testing.T) {
 	if full.Len() != 10 {
 		t.Errorf("Truncate changed its input: %d nodes", full.Len())
 	}
-	// The server's answer for max_nodes 3 already fits 3: its "other"
-	// nodes do not count, so it is kept as it came, not truncated again.
-	if want.Truncate(3) != want {
-		t.Errorf("a graph the server truncated to 3 nodes was truncated again: %v", stacks(want.Truncate(3)))
+	// The server's answer for max_nodes 3, truncated to 3 again, is what
+	// it was: the "other" nodes count, but tie with forward at the cutoff.
+	if g, w := stacks(want.Truncate(3)), stacks(want); !reflect.DeepEqual(g, w) {
+		t.Errorf("the server's 3-node graph truncated to 3 again\n%s\nwant it unchanged\n%s", strings.Join(g, "\n"), strings.Join(w, "\n"))
 	}
-	if got := want.Truncate(2); got == want || got.counted() > 2 {
-		t.Errorf("max_nodes 2 of the 3-node graph kept %d counted nodes: %v", got.counted(), stacks(got))
+	if got := want.Truncate(2); got == want || counted(got) > 2 {
+		t.Errorf("max_nodes 2 of the 3-node graph kept %d counted nodes: %v", counted(got), stacks(got))
 	}
+}
+
+// Every node tied at the cutoff stays, as in Pyroscope: asked for 3, the
+// tree keeps main, a and the three nodes of 5.
+func TestTruncateKeepsTies(t *testing.T) {
+	tr := New()
+	for _, s := range []struct {
+		stack string
+		v     int64
+	}{{"main;a", 10}, {"main;b", 5}, {"main;c", 5}, {"main;d", 5}, {"main;e", 1}} {
+		tr.Add(strings.Split(s.stack, ";"), s.v)
+	}
+	want := []string{"total 26/0", "total;main 26/0", "total;main;a 10/10", "total;main;b 5/5", "total;main;c 5/5",
+		"total;main;d 5/5", "total;main;other 1/1"}
+	if got := stacks(tr.Truncate(3)); !reflect.DeepEqual(got, want) {
+		t.Errorf("truncated to 3\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// An "other" counts, and one at the cutoff stays "other", merged with
+	// what folds beside it.
+	tr.Add([]string{"main", "other"}, 5)
+	want = []string{"total 31/0", "total;main 31/0", "total;main;a 10/10", "total;main;b 5/5", "total;main;c 5/5",
+		"total;main;d 5/5", "total;main;other 6/6"}
+	if got := stacks(tr.Truncate(3)); !reflect.DeepEqual(got, want) {
+		t.Errorf("with an other of 5\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// counted is the number of nodes besides the root that are not "other".
+func counted(t *Tree) int {
+	n := 0
+	t.Walk(func(level int, name string, _, _ int64) bool {
+		if level > 0 && name != OtherName {
+			n++
+		}
+		return true
+	})
+	return n
 }
 
 // An absent profile type answers an empty graph (08b): one root of 0.
