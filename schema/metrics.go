@@ -220,6 +220,9 @@ var (
 	PyroscopeDroppedRequests = counter("pyroscope_dropped_requests_total", "", "Push requests dropped, by reason.", "reason")
 	PyroscopeSpoolRequests   = Metric{Name: MetricPrefix + "pyroscope_spool_requests", Type: Gauge, Help: "Push requests waiting in the spool."}
 	PyroscopeSpoolBytes      = Metric{Name: MetricPrefix + "pyroscope_spool_bytes", Unit: "bytes", Type: Gauge, Help: "Bytes waiting in the spool."}
+	PyroscopeTooOldProfiles  = counter("pyroscope_too_old_profiles_total", "", "Profiles dropped before sending as older than Pyroscope's ingestion window, with their request (dropped_requests_total{reason=\"too_old\"}) or cut from it.")
+	PyroscopeHeldRequests    = counter("pyroscope_held_requests_total", "", "Push requests held back until Pyroscope's ingestion window takes them, after it refused their profiles as stamped ahead of its clock (this node's clock is fast).")
+	PyroscopeClockSkew       = Metric{Name: MetricPrefix + "pyroscope_clock_skew_seconds", Unit: "seconds", Type: Gauge, Help: "Pyroscope's clock minus this node's, from the Date header of its last response (to about a second); absent before the first response."}
 
 	RemoteWriteRequestsSent    = counter("remote_write_requests_sent_total", "", "Remote-write requests delivered.")
 	RemoteWriteSamplesSent     = counter("remote_write_samples_sent_total", "", "Samples in the remote-write requests delivered.")
@@ -244,6 +247,7 @@ var Metrics = []Metric{
 	AgentSampledCPUs, AgentGPUKernelTime, AgentGPUKernelTimeUnattributed, AgentGPUTraceLost, AgentGPUTraceAttachedFiles,
 	AgentBPFRunTime, AgentBPFRuns,
 	PyroscopePushes, PyroscopePushedBytes, PyroscopePushRetries, PyroscopeDroppedRequests, PyroscopeSpoolRequests, PyroscopeSpoolBytes,
+	PyroscopeTooOldProfiles, PyroscopeHeldRequests, PyroscopeClockSkew,
 	RemoteWriteRequestsSent, RemoteWriteSamplesSent, RemoteWriteSentBytes, RemoteWriteRetries, RemoteWriteDroppedRequests,
 	RemoteWriteGatherErrors, RemoteWriteSkippedSeries, RemoteWriteSpoolRequests, RemoteWriteSpoolBytes,
 }

@@ -87,3 +87,23 @@ func TestDocumentedFlagsExist(t *testing.T) {
 	}
 	t.Logf("documented: %s", strings.Join(slices.Sorted(maps.Keys(seen)), " "))
 }
+
+// TestRunIngestionWindowFlags: the window defaults to Pyroscope's, takes
+// the server's values, and a negative bound is refused before anything
+// starts.
+func TestRunIngestionWindowFlags(t *testing.T) {
+	fs, f := runFlagSet(t)
+	if f.pyroWindow.OlderThan != time.Hour || f.pyroWindow.NewerThan != 10*time.Minute {
+		t.Errorf("defaults %+v, want Pyroscope's 1h and 10m", f.pyroWindow)
+	}
+	if err := fs.Parse([]string{"--pyroscope-reject-older-than=72h", "--pyroscope-reject-newer-than=0"}); err != nil {
+		t.Fatal(err)
+	}
+	if f.pyroWindow.OlderThan != 72*time.Hour || f.pyroWindow.NewerThan != 0 {
+		t.Errorf("parsed %+v", f.pyroWindow)
+	}
+	var stderr strings.Builder
+	if rc := runCmd([]string{"--pyroscope-reject-older-than=-1h"}, io.Discard, &stderr); rc != 2 || !strings.Contains(stderr.String(), "must not be negative") {
+		t.Errorf("negative bound: rc %d, %q", rc, stderr.String())
+	}
+}

@@ -69,13 +69,16 @@ func TestAgentExportsTheSchemasMetrics(t *testing.T) {
 	described = append(described, cpuSrc.Collectors()...)
 	described = append(described, gpuSrc.Collectors()...)
 	described = append(described, cpu.ProgramMetrics(func() (uint64, uint64, bool) { return 1, 1, true })...)
-	for _, c := range described {
+	describe := func(c prometheus.Collector) {
 		ch := make(chan *prometheus.Desc, 64)
 		go func() { c.Describe(ch); close(ch) }()
 		for desc := range ch {
 			name, help, labels := parseDesc(t, desc)
 			add(name, help, "", labels)
 		}
+	}
+	for _, c := range described {
+		describe(c)
 	}
 
 	// Collectors whose series depend on what they see: gathered.
@@ -104,7 +107,11 @@ func TestAgentExportsTheSchemasMetrics(t *testing.T) {
 		t.Cleanup(func() { s.Close() })
 		return s
 	}
-	reg.MustRegister(pyroscope.NewCollector(pyroscope.NewShipper(sp("pyroscope"), nil)))
+	// The clock skew gauge is only gathered once Pyroscope answered:
+	// describe the collector too.
+	pc := pyroscope.NewCollector(pyroscope.NewShipper(sp("pyroscope"), nil))
+	reg.MustRegister(pc)
+	describe(pc)
 	w, err := remotewrite.New(remotewrite.Config{Config: httpclient.Config{URL: "http://127.0.0.1:1/api/v1/write"}}, sp("rw"), reg, slog.Default())
 	if err != nil {
 		t.Fatal(err)

@@ -53,6 +53,7 @@ type runFlags struct {
 	spoolDir       string
 	spoolMax       int64
 	pyro           pyroscope.Config
+	pyroWindow     pyroscope.Window
 	logLevel       string
 	rescanInterval time.Duration
 	webConfig      string
@@ -91,6 +92,10 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.spoolDir, "spool-dir", "/var/lib/slurmscope/spool", "on-disk queue of pushes waiting for Pyroscope")
 	fs.Int64Var(&f.spoolMax, "spool-max-bytes", 256<<20, "bound of the spool; the oldest pushes are dropped (and counted) past it")
 	httpclient.RegisterFlags(fs, "pyroscope", &f.pyro.Config, "Pyroscope", "Pyroscope base URL to push to (push.v1.PusherService/Push)")
+	fs.DurationVar(&f.pyroWindow.OlderThan, "pyroscope-reject-older-than", pyroscope.DefaultWindow.OlderThan,
+		"the server's -validation.reject-older-than: spooled profiles older than this are dropped before sending (counted as too_old); 0: no bound")
+	fs.DurationVar(&f.pyroWindow.NewerThan, "pyroscope-reject-newer-than", pyroscope.DefaultWindow.NewerThan,
+		"the server's -validation.reject-newer-than: profiles it refuses as ahead of its clock by more than this are held until it takes them; 0: no bound")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.webConfig, "web.config.file", "", "exporter-toolkit web config (TLS, basic auth) for --metrics-addr")
 	fs.BoolVar(&f.gpuMetrics, "gpu-metrics", true, "read GPU metrics through NVML (skipped with one log line where there is no driver)")
@@ -123,6 +128,10 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if f.interval < time.Second {
 		fmt.Fprintf(stderr, "run: --upload-interval %v is shorter than 1s\n", f.interval)
+		return 2
+	}
+	if f.pyroWindow.OlderThan < 0 || f.pyroWindow.NewerThan < 0 {
+		fmt.Fprintln(stderr, "run: --pyroscope-reject-older-than and --pyroscope-reject-newer-than must not be negative")
 		return 2
 	}
 	var level slog.Level
@@ -314,7 +323,7 @@ func newProfiler(f runFlags, res *attribution.Resolver, coll *gpu.Collector, reg
 			return nil, fmt.Errorf("--spool-dir: %w", err)
 		}
 		p.closers = append(p.closers, sp.Close)
-		p.shipper = pyroscope.NewShipper(sp, client, pyroscope.WithLogger(log))
+		p.shipper = pyroscope.NewShipper(sp, client, pyroscope.WithLogger(log), pyroscope.WithIngestionWindow(f.pyroWindow))
 		reg.MustRegister(pyroscope.NewCollector(p.shipper))
 		sinks = append(sinks, &sink.Push{Shipper: p.shipper})
 	}

@@ -1,7 +1,9 @@
 // Package pyroscope pushes job-labelled pprof profiles to Grafana Pyroscope
 // through push.v1.PusherService/Push, and ships them from the agent's
 // on-disk spool in order, with retries (package ship), so that a backend
-// outage loses nothing while the spool has room.
+// outage loses nothing while the spool has room. Profiles the server's
+// ingestion window refuses are dropped as too old or held until it takes
+// them (window.go).
 package pyroscope
 
 import (
@@ -42,6 +44,7 @@ var _ Pusher = (*Client)(nil)
 type Client struct {
 	push    pushv1connect.PusherServiceClient
 	timeout time.Duration
+	clock   *Clock
 }
 
 // NewClient validates cfg and builds a client. It reads the credential and
@@ -52,11 +55,17 @@ func NewClient(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	base := strings.TrimSuffix(u.String(), "/")
+	clock := NewClock(nil)
 	return &Client{
-		push:    pushv1connect.NewPusherServiceClient(&http.Client{Transport: rt}, base),
+		push:    pushv1connect.NewPusherServiceClient(&http.Client{Transport: dateRecorder{rt, clock}}, base),
 		timeout: cfg.RequestTimeout(),
+		clock:   clock,
 	}, nil
 }
+
+// Clock is the server's clock as the Date headers of its responses tell
+// it; a Shipper judges the ingestion window by it.
+func (c *Client) Clock() *Clock { return c.clock }
 
 // Push sends req. A failure is a *PushError that says whether to retry.
 func (c *Client) Push(ctx context.Context, req *pushv1.PushRequest) error {
