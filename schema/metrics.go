@@ -212,6 +212,17 @@ var (
 	AgentBPFRuns                   = counter("agent_bpf_runs_total", "", "Runs of the sampling program (needs kernel.bpf_stats_enabled=1).")
 )
 
+// The memory budget (agent/budget): what jobs make the agent hold, by kind
+// (symbols, perf_map, maps, gpu_aggregation, unwind_tables, python_code).
+var (
+	AgentMemoryBudget             = Metric{Name: MetricPrefix + "agent_memory_budget_bytes", Unit: "bytes", Type: Gauge, Help: "The memory budget: the most bytes the agent holds for all jobs together."}
+	AgentMemoryBudgetUsed         = Metric{Name: MetricPrefix + "agent_memory_budget_used_bytes", Unit: "bytes", Type: Gauge, Labels: []string{"kind"}, Help: "Bytes held in the memory budget, by kind."}
+	AgentMemoryBudgetEvictions    = counter("agent_memory_budget_evictions_total", "", "Cache entries evicted from the memory budget (least recently used, by bytes), by kind.", "kind")
+	AgentMemoryBudgetEvictedBytes = counter("agent_memory_budget_evicted_bytes_total", "bytes", "Bytes of the cache entries evicted from the memory budget, by kind.", "kind")
+	AgentMemoryBudgetRefused      = counter("agent_memory_budget_refused_total", "", "Charges the memory budget refused (a job's share or the total was full of what cannot be evicted), by kind; what was refused is left out and counted where it was.", "kind")
+	AgentJobFileReadsDeferred     = counter("agent_job_file_reads_deferred_total", "", "Reads of job files (symbol tables, perf maps, mapping tables) put off because the job had used its read allowance.")
+)
+
 // The shippers' metrics (agent/pyroscope, agent/remotewrite).
 var (
 	PyroscopePushes          = counter("pyroscope_pushes_total", "", "Push requests delivered to Pyroscope.")
@@ -246,6 +257,8 @@ var Metrics = []Metric{
 	AgentCPUSamples, AgentCPUSamplesLost, AgentCPUSamplesUnattributed, AgentProfiles, AgentProfileBytes, AgentErrors,
 	AgentSampledCPUs, AgentGPUKernelTime, AgentGPUKernelTimeUnattributed, AgentGPUTraceLost, AgentGPUTraceAttachedFiles,
 	AgentBPFRunTime, AgentBPFRuns,
+	AgentMemoryBudget, AgentMemoryBudgetUsed, AgentMemoryBudgetEvictions, AgentMemoryBudgetEvictedBytes,
+	AgentMemoryBudgetRefused, AgentJobFileReadsDeferred,
 	PyroscopePushes, PyroscopePushedBytes, PyroscopePushRetries, PyroscopeDroppedRequests, PyroscopeSpoolRequests, PyroscopeSpoolBytes,
 	PyroscopeTooOldProfiles, PyroscopeHeldRequests, PyroscopeClockSkew,
 	RemoteWriteRequestsSent, RemoteWriteSamplesSent, RemoteWriteSentBytes, RemoteWriteRetries, RemoteWriteDroppedRequests,

@@ -15,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/slurmscope/slurmscope/agent/attribution"
+	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/cpu"
 	"github.com/slurmscope/slurmscope/agent/daemon"
 	"github.com/slurmscope/slurmscope/agent/gpu"
@@ -69,6 +70,7 @@ func TestAgentExportsTheSchemasMetrics(t *testing.T) {
 	described = append(described, cpuSrc.Collectors()...)
 	described = append(described, gpuSrc.Collectors()...)
 	described = append(described, cpu.ProgramMetrics(func() (uint64, uint64, bool) { return 1, 1, true })...)
+	described = append(described, budget.NewCollector(budget.New(budget.Options{}), budget.NewWork(budget.WorkOptions{})))
 	describe := func(c prometheus.Collector) {
 		ch := make(chan *prometheus.Desc, 64)
 		go func() { c.Describe(ch); close(ch) }()
