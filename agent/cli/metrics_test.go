@@ -29,6 +29,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/remotewrite"
 	"github.com/slurmscope/slurmscope/agent/source"
 	"github.com/slurmscope/slurmscope/agent/spool"
+	"github.com/slurmscope/slurmscope/agent/symbolize"
 	"github.com/slurmscope/slurmscope/agent/users"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -71,6 +72,7 @@ func TestAgentExportsTheSchemasMetrics(t *testing.T) {
 	described = append(described, gpuSrc.Collectors()...)
 	described = append(described, cpu.ProgramMetrics(func() (uint64, uint64, bool) { return 1, 1, true })...)
 	described = append(described, budget.NewCollector(budget.New(budget.Options{}), budget.NewWork(budget.WorkOptions{})))
+	described = append(described, symbolize.New(symbolize.Options{}).Collector())
 	describe := func(c prometheus.Collector) {
 		ch := make(chan *prometheus.Desc, 64)
 		go func() { c.Describe(ch); close(ch) }()

@@ -308,6 +308,7 @@ func newProfiler(f runFlags, res *attribution.Resolver, coll *gpu.Collector, reg
 	proc := procfs.New(f.attr.procRoot)
 	bud, work := memoryBudget(f, proc, log)
 	reg.MustRegister(budget.NewCollector(bud, work))
+	owner, _ := owners(res)
 	env := source.Env{Proc: proc, SysRoot: f.sysRoot, ExcludePID: os.Getpid(), Reg: reg, Log: log}
 	var sources []source.Source
 	var names []string
@@ -356,7 +357,8 @@ func newProfiler(f runFlags, res *attribution.Resolver, coll *gpu.Collector, reg
 		}
 		sinks = append(sinks, &sink.Dir{Root: f.outputDir})
 	}
-	sym := symbolize.New(symbolize.Options{Proc: proc})
+	sym := symbolize.New(symbolize.Options{Proc: proc, Budget: bud, Work: work, Owner: owner})
+	reg.MustRegister(sym.Collector())
 	cfg := daemon.Config{Interval: f.interval, RescanInterval: f.rescanInterval, AllProcesses: f.allProcesses, Log: log}
 	p.d = daemon.New(cfg, sources, sym, res, sinks)
 	reg.MustRegister(p.d.Collectors()...)
@@ -385,6 +387,36 @@ func memoryBudget(f runFlags, proc procfs.FS, log *slog.Logger) (*budget.Budget,
 	st := b.Stats()
 	log.Info("memory budget", "bytes", st.Total, "job_bytes", b.Share(budget.JobOwner("")))
 	return b, budget.NewWork(f.work)
+}
+
+// owners names a process's owner in the memory budget (its job, or its
+// user outside jobs) and its job, from the attribution cache: the daemon
+// attributed it when it found it.
+func owners(res *attribution.Resolver) (owner, job func(procfs.ID) string) {
+	lookup := func(id procfs.ID) (attribution.Process, bool) {
+		if p, ok := res.Cached(id); ok {
+			return p, true
+		}
+		p, err := res.Resolve(id.PID)
+		return p, err == nil && p.ID == id
+	}
+	owner = func(id procfs.ID) string {
+		p, ok := lookup(id)
+		switch {
+		case !ok:
+			return budget.Unknown
+		case p.InJob():
+			return budget.JobOwner(p.Job.ID)
+		}
+		return budget.UserOwner(p.UID)
+	}
+	job = func(id procfs.ID) string {
+		if p, ok := res.Cached(id); ok && p.InJob() {
+			return p.Job.ID
+		}
+		return ""
+	}
+	return owner, job
 }
 
 func (p *profiler) run(ctx context.Context, log *slog.Logger) error {

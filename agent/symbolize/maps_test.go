@@ -9,7 +9,11 @@ import (
 
 func TestProcessFixture(t *testing.T) {
 	s := New(Options{Proc: procfs.New(filepath.Join("testdata", "proc"))})
-	p := s.loadProcess(4242)
+	p := s.process(procfs.ID{PID: 4242})
+	if p == nil {
+		t.Fatal("no process")
+	}
+	defer p.mu.Unlock()
 	if p.status.NSpid != 7 {
 		t.Errorf("nspid = %d, want 7", p.status.NSpid)
 	}
