@@ -202,10 +202,10 @@ var (
 	AgentProfileBytes           = counter("agent_profile_bytes_total", "bytes", "Bytes of encoded profiles produced.")
 	AgentErrors                 = counter("agent_errors_total", "", "Errors in the agent's main loop, by stage.", "stage")
 	AgentSampledCPUs            = Metric{Name: MetricPrefix + "agent_sampled_cpus", Type: Gauge, Help: "CPUs the sampler is attached to."}
-	// The two GPU kernel time counters are in nanoseconds, not Prometheus'
-	// base unit (seconds); their names are kept as they are on the wire.
-	AgentGPUKernelTime             = counter("agent_gpu_kernel_nanoseconds_total", "", "GPU kernel time drained from the GPU tracer.")
-	AgentGPUKernelTimeUnattributed = counter("agent_gpu_kernel_nanoseconds_unattributed_total", "", "GPU kernel time not put in any profile, by reason (exited, other_node, not_in_job).", "reason")
+	// GPU kernel time is counted in integer nanoseconds and exported in
+	// seconds, Prometheus' base unit.
+	AgentGPUKernelTime             = counter("agent_gpu_kernel_seconds_total", "seconds", "GPU kernel time drained from the GPU tracer.")
+	AgentGPUKernelTimeUnattributed = counter("agent_gpu_kernel_unattributed_seconds_total", "seconds", "GPU kernel time not put in any profile, by reason (exited, other_node, not_in_job).", "reason")
 	AgentGPUTraceLost              = counter("agent_gpu_trace_lost_total", "", "GPU tracer events lost (ring_buffer, bad_args, read_error, decode_error), launches without a stack (stack_error, expired_launch, evicted_launch) and names dropped (name).", "reason")
 	AgentGPUTraceAttachedFiles     = Metric{Name: MetricPrefix + "agent_gpu_trace_attached_files", Type: Gauge, Help: "Injection library files the GPU tracer is attached to."}
 	AgentBPFRunTime                = counter("agent_bpf_run_seconds_total", "seconds", "Time the kernel spent in the sampling program (needs kernel.bpf_stats_enabled=1).")

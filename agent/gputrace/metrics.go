@@ -8,16 +8,17 @@ import (
 )
 
 type metrics struct {
-	gpuTime      prometheus.Counter
-	unattributed *prometheus.CounterVec
+	// GPU time is counted in integer nanoseconds, exported in seconds.
+	gpuTime      *promschema.ScaledCounter
+	unattributed *promschema.ScaledCounterVec
 	lost         *prometheus.CounterVec
 	files        prometheus.Gauge
 }
 
 func newMetrics() metrics {
 	return metrics{
-		gpuTime:      promschema.Counter(schema.AgentGPUKernelTime),
-		unattributed: promschema.CounterVec(schema.AgentGPUKernelTimeUnattributed),
+		gpuTime:      promschema.NewScaledCounter(schema.AgentGPUKernelTime, 1e9),
+		unattributed: promschema.NewScaledCounterVec(schema.AgentGPUKernelTimeUnattributed, 1e9),
 		lost:         promschema.CounterVec(schema.AgentGPUTraceLost),
 		files:        promschema.Gauge(schema.AgentGPUTraceAttachedFiles),
 	}

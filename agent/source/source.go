@@ -44,13 +44,22 @@ type Info struct {
 	Type   profiles.Type
 	Period int64 // the pprof period, in Type.PeriodType's unit
 	// Counted is the index of the value of each sample that Drained and
-	// Unattributed add up (samples for CPU, nanoseconds for GPU).
+	// Unattributed add up (samples for CPU, nanoseconds for GPU, which the
+	// GPU source's counters export in seconds).
 	Counted int
 	// Drained counts every sample drained; Unattributed the samples put in
 	// no profile, by reason (exited, other_node, not_in_job). The daemon
 	// counts and exports both.
 	Drained      prometheus.Counter
-	Unattributed *prometheus.CounterVec
+	Unattributed CounterVec
+}
+
+// CounterVec is what the daemon needs of a counter vector: prometheus's,
+// or one that sums whole units exactly and exports them in the metric's
+// base unit (promschema.ScaledCounterVec).
+type CounterVec interface {
+	prometheus.Collector
+	WithLabelValues(lvs ...string) prometheus.Counter
 }
 
 // Batch is what one Drain delivers.
