@@ -210,7 +210,12 @@ var (
 	AgentGPUTraceAttachedFiles     = Metric{Name: MetricPrefix + "agent_gpu_trace_attached_files", Type: Gauge, Help: "Injection library files the GPU tracer is attached to."}
 	AgentBPFRunTime                = counter("agent_bpf_run_seconds_total", "seconds", "Time the kernel spent in the sampling program (needs kernel.bpf_stats_enabled=1).")
 	AgentBPFRuns                   = counter("agent_bpf_runs_total", "", "Runs of the sampling program (needs kernel.bpf_stats_enabled=1).")
-	AgentSymbolizeErrors           = counter("agent_symbolize_errors_total", "", "Frames or files left unsymbolised, by reason: no_symbol, no_mapping, read_maps, open_file, not_regular, owner, link, file_identity, too_large (a size or count over the file's real size or a hard cap), parse_elf, panic, over_budget, work_limit, stalled_io, perf_map, kallsyms, kallsyms_hidden, kernel_no_symbol.", "reason")
+	// AgentCPUMapsFull names the job that filled the sampler's kernel maps,
+	// which every job shares: the one with the most distinct keys in a
+	// generation that dropped samples (map_full) or stacks (stack_map_full).
+	AgentCPUMapsFull = Metric{Name: MetricPrefix + "agent_cpu_maps_full_total", Type: Counter, Attributes: []Attribute{JobID}, Labels: []string{"map"},
+		Help: "Sampler generations whose counts (map=counts) or stacks (map=stacks) map was full, by the job with the most distinct keys in them (slurm_job_id empty: processes in no job)."}
+	AgentSymbolizeErrors = counter("agent_symbolize_errors_total", "", "Frames or files left unsymbolised, by reason: no_symbol, no_mapping, read_maps, open_file, not_regular, owner, link, file_identity, too_large (a size or count over the file's real size or a hard cap), parse_elf, panic, over_budget, work_limit, stalled_io, perf_map, kallsyms, kallsyms_hidden, kernel_no_symbol.", "reason")
 )
 
 // The memory budget (agent/budget): what jobs make the agent hold, by kind
@@ -257,7 +262,7 @@ var Metrics = []Metric{
 	GPUPollDuration, GPULastPoll, GPUPolls, GPUNVMLErrors, GPUAllocationErrors,
 	AgentCPUSamples, AgentCPUSamplesLost, AgentCPUSamplesUnattributed, AgentProfiles, AgentProfileBytes, AgentErrors,
 	AgentSampledCPUs, AgentGPUKernelTime, AgentGPUKernelTimeUnattributed, AgentGPUTraceLost, AgentGPUTraceAttachedFiles,
-	AgentBPFRunTime, AgentBPFRuns, AgentSymbolizeErrors,
+	AgentBPFRunTime, AgentBPFRuns, AgentCPUMapsFull, AgentSymbolizeErrors,
 	AgentMemoryBudget, AgentMemoryBudgetUsed, AgentMemoryBudgetEvictions, AgentMemoryBudgetEvictedBytes,
 	AgentMemoryBudgetRefused, AgentJobFileReadsDeferred,
 	PyroscopePushes, PyroscopePushedBytes, PyroscopePushRetries, PyroscopeDroppedRequests, PyroscopeSpoolRequests, PyroscopeSpoolBytes,

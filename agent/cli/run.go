@@ -308,8 +308,9 @@ func newProfiler(f runFlags, res *attribution.Resolver, coll *gpu.Collector, reg
 	proc := procfs.New(f.attr.procRoot)
 	bud, work := memoryBudget(f, proc, log)
 	reg.MustRegister(budget.NewCollector(bud, work))
-	owner, _ := owners(res)
-	env := source.Env{Proc: proc, SysRoot: f.sysRoot, ExcludePID: os.Getpid(), Reg: reg, Log: log}
+	owner, job := owners(res)
+	env := source.Env{Proc: proc, SysRoot: f.sysRoot, ExcludePID: os.Getpid(), Interval: f.interval,
+		Job: job, Reg: reg, Log: log}
 	var sources []source.Source
 	var names []string
 	for _, k := range f.kinds {

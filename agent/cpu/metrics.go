@@ -12,6 +12,7 @@ type metrics struct {
 	unattributed *prometheus.CounterVec
 	lost         *prometheus.CounterVec
 	cpus         prometheus.Gauge
+	mapsFull     *prometheus.CounterVec // slurm_job_id, map
 }
 
 func newMetrics() metrics {
@@ -20,12 +21,15 @@ func newMetrics() metrics {
 		unattributed: promschema.CounterVec(schema.AgentCPUSamplesUnattributed),
 		lost:         promschema.CounterVec(schema.AgentCPUSamplesLost),
 		cpus:         promschema.Gauge(schema.AgentSampledCPUs),
+		mapsFull:     promschema.JobCounterVec(schema.AgentCPUMapsFull),
 	}
 }
 
 // own are the metrics the source exports itself; the daemon exports
 // samples and unattributed (source.Info).
-func (m metrics) own() []prometheus.Collector { return []prometheus.Collector{m.lost, m.cpus} }
+func (m metrics) own() []prometheus.Collector {
+	return []prometheus.Collector{m.lost, m.cpus, m.mapsFull}
+}
 
 // observe turns the sampler's running totals into counter increments.
 func (m metrics) observe(prev, cur Stats) {

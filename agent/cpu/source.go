@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/profiles"
 	"github.com/slurmscope/slurmscope/agent/source"
 )
@@ -24,6 +25,9 @@ type Source struct {
 	period int64 // ns of CPU per sample
 	m      metrics
 	last   Stats
+	// jobOf names a process's job ("" in none) for the maps-full metric;
+	// nil: every process is in none.
+	jobOf func(procfs.ID) string
 }
 
 var (
@@ -35,6 +39,10 @@ var (
 func NewSource(s drainer, sampleRate int) *Source {
 	return &Source{s: s, period: 1e9 / int64(sampleRate), m: newMetrics()}
 }
+
+// WithJobs makes the source name, when the kernel maps were full, the job
+// that filled them: jobOf gives a process's job id, "" for none.
+func (c *Source) WithJobs(jobOf func(procfs.ID) string) *Source { c.jobOf = jobOf; return c }
 
 // Info describes the source to the daemon.
 func (c *Source) Info() source.Info {
@@ -54,6 +62,7 @@ func (c *Source) Drain() (source.Batch, error) {
 		b.Warn = err
 	}
 	c.m.observe(c.last, st)
+	c.noteFull(samples, c.last, st)
 	c.last = st
 	b.Samples = make([]source.Sample, len(samples))
 	for i, s := range samples {
@@ -61,6 +70,37 @@ func (c *Source) Drain() (source.Batch, error) {
 		b.Samples[i] = source.Sample{Proc: s.Proc, Kernel: s.Kernel, User: s.User, Values: []int64{n, n * c.period}}
 	}
 	return b, nil
+}
+
+// noteFull says which job filled the maps of a generation that was full:
+// the one whose processes hold the most distinct keys (each sample is
+// one) in it.
+func (c *Source) noteFull(samples []Sample, prev, cur Stats) {
+	countsFull := cur.LostMapFull > prev.LostMapFull
+	stacksFull := cur.KernelStackMapFull+cur.UserStackMapFull > prev.KernelStackMapFull+prev.UserStackMapFull
+	if !countsFull && !stacksFull {
+		return
+	}
+	keys := map[string]int{}
+	for _, s := range samples {
+		job := ""
+		if c.jobOf != nil {
+			job = c.jobOf(s.Proc)
+		}
+		keys[job]++
+	}
+	top, most := "", -1
+	for job, n := range keys {
+		if n > most || n == most && job < top {
+			top, most = job, n
+		}
+	}
+	if countsFull {
+		c.m.mapsFull.WithLabelValues(top, "counts").Inc()
+	}
+	if stacksFull {
+		c.m.mapsFull.WithLabelValues(top, "stacks").Inc()
+	}
 }
 
 // Collectors are the source's own metrics (the sampler's losses and CPUs).
@@ -93,14 +133,15 @@ func (k *Kind) Open(env source.Env) (source.Source, error) {
 	if !k.on {
 		return nil, nil
 	}
-	s, err := New(Options{SampleRate: k.rate, SysRoot: env.SysRoot, ExcludePID: env.ExcludePID})
+	s, err := New(Options{SampleRate: k.rate, SysRoot: env.SysRoot, ExcludePID: env.ExcludePID, Interval: env.Interval})
 	if err != nil {
 		return nil, fmt.Errorf("starting the eBPF sampler (needs root, perf events and BTF): %w", err)
 	}
-	src := &closingSource{Source: NewSource(s, k.rate), s: s}
+	src := &closingSource{Source: NewSource(s, k.rate).WithJobs(env.Job), s: s}
 	env.Reg.MustRegister(src.Collectors()...)
 	env.Reg.MustRegister(programStats(s)...)
-	env.Log.Info("sampling CPU stacks", "sample_rate_hz", k.rate)
+	counts, stacks := s.MapEntries()
+	env.Log.Info("sampling CPU stacks", "sample_rate_hz", k.rate, "count_entries", counts, "stack_entries", stacks)
 	return src, nil
 }
 

@@ -10,6 +10,7 @@ package source
 import (
 	"flag"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -110,6 +111,10 @@ type Env struct {
 	Proc       procfs.FS
 	SysRoot    string // where sysfs is mounted
 	ExcludePID int    // the agent itself: never profiled
+	// Interval is how often the daemon drains the source.
+	Interval time.Duration
+	// Job names a process's job ("" for none); nil in tests.
+	Job func(procfs.ID) string
 	// Reg takes the source's own metrics; the daemon exports Info's.
 	Reg prometheus.Registerer
 	Log *slog.Logger
