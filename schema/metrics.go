@@ -206,7 +206,7 @@ var (
 	// seconds, Prometheus' base unit.
 	AgentGPUKernelTime             = counter("agent_gpu_kernel_seconds_total", "seconds", "GPU kernel time drained from the GPU tracer.")
 	AgentGPUKernelTimeUnattributed = counter("agent_gpu_kernel_unattributed_seconds_total", "seconds", "GPU kernel time not put in any profile, by reason (exited, other_node, not_in_job).", "reason")
-	AgentGPUTraceLost              = counter("agent_gpu_trace_lost_total", "", "GPU tracer events lost (ring_buffer, bad_args, read_error, decode_error), launches without a stack (stack_error, expired_launch, evicted_launch) and names dropped (name).", "reason")
+	AgentGPUTraceLost              = counter("agent_gpu_trace_lost_total", "", "GPU tracer events lost (ring_buffer, bad_args, read_error, decode_error, rate_limited: calls over their user's ration), launches without a stack (stack_error, expired_launch, evicted_launch), names dropped (name), launches and names dropped because their job's memory share was full (over_budget), and records whose time went to their process's over-budget row instead of a row of their own (folded).", "reason")
 	AgentGPUTraceAttachedFiles     = Metric{Name: MetricPrefix + "agent_gpu_trace_attached_files", Type: Gauge, Help: "Injection library files the GPU tracer is attached to."}
 	AgentBPFRunTime                = counter("agent_bpf_run_seconds_total", "seconds", "Time the kernel spent in the sampling program (needs kernel.bpf_stats_enabled=1).")
 	AgentBPFRuns                   = counter("agent_bpf_runs_total", "", "Runs of the sampling program (needs kernel.bpf_stats_enabled=1).")

@@ -310,7 +310,7 @@ func newProfiler(f runFlags, res *attribution.Resolver, coll *gpu.Collector, reg
 	reg.MustRegister(budget.NewCollector(bud, work))
 	owner, job := owners(res)
 	env := source.Env{Proc: proc, SysRoot: f.sysRoot, ExcludePID: os.Getpid(), Interval: f.interval,
-		Job: job, Reg: reg, Log: log}
+		Budget: bud, Owner: owner, Job: job, Reg: reg, Log: log}
 	var sources []source.Source
 	var names []string
 	for _, k := range f.kinds {

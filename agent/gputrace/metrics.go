@@ -37,11 +37,14 @@ func (m metrics) observe(prev, cur Stats) {
 	}
 	add("ring_buffer", prev.LostRingBuffer, cur.LostRingBuffer)
 	add("bad_args", prev.BadArgs, cur.BadArgs)
+	add("rate_limited", prev.RateLimited, cur.RateLimited)
 	add("read_error", prev.ReadErrors, cur.ReadErrors)
 	add("decode_error", prev.DecodeErrors, cur.DecodeErrors)
 	add("stack_error", prev.StackErrors, cur.StackErrors)
 	add("expired_launch", prev.ExpiredLaunches, cur.ExpiredLaunches)
 	add("evicted_launch", prev.EvictedLaunches, cur.EvictedLaunches)
 	add("name", prev.RejectedNames+prev.DroppedNames, cur.RejectedNames+cur.DroppedNames)
+	add("over_budget", prev.OverBudgetLaunches+prev.OverBudgetNames, cur.OverBudgetLaunches+cur.OverBudgetNames)
+	add("folded", prev.FoldedRecords, cur.FoldedRecords)
 	m.files.Set(float64(cur.AttachedFiles))
 }

@@ -175,7 +175,7 @@ func (k *Kind) Open(env source.Env) (source.Source, error) {
 	if _, err := os.Stat(k.lib); err != nil {
 		return nil, fmt.Errorf("--gpu-inject-lib: %w", err)
 	}
-	tr, err := New(Options{Proc: env.Proc, ExcludePID: env.ExcludePID})
+	tr, err := New(Options{Proc: env.Proc, ExcludePID: env.ExcludePID, Budget: env.Budget, Owner: env.Owner})
 	if err != nil {
 		return nil, fmt.Errorf("starting the GPU kernel tracer (needs root, uprobes and BTF): %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/profiles"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
@@ -113,8 +114,13 @@ type Env struct {
 	ExcludePID int    // the agent itself: never profiled
 	// Interval is how often the daemon drains the source.
 	Interval time.Duration
-	// Job names a process's job ("" for none); nil in tests.
-	Job func(procfs.ID) string
+	// Budget is the agent's memory budget: what a source keeps per job is
+	// charged to Owner(process), the process's job's owner key (see
+	// agent/budget). Job names a process's job ("" for none). Any may be
+	// nil in tests.
+	Budget *budget.Budget
+	Owner  func(procfs.ID) string
+	Job    func(procfs.ID) string
 	// Reg takes the source's own metrics; the daemon exports Info's.
 	Reg prometheus.Registerer
 	Log *slog.Logger
