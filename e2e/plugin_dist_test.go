@@ -11,10 +11,11 @@ import (
 )
 
 // TestPluginDist checks what `npm run build` and `mage buildAll` leave in
-// grafana-plugin/dist: the folder Grafana loads as the plugin. CI builds it
-// before the Go tests run; a developer runs both commands first.
+// dist/: the folder Grafana loads as the plugin, and what the catalog's
+// archive holds. CI builds it before the Go tests run; a developer runs both
+// commands first.
 func TestPluginDist(t *testing.T) {
-	dist := filepath.Join("..", "grafana-plugin", "dist")
+	dist := filepath.Join("..", "dist")
 	if _, err := os.Stat(filepath.Join(dist, "module.js")); err != nil {
 		if os.Getenv("SLURMSCOPE_INTEGRATION") == "1" {
 			t.Fatalf("no built plugin (%v): run `npm run build` and `mage buildAll` first", err)

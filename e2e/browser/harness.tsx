@@ -24,15 +24,15 @@ import {
 } from '@grafana/data';
 import { FlameGraph } from '@grafana/flamegraph';
 import { Button, GlobalStyles, PortalContainer, ThemeContext } from '@grafana/ui';
-import { Component, ErrorInfo, memo, ReactNode, useCallback, useMemo, useRef, useState } from 'react';
+import React, { Component, ErrorInfo, memo, ReactNode, useCallback, useMemo, useRef, useState } from 'react';
 import { createRoot } from 'react-dom/client';
 import { Subscription } from 'rxjs';
 
-import { ConfigEditor } from '../../grafana-plugin/src/components/ConfigEditor';
-import { QueryEditor } from '../../grafana-plugin/src/components/QueryEditor';
-import { DataSource } from '../../grafana-plugin/src/datasource';
-import pluginJson from '../../grafana-plugin/src/plugin.json';
-import { QueryType, SlurmOptions, SlurmQuery, SlurmSecureOptions } from '../../grafana-plugin/src/types';
+import { ConfigEditor } from '../../src/components/ConfigEditor';
+import { QueryEditor } from '../../src/components/QueryEditor';
+import { DataSource } from '../../src/datasource';
+import pluginJson from '../../src/plugin.json';
+import { QueryType, SlurmOptions, SlurmQuery, SlurmSecureOptions } from '../../src/types';
 import { installServices, registerDataSource, requestLog } from './grafana';
 
 const theme = createTheme({ colors: { mode: 'dark' } });

@@ -1,7 +1,7 @@
 // The datasource's settings page: one section per backend (Pyroscope for
 // profiles, Prometheus for GPU metrics), general settings and job ownership.
 // jsonData mirrors pkg/plugin/settings.go; secrets go only to secureJsonData.
-import { ChangeEvent, ReactNode, useEffect, useId, useRef, useState } from 'react';
+import React, { ChangeEvent, ReactNode, useEffect, useId, useRef, useState } from 'react';
 
 import type { DataSourcePluginOptionsEditorProps, SelectableValue } from '@grafana/data';
 import {

@@ -1,6 +1,6 @@
 import { QueryEditorProps, SelectableValue } from '@grafana/data';
 import { InlineField, InlineFieldRow, Input, MultiSelect, RadioButtonGroup, Select, Stack } from '@grafana/ui';
-import { useEffect, useMemo, useState } from 'react';
+import React, { useEffect, useMemo, useState } from 'react';
 
 import type { DataSource } from '../datasource';
 import {

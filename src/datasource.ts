@@ -9,8 +9,7 @@ import {
   TimeRange,
 } from '@grafana/data';
 import { DataSourceWithBackend, getTemplateSrv, TemplateSrv } from '@grafana/runtime';
-import { Observable } from 'rxjs';
-import { map } from 'rxjs/operators';
+import { map, Observable } from 'rxjs';
 
 import { VariableQueryEditor } from './components/VariableQueryEditor';
 import { interpolate, Resolve } from './interpolate';

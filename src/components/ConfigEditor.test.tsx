@@ -1,6 +1,6 @@
 import { render, screen, within } from '@testing-library/react';
 import userEvent from '@testing-library/user-event';
-import { useState } from 'react';
+import React, { useState } from 'react';
 
 import { ConfigEditor, Props } from './ConfigEditor';
 import type { Settings } from './config';

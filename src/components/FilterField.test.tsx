@@ -1,6 +1,6 @@
 import { act, fireEvent, render, screen, waitFor } from '@testing-library/react';
 import userEvent from '@testing-library/user-event';
-import { useState } from 'react';
+import React, { useState } from 'react';
 
 import type { AttributeInfo, ValidateResult } from '../types';
 import { FilterBackend, FilterField } from './FilterField';

@@ -1,6 +1,6 @@
 import { QueryEditorProps } from '@grafana/data';
 import { InlineField, InlineFieldRow, Select, Stack } from '@grafana/ui';
-import { useEffect, useState } from 'react';
+import React, { useEffect, useState } from 'react';
 
 import type { DataSource } from '../datasource';
 import { AttributeInfo, QueryType, SlurmOptions, SlurmQuery } from '../types';
