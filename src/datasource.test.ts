@@ -120,3 +120,44 @@ describe('attribute values for variables', () => {
     expect(post).toHaveBeenCalledWith('validate', { filter: 'x'.repeat(10000) });
   });
 });
+
+// Counts the resource calls; getResource is where DataSourceWithBackend
+// would reach Grafana's backend service.
+class CountingDataSource extends DataSource {
+  asked: string[] = [];
+  failNext = false;
+  override async getResource<T>(path: string): Promise<T> {
+    this.asked.push(path);
+    if (this.failNext) {
+      this.failNext = false;
+      throw new Error('backend down');
+    }
+    return (path === 'attributes' ? [{ name: 'slurm.job.id', type: 'string', description: '' }] : []) as T;
+  }
+}
+
+describe('fixed resources', () => {
+  it('asks for the attribute schema and the metric list once per datasource', async () => {
+    const d = new CountingDataSource(settings, new FakeTemplateSrv({}));
+    const [a, b] = await Promise.all([d.attributes(), d.attributes()]);
+    expect(await d.attributes()).toBe(a);
+    expect(b).toBe(a);
+    await d.metrics();
+    await d.metrics();
+    expect(d.asked).toEqual(['attributes', 'metrics']);
+  });
+
+  it('does not keep a failure', async () => {
+    const d = new CountingDataSource(settings, new FakeTemplateSrv({}));
+    d.failNext = true;
+    await expect(d.attributes()).rejects.toThrow('backend down');
+    expect(await d.attributes()).toEqual([{ name: 'slurm.job.id', type: 'string', description: '' }]);
+    expect(d.asked).toEqual(['attributes', 'attributes']);
+  });
+
+  it("names the settings' default profile type, or none", () => {
+    expect(new DataSource(settings, new FakeTemplateSrv({})).defaultProfileType()).toBeUndefined();
+    const set = { ...settings, jsonData: { defaultProfileType: 'memory:alloc_space:bytes:space:bytes' } };
+    expect(new DataSource(set, new FakeTemplateSrv({})).defaultProfileType()).toBe('memory:alloc_space:bytes:space:bytes');
+  });
+});

@@ -48,7 +48,10 @@ export class DataSource extends DataSourceWithBackend<SlurmQuery, SlurmOptions> 
   ) {
     super(instanceSettings);
     this.variables = new SlurmVariableSupport(this);
+    this.profileTypeDefault = instanceSettings.jsonData?.defaultProfileType || undefined;
   }
+
+  private readonly profileTypeDefault?: string;
 
   getDefaultQuery(_app: CoreApp): Partial<SlurmQuery> {
     return defaultQuery;
@@ -75,14 +78,38 @@ export class DataSource extends DataSourceWithBackend<SlurmQuery, SlurmOptions> 
     return queries.map((q) => ({ ...this.applyTemplateVariables(q, scopedVars), datasource: this.getRef() }));
   }
 
-  // Resources the editors use (grafana-plugin/pkg/plugin/resources.go).
-
-  attributes(): Promise<AttributeInfo[]> {
-    return this.getResource<AttributeInfo[]>('attributes');
+  /** The profile type of queries that name none, where the settings set one. */
+  defaultProfileType(): string | undefined {
+    return this.profileTypeDefault;
   }
 
+  // Resources the editors use (grafana-plugin/pkg/plugin/resources.go).
+
+  /** The attribute schema: fixed while the backend runs, so asked once. */
+  attributes(): Promise<AttributeInfo[]> {
+    return this.once<AttributeInfo[]>('attributes');
+  }
+
+  /** The GPU metrics a gpuMetric query may name: asked once, like attributes(). */
   metrics(): Promise<MetricInfo[]> {
-    return this.getResource<MetricInfo[]>('metrics');
+    return this.once<MetricInfo[]>('metrics');
+  }
+
+  private readonly fixed = new Map<string, Promise<unknown>>();
+
+  /**
+   * once asks for a resource that does not change while the backend runs,
+   * the first time only: every editor of this datasource shares the answer.
+   * A failure is not kept, so the next editor asks again.
+   */
+  private once<T>(path: string): Promise<T> {
+    let p = this.fixed.get(path) as Promise<T> | undefined;
+    if (!p) {
+      p = this.getResource<T>(path);
+      this.fixed.set(path, p);
+      p.catch(() => this.fixed.delete(path));
+    }
+    return p;
   }
 
   profileTypes(range?: TimeRange): Promise<ProfileTypeInfo[]> {

@@ -18,7 +18,6 @@ import {
 
 import { AuthKind, BackendName, SecretKey, SecretKeyValue, SlurmOptions, SlurmSecureOptions, secretName } from '../types';
 import {
-  DEFAULT_PROFILE_TYPE,
   DEFAULT_TIMEOUT_SECONDS,
   Settings,
   normalizeList,
@@ -97,11 +96,14 @@ export function ConfigEditor({ options, onOptionsChange, validation }: Props) {
             onChange={(e) => onOptionsChange(setJsonData(options, { tenantId: e.currentTarget.value }))}
           />
         </Field>
-        <Field label="Default profile type" description="Used by queries that name none.">
+        <Field
+          label="Default profile type"
+          description="Used by queries that name none: a Pyroscope profile type id, as the query editor lists them."
+        >
           <Input
             id={`${id}-profile-type`}
             value={jsonData.defaultProfileType ?? ''}
-            placeholder={DEFAULT_PROFILE_TYPE}
+            placeholder="CPU time (the backend's default)"
             onChange={(e) => onOptionsChange(setJsonData(options, { defaultProfileType: e.currentTarget.value }))}
           />
         </Field>

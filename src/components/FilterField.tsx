@@ -9,6 +9,7 @@ import React, { KeyboardEvent, useCallback, useEffect, useId, useMemo, useRef, u
 import { completionAt, Completion, functions, indexOf, span } from '../cel';
 import { escapeInside, maskVariables } from '../interpolate';
 import type { AttributeInfo, FilterIssue, ValidateResult } from '../types';
+import { useLoaded } from './useLoaded';
 
 /** What the field needs from the datasource; DataSource implements it. */
 export interface FilterBackend {
@@ -51,7 +52,7 @@ export function FilterField({ value, onChange, onRun, backend, range, placeholde
   const mirror = useRef<HTMLDivElement>(null);
   const [issues, setIssues] = useState<{ text: string; issues: FilterIssue[] }>({ text: '', issues: [] });
   const [unavailable, setUnavailable] = useState<string>();
-  const [attributes, setAttributes] = useState<AttributeInfo[]>([]);
+  const attributes = useLoaded<AttributeInfo>(() => backend.attributes(), [backend]);
   const [suggestions, setSuggestions] = useState<Suggestion[]>([]);
   const [completion, setCompletion] = useState<Completion>({ kind: 'none' });
   const [active, setActive] = useState(0);
@@ -63,17 +64,6 @@ export function FilterField({ value, onChange, onRun, backend, range, placeholde
     onRun?.();
   };
   const valueCache = useRef(new Map<string, { at: number; values: Promise<string[]> }>());
-
-  useEffect(() => {
-    let live = true;
-    backend
-      .attributes()
-      .then((a) => live && setAttributes(a))
-      .catch(() => live && setAttributes([]));
-    return () => {
-      live = false;
-    };
-  }, [backend]);
 
   // Validate what was typed, after a pause; only the newest answer counts.
   useEffect(() => {

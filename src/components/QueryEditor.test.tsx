@@ -4,13 +4,16 @@ import React, { useState } from 'react';
 
 import type { DataSource } from '../datasource';
 import { SlurmQuery } from '../types';
-import { maxNodesError, QueryEditor, windowError } from './QueryEditor';
+import { maxNodesError } from './query/FlamegraphEditor';
+import { windowError } from './query/GPUMetricEditor';
+import { QueryEditor } from './QueryEditor';
 import { VariableQueryEditor } from './VariableQueryEditor';
 
 // The editor only calls the resource methods; a hand-written fake stands in.
-function fakeDatasource() {
+function fakeDatasource(defaultProfileType?: string) {
   const calls: string[] = [];
   const ds = {
+    defaultProfileType: () => defaultProfileType,
     attributes: async () => {
       calls.push('attributes');
       return [
@@ -99,6 +102,31 @@ describe('QueryEditor', () => {
     fireEvent.blur(win);
     expect(current().window).toBe('30m');
     expect(screen.queryByLabelText('Max nodes')).toBeNull();
+  });
+
+  it('shows the fields of profile series and attribute values queries', async () => {
+    const { ds } = fakeDatasource();
+    render(<Harness ds={ds} initial={{ refId: 'A', queryType: 'profileSeries' }} />);
+    await act(() => Promise.resolve());
+    expect(screen.getByLabelText('Profile type')).toBeInTheDocument();
+    await choose('Group by', 'slurm.job.user');
+    expect(current().groupBy).toEqual(['slurm.job.user']);
+    expect(screen.queryByLabelText('Max nodes')).toBeNull();
+    await userEvent.click(screen.getByRole('radio', { name: 'Attribute values' }));
+    await act(() => Promise.resolve());
+    await choose('Attribute', 'host.name');
+    expect(current()).toMatchObject({ queryType: 'attributeValues', attribute: 'host.name', groupBy: ['slurm.job.user'] });
+    expect(screen.queryByLabelText('Profile type')).toBeNull();
+  });
+
+  it("names the datasource's default profile type, by the name Pyroscope gives it", async () => {
+    const set = fakeDatasource('process_cpu:cpu:nanoseconds:cpu:nanoseconds');
+    const { unmount } = render(<Harness ds={set.ds} initial={{ refId: 'A', queryType: 'flamegraph' }} />);
+    // The name arrives with the profile types (a generous wait: a limit, not an assertion).
+    expect(await screen.findByText('default (process_cpu / cpu)', {}, { timeout: 20_000 })).toBeInTheDocument();
+    unmount();
+    render(<Harness ds={fakeDatasource().ds} initial={{ refId: 'A', queryType: 'flamegraph' }} />);
+    expect(await screen.findByText("the datasource's default", {}, { timeout: 20_000 })).toBeInTheDocument();
   });
 
   it('ranks entities', async () => {

@@ -1,10 +1,11 @@
 import { QueryEditorProps } from '@grafana/data';
 import { InlineField, InlineFieldRow, Select, Stack } from '@grafana/ui';
-import React, { useEffect, useState } from 'react';
+import React, { useState } from 'react';
 
 import type { DataSource } from '../datasource';
-import { AttributeInfo, QueryType, SlurmOptions, SlurmQuery } from '../types';
+import { QueryType, SlurmOptions, SlurmQuery } from '../types';
 import { FilterField } from './FilterField';
+import { useAttributeOptions } from './query/fields';
 
 export type Props = QueryEditorProps<DataSource, SlurmQuery, SlurmOptions, SlurmQuery>;
 
@@ -13,14 +14,7 @@ export type Props = QueryEditorProps<DataSource, SlurmQuery, SlurmOptions, Slurm
  * ids of $user: attribute slurm.job.id, filter slurm.job.user == $user.
  */
 export function VariableQueryEditor({ query, onChange, datasource, range }: Props) {
-  const [attributes, setAttributes] = useState<AttributeInfo[]>([]);
-  useEffect(() => {
-    let live = true;
-    datasource.attributes().then((a) => live && setAttributes(a), () => {});
-    return () => {
-      live = false;
-    };
-  }, [datasource]);
+  const attributeOptions = useAttributeOptions(datasource);
 
   // The filter is saved (and the variable refreshed) on blur, not per key.
   const [filter, setFilter] = useState(query.filter ?? '');
@@ -34,7 +28,7 @@ export function VariableQueryEditor({ query, onChange, datasource, range }: Prop
             inputId="slurmscope-variable-attribute"
             aria-label="Attribute"
             width={32}
-            options={attributes.map((a) => ({ value: a.name, label: a.name, description: a.description }))}
+            options={attributeOptions}
             value={query.attribute ?? null}
             onChange={(v) => save({ attribute: v?.value })}
           />

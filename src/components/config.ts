@@ -8,7 +8,6 @@ export type Settings = DataSourceSettings<SlurmOptions, SlurmSecureOptions>;
 export type Ownership = NonNullable<SlurmOptions['jobOwnership']>;
 
 export const DEFAULT_TIMEOUT_SECONDS = 30;
-export const DEFAULT_PROFILE_TYPE = 'process_cpu:cpu:nanoseconds:cpu:nanoseconds';
 
 /** True for an absolute http:// or https:// URL with a host (as backends/http.go checks). */
 export function isHttpUrl(s: string): boolean {
