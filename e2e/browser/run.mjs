@@ -600,7 +600,9 @@ async function main() {
       const d = ctx.getImageData(0, 0, c.width, c.height).data;
       let n = 0;
       for (let i = 3; i < d.length; i += 4 * 7) {
-        if (d[i] > 0) n++;
+        if (d[i] > 0) {
+          n++;
+        }
       }
       return { n, w: c.width, h: c.height };
     });

@@ -56,7 +56,9 @@ export function ConfigEditor({ options, onOptionsChange, validation }: Props) {
 
   // Grafana's (alpha) validation API, where present, stops Save with invalid fields.
   const hasErrorsRef = useRef(hasErrors);
-  hasErrorsRef.current = hasErrors;
+  useEffect(() => {
+    hasErrorsRef.current = hasErrors;
+  });
   useEffect(() => validation?.registerValidation(() => !hasErrorsRef.current), [validation]);
 
   const onTimeout = (e: ChangeEvent<HTMLInputElement>) => {

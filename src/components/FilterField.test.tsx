@@ -124,6 +124,15 @@ describe('FilterField', () => {
     expect(await screen.findByTestId('slurmscope-filter-unavailable')).toHaveTextContent('pyroscope: connection refused');
   });
 
+  it('says nothing about an empty filter', async () => {
+    const b = new FakeBackend();
+    b.down = true;
+    render(<Harness backend={b} initial="host.name" />);
+    await screen.findByTestId('slurmscope-filter-unavailable');
+    await userEvent.clear(input());
+    expect(screen.queryByTestId('slurmscope-filter-unavailable')).toBeNull();
+  });
+
   it('completes attribute names', async () => {
     const b = new FakeBackend();
     render(<Harness backend={b} />);

@@ -69,8 +69,8 @@ export function FilterField({ value, onChange, onRun, backend, range, placeholde
   useEffect(() => {
     const mine = ++seq.current;
     if (value.trim() === '') {
-      setIssues({ text: value, issues: [] });
-      setUnavailable(undefined);
+      // Nothing to check; answers still on their way are dropped, and
+      // nothing is shown for an empty filter (below).
       return;
     }
     const t = setTimeout(() => {
@@ -292,7 +292,7 @@ export function FilterField({ value, onChange, onRun, backend, range, placeholde
           ))}
         </ul>
       )}
-      {unavailable && (
+      {unavailable && value.trim() !== '' && (
         <div className={styles.unavailable} data-testid="slurmscope-filter-unavailable">
           The filter could not be checked: {unavailable}
         </div>
