@@ -582,7 +582,7 @@ func TestDatasources(t *testing.T) {
 	}
 	// The plugin id is the datasource type.
 	var pj struct{ ID string }
-	b, err := os.ReadFile(filepath.Join(root, "grafana-plugin", "src", "plugin.json"))
+	b, err := os.ReadFile(filepath.Join(root, "src", "plugin.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
