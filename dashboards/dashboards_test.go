@@ -241,7 +241,7 @@ func substitute(t *testing.T, where, s, lang string, vars map[string]variable) s
 		switch lang {
 		case "cel":
 			// The datasource front end CEL-escapes every variable
-			// (grafana-plugin/src/interpolate.ts) and ignores explicit
+			// (src/interpolate.ts) and ignores explicit
 			// formats, which would only mislead a reader.
 			if format != "" {
 				t.Errorf("%s: write %s as $%s: the datasource CEL-escapes variables itself and ignores formats", where, ref, name)
@@ -575,7 +575,7 @@ func TestDatasources(t *testing.T) {
 	}
 	// The plugin id is the datasource type.
 	var pj struct{ ID string }
-	b, err := os.ReadFile(filepath.Join(root, "grafana-plugin", "src", "plugin.json"))
+	b, err := os.ReadFile(filepath.Join(root, "src", "plugin.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -737,8 +737,8 @@ func composeMounts(t *testing.T) map[string]map[string]string {
 			if strings.HasPrefix(host, ".") || strings.HasPrefix(host, "/") {
 				p := filepath.Join(dir, host)
 				// The plugin's dist/ exists only after a build.
-				if host == "../grafana-plugin/dist" {
-					p = filepath.Join(dir, "../grafana-plugin/src/plugin.json")
+				if host == "../dist" {
+					p = filepath.Join(dir, "../src/plugin.json")
 				}
 				if _, err := os.Stat(p); err != nil {
 					t.Errorf("compose: %s mounts %s, which is not in the repository", name, host)
@@ -758,7 +758,7 @@ func composeMounts(t *testing.T) map[string]map[string]string {
 			Grafana string `json:"grafanaDependency"`
 		} `json:"dependencies"`
 	}
-	if b, err := os.ReadFile(filepath.Join(root, "grafana-plugin/src/plugin.json")); err != nil || json.Unmarshal(b, &pj) != nil {
+	if b, err := os.ReadFile(filepath.Join(root, "src/plugin.json")); err != nil || json.Unmarshal(b, &pj) != nil {
 		t.Errorf("plugin.json: %v", err)
 	}
 	minMajor := regexp.MustCompile(`^>=(\d+)\.`).FindStringSubmatch(pj.Dependencies.Grafana)
@@ -777,7 +777,7 @@ func composeMounts(t *testing.T) map[string]map[string]string {
 func TestCompose(t *testing.T) {
 	m := composeMounts(t)["grafana"]
 	want := map[string]string{
-		"../grafana-plugin/dist":      "/var/lib/grafana/plugins/" + pluginType,
+		"../dist":                     "/var/lib/grafana/plugins/" + pluginType,
 		"../provisioning/datasources": "/etc/grafana/provisioning/datasources",
 		"../provisioning/dashboards":  "/etc/grafana/provisioning/dashboards",
 		"../provisioning/alerting":    "/etc/grafana/provisioning/alerting",

@@ -366,6 +366,13 @@ async function shoot(page, name) {
   shots.push(file);
 }
 
+/** One element's box only (what plugin.json's screenshots show). */
+async function shootElement(locator, name) {
+  const file = path.join(out, name);
+  await locator.screenshot({ path: file, animations: 'disabled' });
+  shots.push(file);
+}
+
 // ------------------------------------------------------------------- main
 
 async function main() {
@@ -496,9 +503,13 @@ async function main() {
     return `filter ${JSON.stringify(q.filter)}`;
   });
 
-  await step('c2. invalid filter: the marker sits on slurm.job.usr', () =>
-    checkInvalid(page, 'slurm.job.user == "bob" && slurm.job.usr == "x"', 'slurm.job.usr', 1, 'filter-invalid.png')
-  );
+  await step('c2. invalid filter: the marker sits on slurm.job.usr', async () => {
+    const r = await checkInvalid(page, 'slurm.job.user == "bob" && slurm.job.usr == "x"', 'slurm.job.usr', 1, 'filter-invalid.png');
+    // The editor alone, with the backend's error in place: the catalog's
+    // first screenshot (a copy is src/img/screenshot-query-editor.png).
+    await shootElement(page.locator('[data-testid="harness-query-editor-ui"]'), 'catalog-query-editor.png');
+    return r;
+  });
 
   await step('c3. astral character before the error: marker at the UTF-16 index', () =>
     checkInvalid(page, 'slurm.job.name == "🚀" && slurm.job.usr == "x"', 'slurm.job.usr', 1, 'filter-unicode.png')
@@ -600,7 +611,9 @@ async function main() {
       const d = ctx.getImageData(0, 0, c.width, c.height).data;
       let n = 0;
       for (let i = 3; i < d.length; i += 4 * 7) {
-        if (d[i] > 0) n++;
+        if (d[i] > 0) {
+          n++;
+        }
       }
       return { n, w: c.width, h: c.height };
     });
@@ -634,6 +647,8 @@ async function main() {
     assert(!samples || Math.abs(Number(samples[1]) * 1e9 - profile.total) <= profile.total * 0.01, `header ${JSON.stringify(line)}: sample count is not the recorded total`);
     await flame.scrollIntoViewIfNeeded();
     await shoot(page, 'flamegraph.png');
+    // The catalog's second screenshot (a copy is src/img/screenshot-flame-graph.png).
+    await shootElement(flame, 'catalog-flame-graph.png');
     return `header ${JSON.stringify(line)}; matmul_kernel_launch ${matmulNs / 1e9} s; ${rows.length} table rows`;
   });
 
