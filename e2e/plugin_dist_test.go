@@ -70,9 +70,18 @@ func TestPluginDist(t *testing.T) {
 		}
 	}
 	// docsPath names the documentation folder from the repository root
-	// (where src/plugin.json is), which must have its landing page.
+	// (where src/plugin.json is), which must have its landing page, and the
+	// archive carries the same pages there.
 	if _, err := os.Stat(filepath.Join("..", pj.DocsPath, "index.md")); pj.DocsPath == "" || err != nil {
 		t.Errorf("plugin.json: docsPath %q has no index.md (%v)", pj.DocsPath, err)
+	}
+	pages, _ := filepath.Glob(filepath.Join("..", pj.DocsPath, "*.md"))
+	for _, p := range pages {
+		want, _ := os.ReadFile(p)
+		got, err := os.ReadFile(filepath.Join(dist, pj.DocsPath, filepath.Base(p)))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("dist/%s/%s: not the page in %s (%v)", pj.DocsPath, filepath.Base(p), pj.DocsPath, err)
+		}
 	}
 	// The archive carries the README, the licence and a Keep a Changelog
 	// changelog beside plugin.json.
