@@ -562,18 +562,17 @@ async function main() {
     return `suggested ${JSON.stringify(labels)}`;
   });
 
-  await step('d2. value autocompletion: slurm.job.user == " suggests the recorded users; Enter accepts bob', async () => {
-    // Continues after the accepted name: the caret is at its end.
-    await page.locator(FILTER_INPUT).pressSequentially(' == "');
+  await step('d2. value autocompletion: slurm.job.id == " suggests the recorded job ids; Enter accepts 4243', async () => {
+    await typeFilter(page, 'slurm.job.id == "');
     const list = page.locator(FILTER_SUGGESTIONS);
     await list.waitFor({ state: 'visible', timeout: 5000 });
     const options = list.getByRole('option');
     const labels = await options.evaluateAll((els) => els.map((el) => el.firstElementChild?.textContent ?? el.textContent));
-    assert(JSON.stringify(labels) === JSON.stringify(['alice', 'bob']), `value suggestions ${JSON.stringify(labels)}, want the recording's ["alice","bob"] (03b-label-values-slurm_job_user)`);
+    assert(JSON.stringify(labels) === JSON.stringify(['4242', '4243']), `value suggestions ${JSON.stringify(labels)}, want the recording's ["4242","4243"] (05a-select-series-by-job-id)`);
     await page.keyboard.press('ArrowDown');
     await shoot(page, 'autocomplete-values.png');
     await page.keyboard.press('Enter');
-    const want = 'slurm.job.user == "bob"';
+    const want = 'slurm.job.id == "4243"';
     await poll(async () => (await page.locator(FILTER_INPUT).inputValue()) === want, async () => `the textarea to read ${want}, not ${JSON.stringify(await page.locator(FILTER_INPUT).inputValue())}`);
     return want;
   });
