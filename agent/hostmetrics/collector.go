@@ -168,6 +168,7 @@ func (c *Collector) Poll(ctx context.Context) {
 
 // job reads one job's cgroup and its steps' and returns their series.
 func (c *Collector) job(r *reader, jc attribution.JobCgroup, now time.Time) []prometheus.Metric {
+	r.owner = jc.Job.UID
 	steps, ok := c.steps(r, jc)
 	if !ok {
 		return nil // gone, or unreadable (counted)
@@ -236,7 +237,7 @@ func (c *Collector) steps(r *reader, jc attribution.JobCgroup) ([]step, bool) {
 		if base == "" {
 			continue
 		}
-		names, err := procfs.ReadDirBeneath(base, jc.Dir, maxSteps)
+		names, err := procfs.ReadDirBeneath(base, jc.Dir, maxSteps, r.owner)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}

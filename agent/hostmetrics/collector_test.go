@@ -361,3 +361,43 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// Slurm's cgroup v1 plugin gives a job's step directories to its user (seen
+// on this host: memory/slurm_<node>/uid_<uid>/job_<id>/step_batch is the
+// user's): they are listed for that user's job only.
+func TestV1StepsOwnedByTheJobsUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give a directory to another user")
+	}
+	root := t.TempDir()
+	jdir := filepath.Join(root, "memory", "slurm", "uid_4242", "job_7")
+	task := filepath.Join(jdir, "step_batch", "task_0")
+	must(t, os.MkdirAll(task, 0o755))
+	for _, d := range []string{jdir, filepath.Join(jdir, "step_batch"), task} {
+		oom := "0"
+		if d == task {
+			oom = "1"
+		}
+		must(t, os.WriteFile(filepath.Join(d, "memory.oom_control"), []byte("oom_kill_disable 0\nunder_oom 0\noom_kill "+oom+"\n"), 0o444))
+	}
+	must(t, os.Chown(filepath.Join(jdir, "step_batch"), 4242, 4242))
+	must(t, os.Chown(task, 4242, 4242))
+	must(t, os.MkdirAll(filepath.Join(root, "unified"), 0o755))
+	jc := job(1, "7", "/slurm/uid_4242/job_7")
+	for uid, want := range map[int]bool{4242: true, 4243: false} {
+		jc.Job.UID = uid
+		c, _, _ := newCollector(t, root, jc)
+		c.Poll(context.Background())
+		g := gather(t, c)
+		_, ok := g[key(schema.HostOOMKills.Job, "7")]
+		if ok != want {
+			t.Errorf("steps owned by uid 4242, job of uid %d: OOM kills read %v, want %v (%v)", uid, ok, want, g)
+		}
+		if want {
+			g.want(t, key(schema.HostOOMKills.Job, "7"), 1)
+			g.want(t, key(schema.HostOOMKills.Step, "7", "batch"), 1)
+		} else {
+			g.want(t, schema.CgroupReadErrors.Name+"{file=memory.oom_control,reason=refused}", 2) // the job's sum and the step's
+		}
+	}
+}

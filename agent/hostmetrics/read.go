@@ -76,6 +76,9 @@ func discover(root string) layout {
 type reader struct {
 	l    layout
 	fail func(file, reason string, err error)
+	// owner is the uid of the job being read (-1 unknown): Slurm's v1
+	// plugin gives it the job's step directories.
+	owner int
 }
 
 // file reads base/dir/name; missing says it does not exist.
@@ -232,12 +235,12 @@ func (r *reader) oomV1(base, dir string, depth int, budget *int) (n uint64, miss
 	if depth == 0 {
 		return n, false, true
 	}
-	subs, err := procfs.ReadDirBeneath(base, dir, maxSteps)
+	subs, err := procfs.ReadDirBeneath(base, dir, maxSteps, r.owner)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return n, false, true // it went away with its processes
 		}
-		r.fail("memory.oom_control", "unreadable", err)
+		r.fail("memory.oom_control", reasonOf(err), err)
 		return 0, false, false
 	}
 	for _, sub := range subs {

@@ -72,9 +72,11 @@ var ErrNotDir = errors.New("not a directory")
 
 // ReadDirBeneath lists the subdirectories of base/rel (rel "" is base
 // itself), by the rules of ReadFileBeneath: no link in rel, the directory
-// owned by root or the agent. At most max names are returned; more is
-// ErrTooLarge, with none of them.
-func ReadDirBeneath(base, rel string, max int) ([]string, error) {
+// owned by root, the agent or owner (-1: none; Slurm's cgroup v1 plugin
+// gives a job's step directories to the job's user, while the files in
+// them stay the kernel's, root's). At most max names are returned; more
+// is ErrTooLarge, with none of them.
+func ReadDirBeneath(base, rel string, max, owner int) ([]string, error) {
 	name := filepath.Join(base, rel)
 	var fd int
 	var err error
@@ -94,7 +96,7 @@ func ReadDirBeneath(base, rel string, max int) ([]string, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: ErrNotDir}
 	}
-	if st.Uid != 0 && int(st.Uid) != agentUID {
+	if st.Uid != 0 && int(st.Uid) != agentUID && (owner < 0 || int(st.Uid) != owner) {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: fmt.Errorf("%w (uid %d)", ErrOwner, st.Uid)}
 	}
 	dfd, err := unix.Open(FDPath(uintptr(fd)), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)

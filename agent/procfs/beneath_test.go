@@ -90,31 +90,40 @@ func TestReadFileBeneathOwner(t *testing.T) {
 	if _, err := ReadFileBeneath(base, "job_1/cpu.stat", 64); !errors.Is(err, ErrOwner) {
 		t.Errorf("another user's file: %v", err)
 	}
-	if _, err := ReadDirBeneath(base, "job_1", 8); !errors.Is(err, ErrOwner) {
+	if _, err := ReadDirBeneath(base, "job_1", 8, -1); !errors.Is(err, ErrOwner) {
 		t.Errorf("another user's directory: %v", err)
+	}
+	// The job's own user may own a directory (Slurm's v1 step
+	// directories), not a file.
+	owner := os.Getuid()
+	if owner == 0 {
+		owner = 4242
+	}
+	if _, err := ReadDirBeneath(base, "job_1", 8, owner); err != nil {
+		t.Errorf("the job user's directory: %v", err)
 	}
 }
 
 func testReadDirBeneath(t *testing.T) {
 	base := cgroupTree(t)
-	names, err := ReadDirBeneath(base, "job_1", 8)
+	names, err := ReadDirBeneath(base, "job_1", 8, -1)
 	slices.Sort(names)
 	if err != nil || strings.Join(names, ",") != "step_0,step_batch" {
 		t.Fatalf("job_1: %v, %v (want the two step directories, no files, FIFOs or links)", names, err)
 	}
-	if names, err := ReadDirBeneath(base, "", 8); err != nil || strings.Join(names, ",") != "job_1" {
+	if names, err := ReadDirBeneath(base, "", 8, -1); err != nil || strings.Join(names, ",") != "job_1" {
 		t.Errorf("base: %v, %v (the linked job_2 is not a directory of it)", names, err)
 	}
-	if _, err := ReadDirBeneath(base, "job_1", 1); !errors.Is(err, ErrTooLarge) {
+	if _, err := ReadDirBeneath(base, "job_1", 1, -1); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("two directories, max 1: %v", err)
 	}
-	if _, err := ReadDirBeneath(base, "job_2", 8); !errors.Is(err, ErrLink) {
+	if _, err := ReadDirBeneath(base, "job_2", 8, -1); !errors.Is(err, ErrLink) {
 		t.Errorf("a link to a directory: %v", err)
 	}
-	if _, err := ReadDirBeneath(base, "job_1/not-a-dir", 8); !errors.Is(err, ErrNotDir) {
+	if _, err := ReadDirBeneath(base, "job_1/not-a-dir", 8, -1); !errors.Is(err, ErrNotDir) {
 		t.Errorf("a file: %v", err)
 	}
-	if _, err := ReadDirBeneath(base, "job_9", 8); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := ReadDirBeneath(base, "job_9", 8, -1); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing: %v", err)
 	}
 }

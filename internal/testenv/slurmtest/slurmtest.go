@@ -94,6 +94,11 @@ type Options struct {
 	// ShimSource is the path of internal/testenv/cgv2shim/cgv2shim.c. Default: found
 	// relative to this source file's package in the module.
 	ShimSource string
+	// Constrain makes task/cgroup confine each job to the CPUs and memory
+	// it was allocated (cgroup.conf ConstrainCores=yes, ConstrainRAMSpace=yes),
+	// as production clusters do; a job's --mem is then its memory limit.
+	// Cgroup v1 only: this host's cgroup v2 delegates neither controller.
+	Constrain bool
 	// Log receives progress lines. Default io.Discard.
 	Log io.Writer
 	// StartTimeout bounds each wait during Start. Default 30s.
@@ -154,6 +159,9 @@ type daemon struct {
 func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	if o.Mode != V1 && o.Mode != V2 {
 		return nil, fmt.Errorf("slurmtest: Options.Mode must be V1 or V2, got %v", o.Mode)
+	}
+	if o.Constrain && o.Mode != V1 {
+		return nil, errors.New("slurmtest: Options.Constrain needs cgroup v1 (this host's cgroup v2 has no cpuset or memory controller to give Slurm)")
 	}
 	if o.WorkDir == "" {
 		return nil, errors.New("slurmtest: Options.WorkDir is required")
