@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/grafana/grafana-plugin-sdk-go/data"
+	"github.com/grafana/grafana-plugin-sdk-go/genproto/pluginv2"
+
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/filter"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
@@ -48,7 +51,8 @@ func TestHostMetrics(t *testing.T) {
 	slurmtest.RequireIntegration(t, slurmtest.V2)
 	agent := buildAgent(t)
 	cli := buildCLI(t)
-	t.Run("v1", func(t *testing.T) { testHostMetricsV1(t, agent, cli) })
+	ds := buildDatasource(t)
+	t.Run("v1", func(t *testing.T) { testHostMetricsV1(t, agent, cli, ds) })
 	t.Run("v2", func(t *testing.T) { testHostMetricsV2(t, agent) })
 }
 
@@ -135,7 +139,7 @@ func (h *hostRig) usage(t *testing.T, id string) (query.Range, findings.Job) {
 
 func within(got, want, tol float64) bool { return math.Abs(got-want) <= tol*want }
 
-func testHostMetricsV1(t *testing.T, agent, cli string) {
+func testHostMetricsV1(t *testing.T, agent, cli, ds string) {
 	h := startHostRig(t, agent, slurmtest.Options{Mode: slurmtest.V1, Constrain: true})
 	burn := h.run(t, []string{"-J", "burn", "-c", strconv.Itoa(burnCores), fmt.Sprintf("--mem=%dM", burnMemMB)},
 		fmt.Sprintf("%s %d %d 3\n", h.load, burnSeconds, burnMiB))
@@ -229,6 +233,31 @@ func testHostMetricsV1(t *testing.T, agent, cli string) {
 			schema.JobID.Label, burn), "I/O unsupported on v1", func(r []promSample) bool { return len(r) == 1 })
 		if r := h.prom.query(t, fmt.Sprintf(`max_over_time(slurmscope_job_io_read_bytes_total{%s=%q}[5m])`, schema.JobID.Label, burn)); len(r) != 0 {
 			t.Errorf("I/O reported on v1: %v", r)
+		}
+	})
+
+	t.Run("datasource", func(t *testing.T) {
+		// The plugin binary over Grafana's gRPC protocol: the table, and
+		// the numbers an alert rule evaluates, labelled by job.
+		p := launch(t, ds)
+		settings := map[string]any{"prometheus": map[string]any{"url": h.prom.base}}
+		admin := &pluginv2.User{Login: "admin", Role: "Admin"}
+		from, to := h.started.Add(-time.Minute), time.Now().Add(time.Second)
+		tab := p.query(t, settings, admin, map[string]any{"queryType": "findings", "filter": fmt.Sprintf("slurm.job.id in [%q, %q]", burn, oom)}, from, to)
+		if len(tab) != 1 || tab[0].Rows() < 3 {
+			t.Fatalf("findings table: %s", dump(tab))
+		}
+		nums := p.query(t, settings, admin, map[string]any{"queryType": "findings", "finding": "cpuUnderused", "format": "numeric"}, from, to)
+		got := map[string]float64{}
+		for _, f := range nums {
+			if f.Meta == nil || f.Meta.Type != data.FrameTypeNumericMulti || len(f.Fields) != 1 || f.Fields[0].Len() != 1 {
+				t.Fatalf("not a numeric-multi frame: %s", dump(nums))
+			}
+			v, _ := f.Fields[0].At(0).(float64)
+			got[f.Fields[0].Labels[schema.JobID.Name]] = v
+		}
+		if v, ok := got[burn]; !ok || v <= 0 || v >= 0.5 {
+			t.Errorf("cpuUnderused numbers %v: want job %s's CPU efficiency, under 0.5", got, burn)
 		}
 	})
 
