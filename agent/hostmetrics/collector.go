@@ -54,8 +54,10 @@ type Options struct {
 	// Root is the cgroup root (/sys/fs/cgroup): the unified hierarchy at
 	// it or at unified/, v1 controllers at <Root>/<controller>.
 	Root string
-	// HostName is the host_name of every series; jobs of other nodes (a
-	// host with several slurmd) are left to their own agents.
+	// HostName is the host_name of the collector's own series. A job's
+	// carry the node its cgroup path names (several slurmd on one host),
+	// as its profiles do; Jobs leaves out other slurmd's jobs when the
+	// agent serves one node.
 	HostName string
 	Jobs     Jobs
 	Interval time.Duration
@@ -104,11 +106,13 @@ func New(o Options) *Collector {
 	}
 	c := &Collector{o: o, errs: map[[2]string]uint64{}, loggedU: map[string]bool{}, loggedE: map[[2]string]bool{}}
 	d := func(m schema.Metric) *prometheus.Desc { return promschema.Desc(m, o.HostName, false) }
+	// Per job: host_name is the job's node, a label like the others.
+	jd := func(m schema.Metric) *prometheus.Desc { return prometheus.NewDesc(m.Name, m.Help, m.LabelNames(false), nil) }
 	for i, h := range schema.HostMetrics {
-		c.desc.job[i], c.desc.step[i], c.desc.typ[i] = d(h.Job), d(h.Step), promschema.ValueType(h.Job)
+		c.desc.job[i], c.desc.step[i], c.desc.typ[i] = jd(h.Job), jd(h.Step), promschema.ValueType(h.Job)
 	}
-	c.desc.lastSeen = d(schema.JobLastSeen)
-	c.desc.unsupported = d(schema.JobCgroupUnsupported)
+	c.desc.lastSeen = jd(schema.JobLastSeen)
+	c.desc.unsupported = jd(schema.JobCgroupUnsupported)
 	c.desc.pollDuration = d(schema.CgroupPollDuration)
 	c.desc.polls = d(schema.CgroupPolls)
 	c.desc.readErrors = d(schema.CgroupReadErrors)
@@ -149,7 +153,7 @@ func (c *Collector) Poll(ctx context.Context) {
 			if ctx.Err() != nil {
 				break
 			}
-			if jc.Job == nil || jc.Job.Host != c.o.HostName {
+			if jc.Job == nil {
 				continue
 			}
 			out = append(out, c.job(r, jc, start)...)
@@ -192,7 +196,8 @@ func (c *Collector) job(r *reader, jc attribution.JobCgroup, now time.Time) []pr
 		return nil
 	}
 	j := jc.Job
-	labels := []string{j.ID, j.User, j.Name}
+	// The schema's order: host_name first.
+	labels := []string{j.Host, j.ID, j.User, j.Name}
 	var out []prometheus.Metric
 	for m := 0; m < nMetrics; m++ {
 		switch {
