@@ -1,4 +1,4 @@
-// Package promtest runs Debian's real Prometheus for tests: scraping
+// Package promtest runs Debian's real Prometheus for tests and the demo: scraping
 // whatever a config says (Start), or serving samples written beforehand,
 // with their own timestamps, into its TSDB with promtool (WithSamples), so
 // that a query's answer over a range is known exactly.
@@ -6,6 +6,7 @@ package promtest
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -33,64 +34,100 @@ func Require(t testing.TB) {
 // FreeAddr returns a 127.0.0.1 address nothing listened on a moment ago.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addr
 }
 
-// Start runs prometheus with config (the YAML) and its TSDB in dir/tsdb,
-// plus flags, waits until it is ready and returns its URL. It is killed at
-// cleanup, and its log is logged if t failed.
-func Start(t testing.TB, dir, config string, flags ...string) string {
-	t.Helper()
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// Server is a running prometheus.
+type Server struct {
+	URL  string
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  *lockedBuffer
+}
+
+// Run starts prometheus with config (the YAML) and its TSDB in dir/tsdb,
+// plus flags, and waits until it is ready. The demo uses it; tests use
+// Start.
+func Run(dir, config string, flags ...string) (*Server, error) {
 	bin, err := exec.LookPath("prometheus")
 	if err != nil {
-		t.Fatalf("prometheus is required (Debian: apt-get install prometheus): %v", err)
+		return nil, fmt.Errorf("prometheus is required (Debian: apt-get install prometheus): %w", err)
 	}
 	cfg := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	addr := FreeAddr(t)
-	log := &lockedBuffer{}
-	cmd := exec.Command(bin, append([]string{"--config.file=" + cfg, "--storage.tsdb.path=" + filepath.Join(dir, "tsdb"),
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{URL: "http://" + addr, log: &lockedBuffer{}, done: make(chan struct{})}
+	s.cmd = exec.Command(bin, append([]string{"--config.file=" + cfg, "--storage.tsdb.path=" + filepath.Join(dir, "tsdb"),
 		"--web.listen-address=" + addr}, flags...)...)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	if err := s.cmd.Start(); err != nil {
+		return nil, err
 	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-done
-		if t.Failed() {
-			t.Logf("prometheus log:\n%s", log.String())
-		}
-	})
-	base := "http://" + addr
+	go func() { s.cmd.Wait(); close(s.done) }()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		select {
-		case <-done:
-			t.Fatalf("prometheus exited at start:\n%s", log.String())
+		case <-s.done:
+			return nil, fmt.Errorf("prometheus exited at start:\n%s", s.log.String())
 		default:
 		}
-		res, err := http.Get(base + "/-/ready")
+		res, err := http.Get(s.URL + "/-/ready")
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
-				return base
+				return s, nil
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("prometheus not ready after 60s: %v\n%s", err, log.String())
+			s.Stop()
+			return nil, fmt.Errorf("prometheus not ready after 60s: %v\n%s", err, s.log.String())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// Stop kills prometheus and waits for it.
+func (s *Server) Stop() {
+	s.cmd.Process.Kill()
+	<-s.done
+}
+
+// Log is what prometheus wrote.
+func (s *Server) Log() string { return s.log.String() }
+
+// Start is Run for a test: it fails t, and kills prometheus at cleanup,
+// logging its log if t failed.
+func Start(t testing.TB, dir, config string, flags ...string) string {
+	t.Helper()
+	s, err := Run(dir, config, flags...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Stop()
+		if t.Failed() {
+			t.Logf("prometheus log:\n%s", s.Log())
+		}
+	})
+	return s.URL
 }
 
 // WithSamples writes openMetrics (the OpenMetrics text format, samples

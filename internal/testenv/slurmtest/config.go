@@ -83,14 +83,15 @@ func (c *Cluster) writeConfig() error {
 }
 
 func (c *Cluster) cgroupConf() string {
+	// No memory limits unless asked for, which a small CI VM could trip
+	// over.
+	constrain := "no"
+	if c.opts.Constrain {
+		constrain = "yes"
+	}
 	if c.opts.Mode == V1 {
 		// ConstrainDevices gives the devices controller per-task
-		// directories (task_<n>); no memory limits unless asked for,
-		// which a small CI VM could trip over.
-		constrain := "no"
-		if c.opts.Constrain {
-			constrain = "yes"
-		}
+		// directories (task_<n>).
 		return "# Written by slurmscope internal/testenv/slurmtest.\n" +
 			"CgroupPlugin=cgroup/v1\n" +
 			"CgroupAutomount=no\n" +
@@ -107,8 +108,8 @@ func (c *Cluster) cgroupConf() string {
 		"CgroupAutomount=no\n" +
 		"CgroupMountpoint=" + c.cg2Mount + "\n" +
 		"IgnoreSystemd=yes\n" +
-		"ConstrainCores=no\n" +
-		"ConstrainRAMSpace=no\n" +
+		"ConstrainCores=" + constrain + "\n" +
+		"ConstrainRAMSpace=" + constrain + "\n" +
 		"ConstrainDevices=yes\n"
 }
 
