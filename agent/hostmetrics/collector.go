@@ -107,7 +107,9 @@ func New(o Options) *Collector {
 	c := &Collector{o: o, errs: map[[2]string]uint64{}, loggedU: map[string]bool{}, loggedE: map[[2]string]bool{}}
 	d := func(m schema.Metric) *prometheus.Desc { return promschema.Desc(m, o.HostName, false) }
 	// Per job: host_name is the job's node, a label like the others.
-	jd := func(m schema.Metric) *prometheus.Desc { return prometheus.NewDesc(m.Name, m.Help, m.LabelNames(false), nil) }
+	jd := func(m schema.Metric) *prometheus.Desc {
+		return prometheus.NewDesc(m.Name, m.Help, m.LabelNames(false), nil)
+	}
 	for i, h := range schema.HostMetrics {
 		c.desc.job[i], c.desc.step[i], c.desc.typ[i] = jd(h.Job), jd(h.Step), promschema.ValueType(h.Job)
 	}
