@@ -175,7 +175,7 @@ func (c *Collector) Poll(ctx context.Context) {
 // job reads one job's cgroup and its steps' and returns their series.
 func (c *Collector) job(r *reader, jc attribution.JobCgroup, now time.Time) []prometheus.Metric {
 	r.owner = jc.Job.UID
-	steps, ok := c.steps(r, jc)
+	steps, base, ok := c.steps(r, jc)
 	if !ok {
 		return nil // gone, or unreadable (counted)
 	}
@@ -195,6 +195,10 @@ func (c *Collector) job(r *reader, jc attribution.JobCgroup, now time.Time) []pr
 			stepSamples = append(stepSamples, r.v1(st.dir, 1))
 		}
 	default:
+		return nil
+	}
+	// A job that ended while it was read would look unsupported.
+	if _, err := procfs.ReadDirBeneath(base, jc.Dir, maxSteps, r.owner); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
 	j := jc.Job
@@ -226,8 +230,9 @@ func (c *Collector) job(r *reader, jc attribution.JobCgroup, now time.Time) []pr
 type step struct{ dir, step string }
 
 // steps lists the job's step directories, from the first hierarchy that
-// has the job's directory. ok is false when none has it: the job ended.
-func (c *Collector) steps(r *reader, jc attribution.JobCgroup) ([]step, bool) {
+// has the job's directory, which it returns. ok is false when none has it:
+// the job ended.
+func (c *Collector) steps(r *reader, jc attribution.JobCgroup) (_ []step, base string, ok bool) {
 	var bases []string
 	if jc.Version == 2 {
 		bases = []string{r.l.v2}
@@ -236,9 +241,9 @@ func (c *Collector) steps(r *reader, jc attribution.JobCgroup) ([]step, bool) {
 			bases = append(bases, r.l.v1[ctl])
 		}
 	}
-	jl, ok, err := cgroup.ParsePath(jc.Dir, jc.Version)
-	if !ok || err != nil || jl.Step != "" {
-		return nil, false
+	jl, isJob, err := cgroup.ParsePath(jc.Dir, jc.Version)
+	if !isJob || err != nil || jl.Step != "" {
+		return nil, "", false
 	}
 	for _, base := range bases {
 		if base == "" {
@@ -250,7 +255,7 @@ func (c *Collector) steps(r *reader, jc attribution.JobCgroup) ([]step, bool) {
 		}
 		if err != nil {
 			c.fail("steps", reasonOf(err), err)
-			return nil, false
+			return nil, "", false
 		}
 		var out []step
 		for _, n := range names {
@@ -261,9 +266,9 @@ func (c *Collector) steps(r *reader, jc attribution.JobCgroup) ([]step, bool) {
 			}
 		}
 		slices.SortFunc(out, func(a, b step) int { return strings.Compare(a.step, b.step) })
-		return out, true
+		return out, base, true
 	}
-	return nil, false
+	return nil, "", false
 }
 
 func reasonOf(err error) string {
