@@ -208,10 +208,7 @@ func TestDatasource(t *testing.T) {
 	})
 
 	t.Run("cli-job", func(t *testing.T) {
-		cli := filepath.Join(t.TempDir(), "slurmscope")
-		if out, err := exec.Command("go", "build", "-o", cli, "../grafana-plugin/cmd/slurmscope").CombinedOutput(); err != nil {
-			t.Fatalf("building slurmscope: %v\n%s", err, out)
-		}
+		cli := buildCLI(t)
 		cmd := exec.Command(cli, "job", jobA, "--pyroscope-url", pyroURL, "--prometheus-url", promURL, "--tenant", tenant, "--since", "40m", "--json")
 		out, err := cmd.Output()
 		if err != nil {

@@ -9,19 +9,42 @@ export const QueryType = {
   GPUMetric: 'gpuMetric',
   TopEntities: 'topEntities',
   AttributeValues: 'attributeValues',
+  Findings: 'findings',
 } as const;
 export type QueryTypeValue = (typeof QueryType)[keyof typeof QueryType];
 
 export const queryTypeOptions: Array<{ value: QueryTypeValue; label: string; description: string }> = [
   { value: QueryType.Flamegraph, label: 'Flame graph', description: 'Profiles merged across the matching jobs and nodes' },
   { value: QueryType.ProfileSeries, label: 'Profile series', description: 'Profile totals over time, per group' },
-  { value: QueryType.GPUMetric, label: 'GPU metric', description: 'A GPU metric from Prometheus, per group' },
+  {
+    value: QueryType.GPUMetric,
+    label: 'Metrics',
+    description: "A GPU metric, or a host metric from the jobs' cgroups, from Prometheus, per group (counters as per-second rates)",
+  },
   { value: QueryType.TopEntities, label: 'Top', description: 'Jobs, users or nodes ranked by CPU time, GPU time or GPU utilisation' },
   { value: QueryType.AttributeValues, label: 'Attribute values', description: 'The values of one attribute (for variables)' },
+  {
+    value: QueryType.Findings,
+    label: 'Findings',
+    description: 'What jobs should change: idle GPUs, unused cores, memory over-requested or near its limit, OOM kills, ...',
+  },
 ];
 
 export type Aggregation = 'avg' | 'sum' | 'max' | 'min';
-export type Rank = 'cpuTime' | 'gpuTime' | 'gpuUtilization';
+export type Rank = 'cpuTime' | 'gpuTime' | 'gpuUtilization' | 'wastedCoreHours' | 'wastedGPUHours';
+
+/** The findings the backend computes (Go: findings.Kind). */
+export type FindingKind =
+  | 'oomKilled'
+  | 'gpuIdle'
+  | 'inputBound'
+  | 'cpuUnderused'
+  | 'memoryNearLimit'
+  | 'memoryOverRequested'
+  | 'gpuMemoryUnderused';
+
+/** table: one row per finding; numeric: one number per finding, for alert rules. */
+export type FindingsFormat = 'table' | 'numeric';
 
 export interface SlurmQuery extends DataQuery {
   queryType?: QueryTypeValue;
@@ -43,6 +66,9 @@ export interface SlurmQuery extends DataQuery {
   limit?: number;
   /** attributeValues */
   attribute?: string;
+  /** findings: one kind (unset: every kind), and the frames' shape */
+  finding?: FindingKind;
+  format?: FindingsFormat;
 }
 
 export const DEFAULT_MAX_NODES = 8192;
@@ -80,6 +106,8 @@ export interface SlurmOptions extends DataSourceJsonData {
     allowUsers?: string[];
     allowTeams?: string[];
   };
+  /** Finding thresholds (Go: findings.Thresholds); unset ones take the backend's defaults. Set by provisioning. */
+  findings?: Partial<Record<string, number>>;
 }
 
 /** secureJsonData keys, per backend: `${backend}${SecretKey}` (Go: settings.go). */
@@ -124,6 +152,8 @@ export interface MetricInfo {
   level: string;
   unit: string;
   aggregation: Aggregation;
+  /** gauge or counter (shown as a per-second rate) */
+  type?: string;
 }
 
 /** GET /profile-types */

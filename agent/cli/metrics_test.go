@@ -20,6 +20,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/gpu"
 	"github.com/slurmscope/slurmscope/agent/gpu/gputest"
 	"github.com/slurmscope/slurmscope/agent/gputrace"
+	"github.com/slurmscope/slurmscope/agent/hostmetrics"
 	"github.com/slurmscope/slurmscope/agent/httpclient"
 	"github.com/slurmscope/slurmscope/agent/jobinfo"
 	"github.com/slurmscope/slurmscope/agent/procfs"
@@ -117,6 +118,12 @@ func TestAgentExportsTheSchemasMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg.MustRegister(remotewrite.NewCollector(w))
+	// The cgroup collector over its fixture tree: a job with every
+	// controller, one with none (unsupported) and one with bad files.
+	hm := hostmetrics.New(hostmetrics.Options{Root: "../hostmetrics/testdata/v2", HostName: "node1", Jobs: cgroupJobs{},
+		Log: slog.New(slog.DiscardHandler)})
+	hm.Poll(context.Background())
+	reg.MustRegister(hm)
 	var fams []*dto.MetricFamily
 	for _, g := range []prometheus.Gatherer{reg, noGPU} {
 		fs, err := g.Gather()
@@ -161,6 +168,19 @@ func TestAgentExportsTheSchemasMetrics(t *testing.T) {
 			t.Errorf("%s is in the schema, but the agent does not export it", m.Name)
 		}
 	}
+}
+
+// cgroupJobs are three jobs of the host-metrics fixture tree.
+type cgroupJobs struct{}
+
+func (cgroupJobs) Refresh() ([]attribution.Process, error) { return nil, nil }
+func (cgroupJobs) JobCgroups() []attribution.JobCgroup {
+	var out []attribution.JobCgroup
+	for _, id := range []string{"101", "102", "103"} {
+		out = append(out, attribution.JobCgroup{Job: &attribution.Job{ID: id, Host: "node1"}, Version: 2,
+			Dir: "/system.slice/slurmstepd.scope/job_" + id})
+	}
+	return out
 }
 
 // gpuNode is a node whose process 1001 (job 62) runs on GPU 0 and holds it

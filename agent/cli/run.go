@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/daemon"
 	"github.com/slurmscope/slurmscope/agent/gpu"
 	"github.com/slurmscope/slurmscope/agent/gputrace"
+	"github.com/slurmscope/slurmscope/agent/hostmetrics"
 	"github.com/slurmscope/slurmscope/agent/httpclient"
 	"github.com/slurmscope/slurmscope/agent/jobinfo"
 	"github.com/slurmscope/slurmscope/agent/procfs"
@@ -38,7 +40,7 @@ import (
 
 func init() {
 	extraCommands["run"] = runCmd
-	summaries["run"] = "profile this node: CPU stacks (eBPF), GPU metrics (NVML), GPU kernels; push or write per-job profiles"
+	summaries["run"] = "profile this node: CPU stacks (eBPF), GPU metrics (NVML), GPU kernels, jobs' cgroups; push or write per-job profiles"
 }
 
 type runFlags struct {
@@ -60,6 +62,9 @@ type runFlags struct {
 	gpuMetrics     bool
 	gpuInterval    time.Duration
 	nvmlLibrary    string
+	hostMetrics    bool
+	hostInterval   time.Duration
+	cgroupRoot     string
 	rw             remotewrite.Config
 	rwSpoolDir     string
 	rwSpoolMax     int64
@@ -101,6 +106,9 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.gpuMetrics, "gpu-metrics", true, "read GPU metrics through NVML (skipped with one log line where there is no driver)")
 	fs.DurationVar(&f.gpuInterval, "gpu-interval", 10*time.Second, "how often GPUs are polled")
 	fs.StringVar(&f.nvmlLibrary, "nvml-library", "", "path of libnvidia-ml.so.1 (default: the dynamic linker's search)")
+	fs.BoolVar(&f.hostMetrics, "host-metrics", true, "read each job's CPU time, CPUs, memory, OOM kills and I/O from the cgroups Slurm made for it")
+	fs.DurationVar(&f.hostInterval, "host-metrics-interval", hostmetrics.DefaultInterval, "how often the jobs' cgroups are read")
+	fs.StringVar(&f.cgroupRoot, "cgroup-root", "", "root of the cgroup filesystems (default <sys-root>/fs/cgroup): the v2 hierarchy there or at unified/, v1 controllers at <root>/<controller>")
 	httpclient.RegisterFlags(fs, "prometheus-remote-write", &f.rw.Config, "the remote-write endpoint",
 		"also push the agent's metrics with Prometheus remote-write 1.0 to this URL (e.g. http://prometheus:9090/api/v1/write)")
 	fs.DurationVar(&f.rw.Interval, "prometheus-remote-write-interval", 15*time.Second, "how often metrics are remote-written")
@@ -128,6 +136,10 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if f.interval < time.Second {
 		fmt.Fprintf(stderr, "run: --upload-interval %v is shorter than 1s\n", f.interval)
+		return 2
+	}
+	if f.hostInterval < 100*time.Millisecond {
+		fmt.Fprintf(stderr, "run: --host-metrics-interval %v is shorter than 100ms\n", f.hostInterval)
 		return 2
 	}
 	if f.pyroWindow.OlderThan < 0 || f.pyroWindow.NewerThan < 0 {
@@ -176,6 +188,9 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 		// which the profiler's rescans keep current.
 		reg.MustRegister(jobinfo.New(res, res.HostName()))
 	}
+	if f.hostMetrics {
+		defer startHostMetrics(ctx, f, res, reg, log)()
+	}
 	if f.rw.URL != "" {
 		stop, err := startRemoteWrite(f, res, reg, log)
 		if err != nil {
@@ -223,6 +238,20 @@ func startGPU(ctx context.Context, f runFlags, res *attribution.Resolver, reg *p
 	done := make(chan struct{})
 	go func() { defer close(done); coll.Run(gctx) }()
 	return func() { cancel(); <-done; coll.Close() }, coll
+}
+
+// startHostMetrics starts the cgroup collector on its own goroutine.
+func startHostMetrics(ctx context.Context, f runFlags, res *attribution.Resolver, reg *prometheus.Registry, log *slog.Logger) (stop func()) {
+	root := f.cgroupRoot
+	if root == "" {
+		root = filepath.Join(f.sysRoot, "fs", "cgroup")
+	}
+	coll := hostmetrics.New(hostmetrics.Options{Root: root, HostName: res.HostName(), Jobs: res, Interval: f.hostInterval, Log: log})
+	reg.MustRegister(coll)
+	hctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); coll.Run(hctx) }()
+	return func() { cancel(); <-done }
 }
 
 func startRemoteWrite(f runFlags, res *attribution.Resolver, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {

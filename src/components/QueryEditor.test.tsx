@@ -81,10 +81,10 @@ describe('QueryEditor', () => {
     expect(screen.queryByLabelText('Group by')).toBeNull();
   });
 
-  it('switches to a GPU metric query with group-by', async () => {
+  it('switches to a metric query with group-by', async () => {
     const { ds } = fakeDatasource();
     render(<Harness ds={ds} initial={{ refId: 'A', queryType: 'flamegraph' }} />);
-    await userEvent.click(screen.getByRole('radio', { name: 'GPU metric' }));
+    await userEvent.click(screen.getByRole('radio', { name: 'Metrics' }));
     expect(current().queryType).toBe('gpuMetric');
     await act(() => Promise.resolve());
     await choose('Metric', 'slurmscope_gpu_memory');
@@ -127,6 +127,34 @@ describe('QueryEditor', () => {
     unmount();
     render(<Harness ds={fakeDatasource().ds} initial={{ refId: 'A', queryType: 'flamegraph' }} />);
     expect(await screen.findByText("the datasource's default", {}, { timeout: 20_000 })).toBeInTheDocument();
+  });
+
+  it('edits a findings query, for a table or for alerts', async () => {
+    const { ds } = fakeDatasource();
+    const onRun = jest.fn();
+    render(<Harness ds={ds} onRun={onRun} initial={{ refId: 'A', queryType: 'flamegraph' }} />);
+    await userEvent.click(screen.getByRole('radio', { name: 'Findings' }));
+    expect(current().queryType).toBe('findings');
+    // Every finding, as a table, until told otherwise.
+    expect(screen.getByText('every finding')).toBeInTheDocument();
+    expect(screen.getByRole('radio', { name: 'Table' })).toBeChecked();
+    await choose('Finding', 'Idle GPUs');
+    expect(current().finding).toBe('gpuIdle');
+    await userEvent.click(screen.getByRole('radio', { name: 'Numbers' }));
+    expect(current()).toMatchObject({ queryType: 'findings', finding: 'gpuIdle', format: 'numeric' });
+    expect(onRun).toHaveBeenCalled();
+    // Fields of other types stay hidden.
+    expect(screen.queryByLabelText('Metric')).toBeNull();
+    expect(screen.queryByLabelText('Profile type')).toBeNull();
+  });
+
+  it('ranks users by wasted core-hours', async () => {
+    const { ds } = fakeDatasource();
+    render(<Harness ds={ds} initial={{ refId: 'A', queryType: 'topEntities' }} />);
+    await act(() => Promise.resolve());
+    await choose('Entity', 'slurm.job.user');
+    await choose('Rank by', 'Wasted core');
+    expect(current()).toMatchObject({ entity: 'slurm.job.user', rankBy: 'wastedCoreHours' });
   });
 
   it('ranks entities', async () => {

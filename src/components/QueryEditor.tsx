@@ -7,6 +7,7 @@ import { QueryType, QueryTypeValue, queryTypeOptions, SlurmOptions, SlurmQuery }
 import { FilterField } from './FilterField';
 import { AttributeValuesEditor } from './query/AttributeValuesEditor';
 import { LABEL_WIDTH, SubEditorProps } from './query/fields';
+import { FindingsEditor } from './query/FindingsEditor';
 import { FlamegraphEditor } from './query/FlamegraphEditor';
 import { GPUMetricEditor } from './query/GPUMetricEditor';
 import { ProfileSeriesEditor } from './query/ProfileSeriesEditor';
@@ -21,6 +22,7 @@ const editors: Record<QueryTypeValue, ComponentType<SubEditorProps>> = {
   [QueryType.GPUMetric]: GPUMetricEditor,
   [QueryType.TopEntities]: TopEntitiesEditor,
   [QueryType.AttributeValues]: AttributeValuesEditor,
+  [QueryType.Findings]: FindingsEditor,
 };
 
 export function QueryEditor({ query, onChange, onRunQuery, datasource, range }: Props) {

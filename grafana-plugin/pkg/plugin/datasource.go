@@ -20,6 +20,7 @@ import (
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/filter"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/findings"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/promql"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -250,7 +251,7 @@ func (d *Datasource) run(ctx context.Context, scope query.Scope, m Model, r quer
 		if err != nil {
 			return nil, badRequest{err}
 		}
-		if err := d.configErr(rank != query.ByGPUUtilization, rank == query.ByGPUUtilization); err != nil {
+		if err := d.configErr(!rank.FromMetrics(), rank.FromMetrics()); err != nil {
 			return nil, err
 		}
 		limit := m.Limit
@@ -275,9 +276,28 @@ func (d *Datasource) run(ctx context.Context, scope query.Scope, m Model, r quer
 			return nil, err
 		}
 		return data.Frames{valuesFrame(as[0].Name, vs)}, nil
+	case TypeFindings:
+		kind, err := findings.ParseKind(m.Finding)
+		if err != nil {
+			return nil, badRequest{err}
+		}
+		if m.Format != "" && m.Format != FormatTable && m.Format != FormatNumeric {
+			return nil, badRequest{fmt.Errorf("format %q: want %s or %s", m.Format, FormatTable, FormatNumeric)}
+		}
+		if err := d.configErr(false, true); err != nil {
+			return nil, err
+		}
+		fs, err := d.engine.Findings(ctx, scope, r, kind)
+		if err != nil {
+			return nil, err
+		}
+		if m.Format == FormatNumeric {
+			return findingNumbers(fs), nil
+		}
+		return data.Frames{findingsFrame(fs)}, nil
 	}
-	return nil, badRequest{fmt.Errorf("unknown queryType %q: want %s, %s, %s, %s or %s", m.QueryType,
-		TypeFlamegraph, TypeProfileSeries, TypeGPUMetric, TypeTopEntities, TypeAttributeValues)}
+	return nil, badRequest{fmt.Errorf("unknown queryType %q: want %s, %s, %s, %s, %s or %s", m.QueryType,
+		TypeFlamegraph, TypeProfileSeries, TypeGPUMetric, TypeTopEntities, TypeAttributeValues, TypeFindings)}
 }
 
 func gpuQuery(m Model) (query.GPUQuery, error) {

@@ -125,6 +125,8 @@ func TestOwnershipIsEnforcedOnEveryCall(t *testing.T) {
 			dataQuery("C", Model{QueryType: TypeGPUMetric, Filter: escape, GroupBy: []string{"slurm.job.user"}}),
 			dataQuery("D", Model{QueryType: TypeAttributeValues, Filter: escape, Attribute: "slurm.job.id"}),
 			dataQuery("E", Model{QueryType: TypeTopEntities, Filter: escape, Entity: "slurm.job.user"}),
+			dataQuery("F", Model{QueryType: TypeFindings, Filter: escape}),
+			dataQuery("G", Model{QueryType: TypeTopEntities, Filter: escape, Entity: "slurm.job.user", RankBy: "wastedCoreHours"}),
 		}})
 		if err != nil {
 			t.Fatal(err)
@@ -177,7 +179,9 @@ func TestGarbageQueries(t *testing.T) {
 		`{"queryType":"gpuMetric","window":"-5m"}`, `{"queryType":"gpuMetric","aggregation":"median"}`,
 		`{"queryType":"topEntities","rankBy":"x"}`, `{"queryType":"topEntities","entity":"uid"}`,
 		`{"queryType":"attributeValues"}`, `{"queryType":"profileSeries","groupBy":["nope"]}`,
-		`{"filter":"slurm.job.id ==="}`, `{"filter":"\xff"}`, `{"limit":-3,"queryType":"topEntities"}`}
+		`{"filter":"slurm.job.id ==="}`, `{"filter":"\xff"}`, `{"limit":-3,"queryType":"topEntities"}`,
+		`{"queryType":"findings","finding":"slow"}`, `{"queryType":"findings","format":"csv"}`,
+		`{"queryType":"topEntities","rankBy":"wastedGPUHours","entity":"gpu.uuid"}`}
 	var qs []backend.DataQuery
 	for i, g := range garbage {
 		q := dataQuery(string(rune('a'+i)), nil)
@@ -410,6 +414,25 @@ func TestFanOutSettings(t *testing.T) {
 	for _, bad := range []string{`{"pyroscopeMaxQueryLength": "soon"}`, `{"pyroscopeMaxQueryLength": "10ms"}`, `{"maxCallsPerQuery": -1}`} {
 		if _, err := ParseSettings(backend.DataSourceInstanceSettings{JSONData: []byte(bad)}); err == nil {
 			t.Errorf("%s accepted", bad)
+		}
+	}
+}
+
+// Finding thresholds come from jsonData, reach the engine, and bad ones
+// fail the settings with the name of the setting.
+func TestFindingSettings(t *testing.T) {
+	s, err := ParseSettings(backend.DataSourceInstanceSettings{JSONData: []byte(`{"findings": {"cpuEfficiencyBelow": 0.7}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := s.engine()
+	if th := e.Thresholds.WithDefaults(); th.CPUEfficiencyBelow != 0.7 || th.MemoryUsedAbove != 0.9 {
+		t.Errorf("engine thresholds %+v", th)
+	}
+	for _, bad := range []string{`{"findings": {"gpuIdleBelow": 2}}`, `{"findings": {"memoryUsedBelow": 0.95}}`} {
+		_, err := ParseSettings(backend.DataSourceInstanceSettings{JSONData: []byte(bad)})
+		if err == nil || !strings.Contains(err.Error(), "findings") {
+			t.Errorf("%s: %v", bad, err)
 		}
 	}
 }

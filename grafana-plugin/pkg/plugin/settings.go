@@ -10,6 +10,7 @@ import (
 
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/findings"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -35,6 +36,9 @@ type Settings struct {
 	// time chunks (default 1024); a query over it fails with a message
 	// saying so.
 	MaxCallsPerQuery int `json:"maxCallsPerQuery"`
+	// Findings are the thresholds findings are judged by; unset ones take
+	// their defaults (findings.Defaults).
+	Findings findings.Thresholds `json:"findings"`
 }
 
 // BackendSettings is one backend's connection.
@@ -92,13 +96,16 @@ func ParseSettings(s backend.DataSourceInstanceSettings) (Settings, error) {
 	case out.MaxCallsPerQuery < 0:
 		return Settings{}, fmt.Errorf("datasource settings: maxCallsPerQuery %d is negative", out.MaxCallsPerQuery)
 	}
+	if err := out.Findings.WithDefaults().Validate(); err != nil {
+		return Settings{}, fmt.Errorf("datasource settings: findings: %w", err)
+	}
 	return out, nil
 }
 
 // engine is the query engine these settings ask for, without backends.
 func (s Settings) engine() *query.Engine {
 	return &query.Engine{MaxQueryLength: time.Duration(s.PyroscopeMaxQueryLength),
-		Parallel: s.MaxConcurrentCalls, MaxCalls: s.MaxCallsPerQuery}
+		Parallel: s.MaxConcurrentCalls, MaxCalls: s.MaxCallsPerQuery, Thresholds: s.Findings}
 }
 
 // backendConfig builds one backend's client configuration; name is

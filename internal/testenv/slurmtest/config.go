@@ -46,12 +46,24 @@ func (c *Cluster) writeConfig() error {
 	w("ProctrackType=proctrack/cgroup")
 	w("TaskPlugin=task/cgroup")
 	w("SelectType=select/cons_tres")
-	w("SelectTypeParameters=CR_Core")
+	if c.opts.Constrain {
+		// Memory is a consumable resource only with CR_Core_Memory: then
+		// a job's --mem becomes its cgroup's limit.
+		w("SelectTypeParameters=CR_Core_Memory")
+	} else {
+		w("SelectTypeParameters=CR_Core")
+	}
 	// Contain creates the extern step, which real clusters mostly have.
 	w("PrologFlags=Contain")
 	// Several slurmds share this host's CPUs; take the configured counts.
 	w("SlurmdParameters=config_overrides")
-	w("JobAcctGatherType=jobacct_gather/none")
+	if c.opts.Constrain {
+		// jobacct_gather/cgroup is what makes Slurm create the v1
+		// cpuacct cgroups (a job's CPU time); production clusters run it.
+		w("JobAcctGatherType=jobacct_gather/cgroup")
+	} else {
+		w("JobAcctGatherType=jobacct_gather/none")
+	}
 	w("AccountingStorageType=accounting_storage/none")
 	w("JobCompType=jobcomp/none")
 	w("MpiDefault=none")
@@ -71,16 +83,21 @@ func (c *Cluster) writeConfig() error {
 }
 
 func (c *Cluster) cgroupConf() string {
+	// No memory limits unless asked for, which a small CI VM could trip
+	// over.
+	constrain := "no"
+	if c.opts.Constrain {
+		constrain = "yes"
+	}
 	if c.opts.Mode == V1 {
 		// ConstrainDevices gives the devices controller per-task
-		// directories (task_<n>); no memory limits, which a small CI VM
-		// could trip over.
+		// directories (task_<n>).
 		return "# Written by slurmscope internal/testenv/slurmtest.\n" +
 			"CgroupPlugin=cgroup/v1\n" +
 			"CgroupAutomount=no\n" +
 			"CgroupMountpoint=" + c.opts.CgroupRoot + "\n" +
-			"ConstrainCores=no\n" +
-			"ConstrainRAMSpace=no\n" +
+			"ConstrainCores=" + constrain + "\n" +
+			"ConstrainRAMSpace=" + constrain + "\n" +
 			"ConstrainDevices=yes\n"
 	}
 	// No systemd here, so slurmd makes its scope itself (IgnoreSystemd).
@@ -91,8 +108,8 @@ func (c *Cluster) cgroupConf() string {
 		"CgroupAutomount=no\n" +
 		"CgroupMountpoint=" + c.cg2Mount + "\n" +
 		"IgnoreSystemd=yes\n" +
-		"ConstrainCores=no\n" +
-		"ConstrainRAMSpace=no\n" +
+		"ConstrainCores=" + constrain + "\n" +
+		"ConstrainRAMSpace=" + constrain + "\n" +
 		"ConstrainDevices=yes\n"
 }
 

@@ -21,7 +21,7 @@ export function windowError(w: string | undefined): string | undefined {
   return 'A window is a Prometheus duration such as 5m or 1h30m';
 }
 
-/** gpuMetric: one of the backend's GPU metrics, aggregated, per group. */
+/** gpuMetric: one of the backend's GPU or host metrics, aggregated, per group. */
 export function GPUMetricEditor(props: SubEditorProps) {
   const { query, update, datasource } = props;
   const metrics = useLoaded<MetricInfo>(() => datasource.metrics(), [datasource]);
@@ -30,7 +30,9 @@ export function GPUMetricEditor(props: SubEditorProps) {
   const metricOptions: Array<SelectableValue<string>> = metrics.map((m) => ({
     value: m.name,
     label: m.name,
-    description: m.level === 'job' ? 'per job' : 'per GPU; filters on jobs reach it through the allocation',
+    description:
+      (m.level === 'job' ? 'per job' : 'per GPU; filters on jobs reach it through the allocation') +
+      (m.type === 'counter' ? '; shown per second' : ''),
   }));
   return (
     <>
@@ -64,7 +66,7 @@ export function GPUMetricEditor(props: SubEditorProps) {
           labelWidth={10}
           invalid={Boolean(winInvalid)}
           error={winInvalid}
-          tooltip="Average each series over a trailing window, e.g. 30m"
+          tooltip="Average each series over a trailing window, e.g. 30m; for a counter, the window its rate is taken over"
         >
           <Input
             aria-label="Window"

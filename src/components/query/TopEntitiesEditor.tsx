@@ -9,6 +9,16 @@ const rankOptions: Array<SelectableValue<Rank>> = [
   { value: 'cpuTime', label: 'CPU time' },
   { value: 'gpuTime', label: 'GPU time', description: 'CUDA kernel time from the GPU profiles' },
   { value: 'gpuUtilization', label: 'GPU utilisation', description: 'Mean utilisation of the GPUs allocated' },
+  {
+    value: 'wastedCoreHours',
+    label: 'Wasted core-hours',
+    description: 'Allocated cores left unused, times the hours (by job, user, name or node)',
+  },
+  {
+    value: 'wastedGPUHours',
+    label: 'Wasted GPU-hours',
+    description: 'Allocated GPU-hours not used (by job, user, name or node)',
+  },
 ];
 
 /** topEntities: jobs, users or nodes ranked by a measure. */
