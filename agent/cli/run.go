@@ -30,6 +30,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/pyroscope"
 	"github.com/slurmscope/slurmscope/agent/remotewrite"
 	"github.com/slurmscope/slurmscope/agent/sink"
+	"github.com/slurmscope/slurmscope/agent/slurm"
 	"github.com/slurmscope/slurmscope/agent/source"
 	"github.com/slurmscope/slurmscope/agent/spool"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
@@ -60,6 +61,8 @@ type runFlags struct {
 	gpuMetrics     bool
 	gpuInterval    time.Duration
 	nvmlLibrary    string
+	devRoot        string
+	migMinors      string
 	rw             remotewrite.Config
 	rwSpoolDir     string
 	rwSpoolMax     int64
@@ -101,6 +104,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.gpuMetrics, "gpu-metrics", true, "read GPU metrics through NVML (skipped with one log line where there is no driver)")
 	fs.DurationVar(&f.gpuInterval, "gpu-interval", 10*time.Second, "how often GPUs are polled")
 	fs.StringVar(&f.nvmlLibrary, "nvml-library", "", "path of libnvidia-ml.so.1 (default: the dynamic linker's search)")
+	fs.StringVar(&f.devRoot, "dev-root", "/dev", "directory of the GPU device files (nvidia<N>, nvidia-caps/), which name the GPUs in Slurm's grants")
+	fs.StringVar(&f.migMinors, "nvidia-mig-minors", "/proc/driver/nvidia-caps/mig-minors", "the NVIDIA driver's table of MIG capability minors")
 	httpclient.RegisterFlags(fs, "prometheus-remote-write", &f.rw.Config, "the remote-write endpoint",
 		"also push the agent's metrics with Prometheus remote-write 1.0 to this URL (e.g. http://prometheus:9090/api/v1/write)")
 	fs.DurationVar(&f.rw.Interval, "prometheus-remote-write-interval", 15*time.Second, "how often metrics are remote-written")
@@ -161,7 +166,8 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 		}
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		attribution.NewCollector(res))
 
 	// Cleanups run in reverse: the profiler's last interval is written
 	// before metrics stop being served and pushed.
@@ -208,8 +214,15 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 // startGPU starts the NVML collector, or logs why there is none: a node
 // without the driver runs without GPU metrics.
 func startGPU(ctx context.Context, f runFlags, res *attribution.Resolver, reg *prometheus.Registry, log *slog.Logger) (stop func(), _ *gpu.Collector) {
+	// Which GPUs a job holds: the device program slurmstepd attached to
+	// its cgroup, or with --slurmctld slurmctld's record and slurmd -G.
+	grants := &gpu.SlurmGrants{CgroupV2: f.attr.tree().V2Mount(), Node: f.attr.nodeName}
+	if f.attr.slurmctld {
+		grants.Config = &slurm.Commands{}
+	}
 	coll, err := gpu.New(gpu.Options{LibraryPath: f.nvmlLibrary, HostName: res.HostName(), Interval: f.gpuInterval,
-		Jobs: res, Proc: procfs.New(f.attr.procRoot), Log: log})
+		Jobs: res, Proc: procfs.New(f.attr.procRoot), Grants: grants,
+		Devices: gpu.Devices{Root: f.devRoot, MIGMinors: f.migMinors}, Log: log})
 	switch {
 	case errors.Is(err, gpu.ErrNoDriver):
 		log.Info("no NVIDIA driver on this node; running without GPU metrics", "err", err)
