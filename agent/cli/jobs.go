@@ -10,14 +10,13 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/slurmscope/slurmscope/agent/attribution"
 	"github.com/slurmscope/slurmscope/agent/cgroup"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/slurm"
 	"github.com/slurmscope/slurmscope/agent/users"
+	"github.com/slurmscope/slurmscope/internal/printable"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -141,10 +140,10 @@ func jobsCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if st := r.Stats(); st.ControllerErrs > 0 {
-		fmt.Fprintf(stderr, "jobs: %d slurmctld lookups failed, job metadata came from the tasks' environment; last: %v\n", st.ControllerErrs, r.LastError())
+		fmt.Fprintf(stderr, "jobs: %d slurmctld lookups failed, job metadata came from the tasks' environment; last: %s\n", st.ControllerErrs, printable.String(fmt.Sprint(r.LastError()), ""))
 	} else if refused := st.Refused[cgroup.ReasonOutside] + st.Refused[cgroup.ReasonOwner] + st.Refused[cgroup.ReasonUnverified]; st.MalformedCgroup > 0 || st.Unreadable > 0 || refused > 0 {
 		fmt.Fprintf(stderr, "jobs: %d processes with malformed Slurm cgroup paths, %d in look-alikes of Slurm's tree and %d unreadable files were left out of jobs; last: %s\n",
-			st.MalformedCgroup, refused, st.Unreadable, Printable(fmt.Sprint(r.LastError()), ""))
+			st.MalformedCgroup, refused, st.Unreadable, printable.String(fmt.Sprint(r.LastError()), ""))
 	}
 	return 0
 }
@@ -208,35 +207,9 @@ func writeTable(w io.Writer, procs []attribution.Process) error {
 			if i > 0 {
 				tw.Write([]byte{'\t'})
 			}
-			tw.Write([]byte(Printable(c, "-")))
+			tw.Write([]byte(printable.String(c, "-")))
 		}
 		tw.Write([]byte{'\n'})
 	}
 	return tw.Flush()
-}
-
-// Printable renders a value for a terminal: printable characters as they
-// are, anything else (newlines, tabs, escape sequences, invalid bytes)
-// escaped, so a job name cannot break the table or the terminal.
-func Printable(s, empty string) string {
-	if s == "" {
-		return empty
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && n == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r == '\\':
-			b.WriteString(`\\`)
-		case unicode.IsPrint(r):
-			b.WriteRune(r)
-		default:
-			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
-		}
-		i += n
-	}
-	return b.String()
 }

@@ -131,14 +131,6 @@ func TestJobsBadFlags(t *testing.T) {
 	}
 }
 
-func TestPrintable(t *testing.T) {
-	for in, want := range map[string]string{"a b": "a b", "x\ny": `x\ny`, "\x1b[31m": `\x1b[31m`, "✓": "✓", "\xff": `\xff`, `a\b`: `a\\b`, "": "-"} {
-		if got := Printable(in, "-"); got != want {
-			t.Errorf("Printable(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // BenchmarkJobs10k is `slurmscope-agent jobs --json` on a node with 10,000
 // processes.
 func BenchmarkJobs10k(b *testing.B) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
+	"github.com/slurmscope/slurmscope/internal/printable"
 )
 
 func init() {
@@ -103,7 +104,8 @@ Pyroscope's max_query_length is asked for a chunk at a time.
 	}
 	rep, err := eng.Job(context.Background(), pos[0], query.Range{From: to.Add(-*since), To: to, Step: time.Minute})
 	if err != nil {
-		fmt.Fprintf(stderr, "slurmscope job: %v\n", err)
+		// A backend's message may quote what a job named itself.
+		fmt.Fprintf(stderr, "slurmscope job: %s\n", printable.String(err.Error(), ""))
 		return 1
 	}
 	if *asJSON {
@@ -130,15 +132,24 @@ func isJobID(s string) bool {
 	return true
 }
 
+// printJob writes the report for a terminal. Every name in it came from
+// a job or a backend (node, GPU and function names, label values, the
+// backends' warnings), so each goes through printable.String: a job
+// cannot send the reader's terminal an escape sequence or forge a line.
 func printJob(w io.Writer, r *query.JobReport) {
-	fmt.Fprintf(w, "job %s, %s to %s\n", r.JobID, r.From, r.To)
+	p := func(s string) string { return printable.String(s, `""`) }
+	fmt.Fprintf(w, "job %s, %s to %s\n", p(r.JobID), r.From, r.To)
 	for _, warn := range r.Warnings {
-		fmt.Fprintf(w, "note: %s\n", warn)
+		fmt.Fprintf(w, "note: %s\n", printable.String(warn, ""))
 	}
 	if len(r.Nodes) == 0 {
 		fmt.Fprintln(w, "nodes: none seen in the range")
 	} else {
-		fmt.Fprintf(w, "nodes (%d): %s\n", len(r.Nodes), strings.Join(r.Nodes, ", "))
+		nodes := make([]string, len(r.Nodes))
+		for i, n := range r.Nodes {
+			nodes[i] = p(n)
+		}
+		fmt.Fprintf(w, "nodes (%d): %s\n", len(r.Nodes), strings.Join(nodes, ", "))
 	}
 	if len(r.GPUs) > 0 {
 		fmt.Fprintln(w, "\nGPUs:")
@@ -149,7 +160,7 @@ func printJob(w io.Writer, r *query.JobReport) {
 			if g.MIGInstance != "" {
 				idx += "/mig" + g.MIGInstance
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%.1f%%\t%.1f%%\t%s\t%s\t\n", g.Host, idx, g.UUID,
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%.1f%%\t%.1f%%\t%s\t%s\t\n", p(g.Host), p(idx), p(g.UUID),
 				100*g.UtilMean, 100*g.UtilMax, bytesIEC(g.MemMeanBytes), bytesIEC(g.MemMaxBytes))
 		}
 		tw.Flush()
@@ -157,7 +168,7 @@ func printJob(w io.Writer, r *query.JobReport) {
 	if len(r.IdleGPUs) > 0 {
 		fmt.Fprintf(w, "\nidle allocated GPUs (%d):\n", len(r.IdleGPUs))
 		for _, g := range r.IdleGPUs {
-			fmt.Fprintf(w, "  %s GPU %s (%s)\n", g.Host, g.Index, g.UUID)
+			fmt.Fprintf(w, "  %s GPU %s (%s)\n", p(g.Host), p(g.Index), p(g.UUID))
 		}
 	}
 	printFuncs(w, fmt.Sprintf("top CPU functions (of %s CPU time)", seconds(r.CPUTotal)), r.TopCPU)
@@ -174,7 +185,7 @@ func printFuncs(w io.Writer, title string, fs []query.FuncStats) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  SELF\tTOTAL\tFUNCTION\t")
 	for _, f := range fs {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t\n", seconds(f.Self), seconds(f.Total), f.Name)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t\n", seconds(f.Self), seconds(f.Total), printable.String(f.Name, `""`))
 	}
 	tw.Flush()
 }
