@@ -91,7 +91,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.rescanInterval, "rescan-interval", time.Second, "how often new processes are attributed (short-lived processes need it shorter)")
 	fs.BoolVar(&f.allProcesses, "all-processes", false, "also profile processes that are in no job (labelled by executable)")
 	fs.StringVar(&f.outputDir, "output-dir", "", "write profiles as DIR/<job id>/<type>-<unix>.pb.gz (default /var/lib/slurmscope/profiles when no --pyroscope-url)")
-	fs.StringVar(&f.metricsAddr, "metrics-addr", ":9810", "address for the agent's own /metrics; empty disables it")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", DefaultMetricsAddr,
+		"address for /metrics; empty disables it. It names every user's jobs (slurmscope_job_info): serve it beyond this host (e.g. :9810) only behind --web.config.file's TLS and basic auth")
 	fs.StringVar(&f.spoolDir, "spool-dir", "/var/lib/slurmscope/spool", "on-disk queue of pushes waiting for Pyroscope")
 	fs.Int64Var(&f.spoolMax, "spool-max-bytes", 256<<20, "bound of the spool; the oldest pushes are dropped (and counted) past it")
 	httpclient.RegisterFlags(fs, "pyroscope", &f.pyro.Config, "Pyroscope", "Pyroscope base URL to push to (push.v1.PusherService/Push)")
@@ -260,12 +261,20 @@ func startRemoteWrite(f runFlags, res *attribution.Resolver, reg *prometheus.Reg
 	return func() { cancel(); <-done; sp.Close() }, nil
 }
 
+// DefaultMetricsAddr serves /metrics on this host only: its job series
+// name every user's jobs, their names, accounts and partitions, which
+// Slurm's PrivateData may hide from other users.
+const DefaultMetricsAddr = "127.0.0.1:9810"
+
 // serveMetrics serves /metrics. exporter-toolkit adds TLS and basic auth
-// from --web.config.file: the endpoint is reachable across the cluster.
+// from --web.config.file, which an address beyond this host should have.
 func serveMetrics(f runFlags, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", f.metricsAddr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	if f.webConfig == "" && !loopback(ln.Addr()) {
+		log.Warn("serving /metrics beyond this host without --web.config.file: anyone who reaches it sees every user's jobs (slurmscope_job_info)", "addr", ln.Addr().String())
 	}
 	srv := &http.Server{Handler: metricsMux(reg), ReadHeaderTimeout: 10 * time.Second}
 	webCfg := f.webConfig
@@ -383,6 +392,12 @@ func (p *profiler) close() {
 	for i := len(p.closers) - 1; i >= 0; i-- {
 		p.closers[i]()
 	}
+}
+
+// loopback reports whether a listener is reachable from this host only.
+func loopback(a net.Addr) bool {
+	t, ok := a.(*net.TCPAddr)
+	return ok && t.IP.IsLoopback()
 }
 
 func metricsMux(reg *prometheus.Registry) *http.ServeMux {
