@@ -92,7 +92,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.allProcesses, "all-processes", false, "also profile processes that are in no job (labelled by executable)")
 	fs.StringVar(&f.outputDir, "output-dir", "", "write profiles as DIR/<job id>/<type>-<unix>.pb.gz (default /var/lib/slurmscope/profiles when no --pyroscope-url)")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", DefaultMetricsAddr,
-		"address for /metrics; empty disables it. It names every user's jobs (slurmscope_job_info): serve it beyond this host (e.g. :9810) only behind --web.config.file's TLS and basic auth")
+		"address for /metrics; empty disables it. It names every user's jobs: serve it beyond this host (e.g. :9810) only behind --web.config.file's TLS and basic auth")
 	fs.StringVar(&f.spoolDir, "spool-dir", "/var/lib/slurmscope/spool", "on-disk queue of pushes waiting for Pyroscope")
 	fs.Int64Var(&f.spoolMax, "spool-max-bytes", 256<<20, "bound of the spool; the oldest pushes are dropped (and counted) past it")
 	httpclient.RegisterFlags(fs, "pyroscope", &f.pyro.Config, "Pyroscope", "Pyroscope base URL to push to (push.v1.PusherService/Push)")
@@ -274,7 +274,7 @@ func serveMetrics(f runFlags, reg *prometheus.Registry, log *slog.Logger) (stop 
 		return nil, fmt.Errorf("--metrics-addr: %w", err)
 	}
 	if f.webConfig == "" && !loopback(ln.Addr()) {
-		log.Warn("serving /metrics beyond this host without --web.config.file: anyone who reaches it sees every user's jobs (slurmscope_job_info)", "addr", ln.Addr().String())
+		log.Warn("serving /metrics beyond this host without --web.config.file: anyone who reaches it sees every user's jobs", "addr", ln.Addr().String())
 	}
 	srv := &http.Server{Handler: metricsMux(reg), ReadHeaderTimeout: 10 * time.Second}
 	webCfg := f.webConfig
