@@ -82,27 +82,42 @@ func (t *Tree) Verify(loc Location) error {
 		return refuse(ReasonUnverified, "opening the hierarchy %s: %v", mnt, err)
 	}
 	defer func() { unix.Close(dir) }()
-	walked := mnt
-	for seg := range strings.SplitSeq(strings.Trim(loc.Slurm, "/"), "/") {
+	// walked names the directory reached, for errors only.
+	rel := strings.Trim(loc.Slurm, "/")
+	if rel == "" {
+		return refuse(ReasonUnverified, "no Slurm directories in the path")
+	}
+	end := 0
+	walked := func() string { return filepath.Join(mnt, rel[:end]) }
+	for end < len(rel) {
+		start := end
+		if i := strings.IndexByte(rel[start:], '/'); i >= 0 {
+			end = start + i
+		} else {
+			end = len(rel)
+		}
+		seg := rel[start:end]
 		if seg == "" || seg == "." || seg == ".." {
 			return refuse(ReasonUnverified, "empty or dot component")
 		}
-		walked = filepath.Join(walked, seg)
 		fd, err := unix.Openat(dir, seg, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
 			if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
-				return refuse(ReasonUnverified, "%s is not a directory", walked)
+				return refuse(ReasonUnverified, "%s is not a directory", walked())
 			}
-			return refuse(ReasonUnverified, "%s: %v", walked, err)
+			return refuse(ReasonUnverified, "%s: %v", walked(), err)
 		}
 		unix.Close(dir)
 		dir = fd
 		var st unix.Stat_t
 		if err := unix.Fstat(fd, &st); err != nil {
-			return refuse(ReasonUnverified, "%s: %v", walked, err)
+			return refuse(ReasonUnverified, "%s: %v", walked(), err)
 		}
 		if int(st.Uid) != t.Owner {
-			return refuse(ReasonOwner, "%s is owned by uid %d, not %d", walked, st.Uid, t.Owner)
+			return refuse(ReasonOwner, "%s is owned by uid %d, not %d", walked(), st.Uid, t.Owner)
+		}
+		if end < len(rel) {
+			end++ // the slash
 		}
 	}
 	return nil

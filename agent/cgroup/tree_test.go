@@ -113,3 +113,8 @@ func TestTreeRefusesDirectoriesRootDoesNotOwn(t *testing.T) {
 	wantRefused(t, tree.Verify(loc), cgroup.ReasonOwner)
 	wantRefused(t, tree.Verify(v1), cgroup.ReasonOwner)
 }
+
+func TestTreeRefusesALocationWithoutSlurmPart(t *testing.T) {
+	tree := &cgroup.Tree{Root: t.TempDir(), Owner: os.Getuid()}
+	wantRefused(t, tree.Verify(cgroup.Location{InJob: true, Version: 2, Path: "/"}), cgroup.ReasonUnverified)
+}
