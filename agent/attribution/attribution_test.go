@@ -511,3 +511,20 @@ func TestPathIDWinsOverSLUID(t *testing.T) {
 		t.Errorf("the SLUID job kept 4242 beside job_4242: %+v", again.Job)
 	}
 }
+
+// slurmctld's record of a job's GRES is per NodeName: the job gets its
+// own node's, the path's under multiple slurmd, else this host's.
+func TestJobGRESIsThisNodes(t *testing.T) {
+	gres := map[string][]slurm.GRES{
+		"node-a": {{Name: "gpu", Count: 1, Index: []int{0}, GPU: true}},
+		"node-b": {{Name: "gpu", Count: 2, Index: []int{1, 2}, GPU: true}},
+	}
+	ctld := &fakeCtld{info: slurm.JobInfo{Name: "x", UID: 1001, GRES: gres}}
+	r := newFixtureResolver(t, "testdata/proc", func(o *Options) { o.Controller = ctld })
+	for pid, want := range map[int]int{301: 1, 400: 2, 402: 1} { // node-a by hostname, node-b and node-a by path
+		p, err := r.Resolve(pid)
+		if err != nil || len(p.Job.GRES) != 1 || p.Job.GRES[0].Count != want {
+			t.Errorf("pid %d (%s): GRES %+v, %v; want %d GPUs", pid, p.Host, p.Job.GRES, err, want)
+		}
+	}
+}

@@ -348,10 +348,10 @@ func (r *Resolver) publish(j *jobEntry) {
 		if s.UID < 0 && ci.UID >= 0 {
 			s.UID = ci.UID
 		}
-		s.GRES = ci.GRES[j.loc.Node]
-		if j.loc.Node == "" {
-			s.GRES = ci.GRES[r.o.NodeName]
-		}
+		// slurmctld names the node by its NodeName: the path's under
+		// multiple slurmd, else this agent's (--node-name, or the short
+		// hostname, which is the NodeName on almost every cluster).
+		s.GRES = ci.GRES[j.host]
 	}
 	if s.UID >= 0 {
 		s.User = clean(users.NameOrID(r.o.Users, s.UID), maxValue)
