@@ -141,7 +141,7 @@ var (
 		"Device memory used by the job's processes on the GPU or MIG instance.")
 	// JobGPUAllocated ties a GPU to the job it is allocated to.
 	JobGPUAllocated = jobGauge("job_gpu_allocated", "", "sum",
-		"1 for each GPU or MIG instance allocated to the job, as its tasks' environment says.")
+		"1 for each GPU or MIG instance Slurm allocated to the job (its device cgroup, or slurmctld's record), which its tasks' environment may narrow but never widen.")
 
 	GPUUtilization = gauge("gpu_utilization_ratio", "ratio", "avg",
 		"Fraction of the last sample period in which a kernel ran on the GPU (NVML utilization.gpu).")
@@ -189,7 +189,7 @@ var (
 	GPUNVMLErrors = Metric{Name: MetricPrefix + "gpu_nvml_errors_total", Type: Counter, Attributes: host, Labels: []string{"function", "error"},
 		Help: "NVML calls that failed, by C function and error. ERROR_NOT_SUPPORTED is not counted."}
 	GPUAllocationErrors = Metric{Name: MetricPrefix + "gpu_allocation_errors_total", Type: Counter, Attributes: host, Labels: []string{"reason"},
-		Help: "GPU allocation entries in tasks' environments that were not used: malformed, naming no GPU here, or an ordinal that is ambiguous on a MIG node."}
+		Help: "GPU allocation entries that were not used, by reason: in tasks' environments malformed, naming no GPU here, an ordinal ambiguous on a MIG node, or a GPU Slurm did not grant (outside_grant); jobs whose grant no source knows (grant_unknown); GPU device files missing (no_device_file)."}
 )
 
 // HostMetric is one quantity the cgroup collector (agent/hostmetrics) reads
@@ -279,6 +279,9 @@ var (
 	AgentGPUTraceAttachedFiles     = Metric{Name: MetricPrefix + "agent_gpu_trace_attached_files", Type: Gauge, Help: "Injection library files the GPU tracer is attached to."}
 	AgentBPFRunTime                = counter("agent_bpf_run_seconds_total", "seconds", "Time the kernel spent in the sampling program (needs kernel.bpf_stats_enabled=1).")
 	AgentBPFRuns                   = counter("agent_bpf_runs_total", "", "Runs of the sampling program (needs kernel.bpf_stats_enabled=1).")
+	// Attribution (agent/attribution): what a user could not make it believe.
+	AgentCgroupRefused  = counter("agent_cgroup_refused_total", "", "Processes put in no job because their Slurm-looking cgroup path is not Slurm's, by reason (outside_slurm_tree: not where slurmd makes its tree; not_root_owned; unverified: its directories could not be checked).", "reason")
+	AgentJobIDConflicts = counter("agent_job_id_conflicts_total", "", "SLUID jobs left with their SLUID as id because their slurmstepd named a job another job of the node holds, or their slurmstepds disagreed.")
 )
 
 // The shippers' metrics (agent/pyroscope, agent/remotewrite).
@@ -317,7 +320,7 @@ var Metrics = []Metric{
 	JobLastSeen, JobCgroupUnsupported, CgroupPollDuration, CgroupPolls, CgroupReadErrors,
 	AgentCPUSamples, AgentCPUSamplesLost, AgentCPUSamplesUnattributed, AgentProfiles, AgentProfileBytes, AgentErrors,
 	AgentSampledCPUs, AgentGPUKernelTime, AgentGPUKernelTimeUnattributed, AgentGPUTraceLost, AgentGPUTraceAttachedFiles,
-	AgentBPFRunTime, AgentBPFRuns,
+	AgentBPFRunTime, AgentBPFRuns, AgentCgroupRefused, AgentJobIDConflicts,
 	PyroscopePushes, PyroscopePushedBytes, PyroscopePushRetries, PyroscopeDroppedRequests, PyroscopeSpoolRequests, PyroscopeSpoolBytes,
 	PyroscopeTooOldProfiles, PyroscopeHeldRequests, PyroscopeClockSkew,
 	RemoteWriteRequestsSent, RemoteWriteSamplesSent, RemoteWriteSentBytes, RemoteWriteRetries, RemoteWriteDroppedRequests,

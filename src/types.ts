@@ -94,6 +94,8 @@ export interface BackendSettings {
   tlsWithCACert?: boolean;
 }
 
+export type OwnershipMatch = 'login' | 'email';
+
 /** jsonData (Go: Settings). */
 export interface SlurmOptions extends DataSourceJsonData {
   pyroscope?: BackendSettings;
@@ -105,6 +107,12 @@ export interface SlurmOptions extends DataSourceJsonData {
     enabled?: boolean;
     allowUsers?: string[];
     allowTeams?: string[];
+    /** The Grafana user field matched to slurm.job.user (Go: MatchLogin, MatchEmail); default login. */
+    matchField?: OwnershipMatch;
+    /** With matchField email: the one domain whose addresses name Slurm users. */
+    emailDomain?: string;
+    /** Alert rules may query (and see every job: Grafana evaluates them as an org admin). */
+    allowAlertQueries?: boolean;
   };
   /** Finding thresholds (Go: findings.Thresholds); unset ones take the backend's defaults. Set by provisioning. */
   findings?: Partial<Record<string, number>>;

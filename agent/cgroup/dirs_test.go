@@ -20,7 +20,9 @@ func TestJobAndStepDirs(t *testing.T) {
 			"/docker/slurm/x/slurm_node-c/uid_0/job_1", "/docker/slurm/x/slurm_node-c/uid_0/job_1/step_extern"},
 		{"0::/user.slice/user-1001.slice/session-3.scope\n", "", ""},
 	} {
-		loc, err := Parse([]byte(tc.content))
+		// The prefix and container cases need slurmd's trees there.
+		l := Layout{V2Parents: []string{"/system.slice", "/job_1/system.slice"}, V1Parents: []string{"/", "/docker/slurm/x"}}
+		loc, err := l.Parse([]byte(tc.content))
 		if err != nil {
 			t.Fatalf("%q: %v", tc.content, err)
 		}
@@ -32,7 +34,7 @@ func TestJobAndStepDirs(t *testing.T) {
 		}
 		// The directory is a job's cgroup by the parser's own rules.
 		if tc.job != "" {
-			jl, ok, err := ParsePath(tc.job, loc.Version)
+			jl, ok, err := l.ParsePath(tc.job, loc.Version)
 			if !ok || err != nil || jl.JobKey() != loc.JobKey() || jl.Step != "" {
 				t.Errorf("JobDir %q parses as %+v, %v, %v", tc.job, jl, ok, err)
 			}

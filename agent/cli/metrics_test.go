@@ -15,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/slurmscope/slurmscope/agent/attribution"
+	"github.com/slurmscope/slurmscope/agent/cgroup/cgrouptest"
 	"github.com/slurmscope/slurmscope/agent/cpu"
 	"github.com/slurmscope/slurmscope/agent/daemon"
 	"github.com/slurmscope/slurmscope/agent/gpu"
@@ -85,7 +86,8 @@ func TestAgentExportsTheSchemasMetrics(t *testing.T) {
 	// Collectors whose series depend on what they see: gathered.
 	reg := prometheus.NewPedanticRegistry()
 	res, fs := gpuNode(t)
-	coll, err := gpu.New(gpu.Options{LibraryPath: gputest.Library(t), HostName: "node1", Jobs: res, Proc: fs})
+	coll, err := gpu.New(gpu.Options{LibraryPath: gputest.Library(t), HostName: "node1", Jobs: res, Proc: fs,
+		Grants: gputest.Grants{"62": {gputest.GPUDev(0)}}, Devices: gputest.Devices(t, t.TempDir())})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +97,7 @@ func TestAgentExportsTheSchemasMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	reg.MustRegister(coll)
+	reg.MustRegister(coll, attribution.NewCollector(res))
 	// A node without GPUs serves job info from the attribution cache
 	// instead (never both: run registers one or the other).
 	noGPU := prometheus.NewPedanticRegistry()
@@ -183,9 +185,10 @@ func (cgroupJobs) JobCgroups() []attribution.JobCgroup {
 	return out
 }
 
-// gpuNode is a node whose process 1001 (job 62) runs on GPU 0 and holds it
-// (CUDA_VISIBLE_DEVICES; an ordinal would be ambiguous on a MIG node), with the stand-in's scenario: GPU 0 whole, with GPM and
-// that process; GPU 1 in MIG mode; GPU 2 lost.
+// gpuNode is a node whose process 1001 (job 62) runs on GPU 0, which Slurm
+// gave its job (and CUDA_VISIBLE_DEVICES names), with the stand-in's
+// scenario: GPU 0 whole, with GPM and that process; GPU 1 in MIG mode;
+// GPU 2 lost.
 func gpuNode(t *testing.T) (*attribution.Resolver, procfs.FS) {
 	t.Helper()
 	root := procfstest.SyntheticNode(t, 16)
@@ -211,7 +214,7 @@ func gpuNode(t *testing.T) (*attribution.Resolver, procfs.FS) {
 	}})
 	t.Setenv(gputest.EnvScenario, scen)
 	fs := procfs.New(root)
-	res := attribution.New(attribution.Options{Proc: fs, Users: users.Passwd{1001: "alice"}, HostName: "node1"})
+	res := attribution.New(attribution.Options{Proc: fs, Users: users.Passwd{1001: "alice"}, HostName: "node1", Cgroups: cgrouptest.Mirror(t, root)})
 	if _, err := res.Scan(); err != nil {
 		t.Fatal(err)
 	}

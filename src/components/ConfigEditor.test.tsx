@@ -281,6 +281,33 @@ describe('ConfigEditor', () => {
     expect(latest().jsonData.jobOwnership?.allowUsers).toEqual(['bob']);
   });
 
+  it('job ownership: match by login or email (with its domain), and alert queries off unless allowed', async () => {
+    const { user, latest } = setup(baseOptions({ jsonData: { jobOwnership: { enabled: true } } }));
+    const own = within(section('Job ownership'));
+    expect(own.getByText(/LDAP, OAuth, an auth proxy/)).toBeInTheDocument();
+    expect(own.queryByLabelText(lbl('Email domain'))).not.toBeInTheDocument();
+
+    await user.click(own.getByRole('radio', { name: 'Email' }));
+    expect(latest().jsonData.jobOwnership?.matchField).toBe('email');
+    expect(own.getByText('Required when matching by email')).toBeInTheDocument();
+    await user.type(own.getByLabelText(lbl('Email domain')), ' uni.example ');
+    expect(latest().jsonData.jobOwnership?.emailDomain).toBe('uni.example');
+
+    expect(own.getByText(/evaluates alert rules as an org admin/)).toBeInTheDocument();
+    expect(latest().jsonData.jobOwnership?.allowAlertQueries).toBeUndefined();
+    await user.click(own.getByLabelText(lbl('Allow alert queries')));
+    expect(latest().jsonData.jobOwnership).toEqual({
+      enabled: true,
+      matchField: 'email',
+      emailDomain: 'uni.example',
+      allowAlertQueries: true,
+    });
+
+    await user.click(own.getByRole('radio', { name: 'Login' }));
+    expect(latest().jsonData.jobOwnership?.matchField).toBe('login');
+    expect(own.queryByLabelText(lbl('Email domain'))).not.toBeInTheDocument();
+  });
+
   it('registers a validator that fails while a URL is malformed', async () => {
     let validator: (() => boolean | Promise<boolean>) | undefined;
     const validation = {

@@ -16,7 +16,16 @@ import {
   Text,
 } from '@grafana/ui';
 
-import { AuthKind, BackendName, SecretKey, SecretKeyValue, SlurmOptions, SlurmSecureOptions, secretName } from '../types';
+import {
+  AuthKind,
+  BackendName,
+  OwnershipMatch,
+  SecretKey,
+  SecretKeyValue,
+  SlurmOptions,
+  SlurmSecureOptions,
+  secretName,
+} from '../types';
 import {
   DEFAULT_TIMEOUT_SECONDS,
   Settings,
@@ -37,6 +46,11 @@ interface SectionProps {
   onOptionsChange: (options: Settings) => void;
 }
 
+const matchOptions: Array<SelectableValue<OwnershipMatch>> = [
+  { label: 'Login', value: 'login' },
+  { label: 'Email', value: 'email' },
+];
+
 const authOptions: Array<SelectableValue<AuthKind>> = [
   { label: 'None', value: '' },
   { label: 'Basic', value: 'basic' },
@@ -49,8 +63,11 @@ export function ConfigEditor({ options, onOptionsChange, validation }: Props) {
   const id = useId();
 
   const timeoutInvalid = parseTimeout(timeoutText) === null;
+  const own = jsonData.jobOwnership;
   const hasErrors =
     timeoutInvalid ||
+    // The backend refuses email matching without the domain that names Slurm users.
+    (!!own?.enabled && own.matchField === 'email' && !own.emailDomain) ||
     // Only malformed URLs block saving; an empty one just leaves that backend off.
     [jsonData.pyroscope?.url, jsonData.prometheus?.url].some((u) => !!u && urlError(u, false) !== undefined);
 
@@ -128,7 +145,7 @@ export function ConfigEditor({ options, onOptionsChange, validation }: Props) {
       <FieldSet label="Job ownership">
         <Field
           label="Users see only their own jobs"
-          description="Users are matched by their Grafana login to slurm.job.user. Org admins see all jobs."
+          description="A Grafana user field is matched to slurm.job.user. Org admins see all jobs. Only as strong as the identity: users must come from a source they cannot change (LDAP, OAuth, an auth proxy), since a local Grafana user can rename their own login and email."
         >
           <Switch
             id={`${id}-ownership`}
@@ -138,6 +155,39 @@ export function ConfigEditor({ options, onOptionsChange, validation }: Props) {
         </Field>
         {ownership.enabled && (
           <>
+            <Field label="Match users by" description="The Grafana user field compared with each job's user.">
+              <RadioButtonGroup
+                id={`${id}-match`}
+                options={matchOptions}
+                value={ownership.matchField ?? 'login'}
+                onChange={(v) => onOptionsChange(setOwnership(options, { matchField: v }))}
+              />
+            </Field>
+            {ownership.matchField === 'email' && (
+              <Field
+                label="Email domain"
+                description="The address bob@<domain> sees bob's jobs; an address in any other domain sees none."
+                invalid={!ownership.emailDomain}
+                error={!ownership.emailDomain ? 'Required when matching by email' : undefined}
+              >
+                <Input
+                  id={`${id}-email-domain`}
+                  value={ownership.emailDomain ?? ''}
+                  placeholder="uni.example"
+                  onChange={(e) => onOptionsChange(setOwnership(options, { emailDomain: e.currentTarget.value.trim() }))}
+                />
+              </Field>
+            )}
+            <Field
+              label="Allow alert queries"
+              description="Grafana evaluates alert rules as an org admin, so ownership cannot narrow them: while this is on, anyone who may write an alert rule on this datasource sees every user's jobs through it. Off, alert queries are refused."
+            >
+              <Switch
+                id={`${id}-allow-alerts`}
+                value={!!ownership.allowAlertQueries}
+                onChange={(e) => onOptionsChange(setOwnership(options, { allowAlertQueries: e.currentTarget.checked }))}
+              />
+            </Field>
             <Field label="Users who see all jobs" description="Grafana logins, like admins.">
               <TagsInput
                 id={`${id}-allow-users`}

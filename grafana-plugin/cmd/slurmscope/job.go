@@ -7,15 +7,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
 
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/findings"
+	"github.com/slurmscope/slurmscope/internal/printable"
 )
 
 func init() {
@@ -117,7 +116,8 @@ a time.
 	}
 	rep, err := eng.Job(context.Background(), pos[0], query.Range{From: to.Add(-*since), To: to, Step: time.Minute})
 	if err != nil {
-		fmt.Fprintf(stderr, "slurmscope job: %v\n", err)
+		// A backend's message may quote what a job named itself.
+		fmt.Fprintf(stderr, "slurmscope job: %s\n", printable.String(err.Error(), ""))
 		return 1
 	}
 	if *asJSON {
@@ -144,16 +144,25 @@ func isJobID(s string) bool {
 	return true
 }
 
+// printJob writes the report for a terminal. Every name in it came from
+// a job or a backend (node, GPU and function names, label values, the
+// backends' warnings), so each goes through printable.String: a job
+// cannot send the reader's terminal an escape sequence or forge a line.
 func printJob(w io.Writer, r *query.JobReport) {
-	fmt.Fprintf(w, "job %s, %s to %s\n", r.JobID, r.From, r.To)
+	p := func(s string) string { return printable.String(s, `""`) }
+	fmt.Fprintf(w, "job %s, %s to %s\n", p(r.JobID), r.From, r.To)
 	for _, warn := range r.Warnings {
-		fmt.Fprintf(w, "note: %s\n", warn)
+		fmt.Fprintf(w, "note: %s\n", printable.String(warn, ""))
 	}
 	printFindings(w, r)
 	if len(r.Nodes) == 0 {
 		fmt.Fprintln(w, "\nnodes: none seen in the range")
 	} else {
-		fmt.Fprintf(w, "\nnodes (%d): %s\n", len(r.Nodes), strings.Join(r.Nodes, ", "))
+		nodes := make([]string, len(r.Nodes))
+		for i, n := range r.Nodes {
+			nodes[i] = p(n)
+		}
+		fmt.Fprintf(w, "\nnodes (%d): %s\n", len(r.Nodes), strings.Join(nodes, ", "))
 	}
 	if len(r.Host) > 0 {
 		fmt.Fprintln(w, "\nhost (the job's cgroup on each node):")
@@ -173,7 +182,7 @@ func printJob(w io.Writer, r *query.JobReport) {
 			if h.MemLimitBytes > 0 {
 				limit = bytesIEC(h.MemLimitBytes)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%.2fs\t%s\t%s\t%s\t%s\t%.0f\t\n", printable(h.Host),
+			fmt.Fprintf(tw, "  %s\t%s\t%.2fs\t%s\t%s\t%s\t%s\t%.0f\t\n", p(h.Host),
 				time.Duration(h.Seconds*float64(time.Second)).Round(time.Second), h.CPUSeconds, used, alloc, peak, limit, h.OOMKills)
 		}
 		tw.Flush()
@@ -187,7 +196,7 @@ func printJob(w io.Writer, r *query.JobReport) {
 			if g.MIGInstance != "" {
 				idx += "/mig" + g.MIGInstance
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%.1f%%\t%.1f%%\t%s\t%s\t\n", g.Host, idx, g.UUID,
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%.1f%%\t%.1f%%\t%s\t%s\t\n", p(g.Host), p(idx), p(g.UUID),
 				100*g.UtilMean, 100*g.UtilMax, bytesIEC(g.MemMeanBytes), bytesIEC(g.MemMaxBytes))
 		}
 		tw.Flush()
@@ -195,7 +204,7 @@ func printJob(w io.Writer, r *query.JobReport) {
 	if len(r.IdleGPUs) > 0 {
 		fmt.Fprintf(w, "\nidle allocated GPUs (%d):\n", len(r.IdleGPUs))
 		for _, g := range r.IdleGPUs {
-			fmt.Fprintf(w, "  %s GPU %s (%s)\n", g.Host, g.Index, g.UUID)
+			fmt.Fprintf(w, "  %s GPU %s (%s)\n", p(g.Host), p(g.Index), p(g.UUID))
 		}
 	}
 	printFuncs(w, fmt.Sprintf("top CPU functions (of %s CPU time)", seconds(r.CPUTotal)), r.TopCPU)
@@ -215,24 +224,9 @@ func printFindings(w io.Writer, r *query.JobReport) {
 	}
 	fmt.Fprintf(w, "\nfindings (%d):\n", len(r.Findings))
 	for _, f := range r.Findings {
-		fmt.Fprintf(w, "  %-8s %s: %s\n", strings.ToUpper(string(f.Severity)), f.Kind, printable(f.Summary))
-		fmt.Fprintf(w, "           %s\n", f.Advice)
+		fmt.Fprintf(w, "  %-8s %s: %s\n", strings.ToUpper(string(f.Severity)), f.Kind, printable.String(f.Summary, `""`))
+		fmt.Fprintf(w, "           %s\n", printable.String(f.Advice, ""))
 	}
-}
-
-// printable escapes what a terminal would act on (a job name is user
-// input and findings quote it).
-func printable(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if unicode.IsPrint(r) {
-			b.WriteRune(r)
-		} else {
-			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
-		}
-	}
-	return b.String()
 }
 
 func printFuncs(w io.Writer, title string, fs []query.FuncStats) {
@@ -243,7 +237,7 @@ func printFuncs(w io.Writer, title string, fs []query.FuncStats) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  SELF\tTOTAL\tFUNCTION\t")
 	for _, f := range fs {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t\n", seconds(f.Self), seconds(f.Total), f.Name)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t\n", seconds(f.Self), seconds(f.Total), printable.String(f.Name, `""`))
 	}
 	tw.Flush()
 }

@@ -120,3 +120,31 @@ func TestJobThresholdFlags(t *testing.T) {
 		t.Errorf("--help does not list the thresholds: %d\n%s", code, help)
 	}
 }
+
+// Function names, node names and the rest of a report come from jobs: a
+// name with terminal escape sequences or line breaks is printed escaped,
+// never raw.
+func TestJobEscapesHostileNames(t *testing.T) {
+	end := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	srv := httptest.NewServer(pyrostandin.New(pyrostandin.WithClock(func() time.Time { return end })).Handler())
+	defer srv.Close()
+	evilFn := "evil\x1b]0:pwned\x07fn\nforged line" // no ";": it separates frames
+	req := &pushv1.PushRequest{Series: []*pushv1.RawProfileSeries{pyrostandin.CPUSeries(end.Add(-30*time.Minute),
+		map[string]int64{"main;" + evilFn: 2e9},
+		schema.ServiceName, "train", schema.JobID.Label, "4242", schema.HostName.Label, "node-\x1b[2Ja\u202e")}}
+	if _, err := pushv1connect.NewPusherServiceClient(http.DefaultClient, srv.URL).Push(context.Background(), connect.NewRequest(req)); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := run("job", "4242", "--pyroscope-url", srv.URL, "--since", "2h", "--to", end.Format(time.RFC3339))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if strings.ContainsAny(stdout, "\x1b\x07\u202e") || strings.Contains(stdout, "\nforged line") {
+		t.Fatalf("raw control characters in the report:\n%q", stdout)
+	}
+	for _, want := range []string{`evil\x1b]0:pwned\afn\nforged line`, `node-\x1b[2Ja\u202e`} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("report lacks the escaped %s:\n%s", want, stdout)
+		}
+	}
+}

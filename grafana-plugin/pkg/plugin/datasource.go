@@ -115,16 +115,31 @@ func (d *Datasource) scope(pc backend.PluginContext, f *filter.Filter) query.Sco
 		return s
 	}
 	s.Restricted = true
-	if u != nil {
-		s.Owner = u.Login
-	}
+	s.Owner = o.owner(u)
 	return s
+}
+
+// errAlertQuery refuses an alert rule's query while ownership is on.
+var errAlertQuery = errors.New("alert queries are refused while job ownership is on: Grafana evaluates alert rules as an org admin, " +
+	"so ownership cannot narrow them and every user's jobs would be visible to whoever writes the rule; " +
+	"an admin can allow them (allowAlertQueries in the datasource settings)")
+
+// fromAlert reports whether Grafana's alerting engine sent the request: it
+// sets the FromAlert header, which a browser's request cannot carry.
+func fromAlert(headers map[string]string) bool {
+	return headers[backend.FromAlertHeaderName] == "true"
 }
 
 // QueryData answers each query on its own: a failing query puts its error
 // in its own response and the others still answer.
 func (d *Datasource) QueryData(ctx context.Context, req *backend.QueryDataRequest) (*backend.QueryDataResponse, error) {
 	resp := backend.NewQueryDataResponse()
+	if o := d.settings.Ownership; o.Enabled && !o.AllowAlertQueries && fromAlert(req.Headers) {
+		for _, q := range req.Queries {
+			resp.Responses[q.RefID] = backend.ErrDataResponseWithSource(backend.StatusForbidden, backend.ErrorSourcePlugin, errAlertQuery.Error())
+		}
+		return resp, nil
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, q := range req.Queries {
@@ -386,8 +401,15 @@ func (d *Datasource) CheckHealth(ctx context.Context, _ *backend.CheckHealthRequ
 		return &backend.CheckHealthResult{Status: backend.HealthStatusError,
 			Message: "Neither a Pyroscope URL nor a Prometheus URL is configured"}, nil
 	}
-	if o := d.settings.Ownership; o.Enabled && len(o.AllowTeams) > 0 {
-		msgs = append(msgs, "Note: team allow-lists are not enforced (Grafana does not tell plugins a user's teams); list users instead")
+	if o := d.settings.Ownership; o.Enabled {
+		if len(o.AllowTeams) > 0 {
+			msgs = append(msgs, "Note: team allow-lists are not enforced (Grafana does not tell plugins a user's teams); list users instead")
+		}
+		if o.AllowAlertQueries {
+			msgs = append(msgs, "Note: alert rules may query this datasource, and see every user's jobs: Grafana evaluates them as an org admin")
+		} else {
+			msgs = append(msgs, "Note: alert rules cannot query this datasource while job ownership is on")
+		}
 	}
 	return &backend.CheckHealthResult{Status: status, Message: strings.Join(msgs, "; ")}, nil
 }

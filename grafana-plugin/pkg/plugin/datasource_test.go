@@ -436,3 +436,97 @@ func TestFindingSettings(t *testing.T) {
 		}
 	}
 }
+
+// Grafana evaluates alert rules as an org admin (its scheduler's
+// identity), so ownership cannot narrow them: with ownership on, a query
+// Grafana's alerting sends (the FromAlert header) is refused, before any
+// backend is asked, unless the admin allowed alert queries. Without
+// ownership alerts query as before.
+func TestAlertQueriesWithOwnership(t *testing.T) {
+	admin := backend.PluginContext{User: &backend.User{Login: "admin", Role: "Admin"}}
+	alertReq := func() *backend.QueryDataRequest {
+		return &backend.QueryDataRequest{PluginContext: admin, Headers: map[string]string{backend.FromAlertHeaderName: "true"},
+			Queries: []backend.DataQuery{dataQuery("A", Model{QueryType: TypeGPUMetric}), dataQuery("B", Model{QueryType: TypeFlamegraph})}}
+	}
+	allowed := owned
+	allowed.Ownership.AllowAlertQueries = true
+	for _, tc := range []struct {
+		name    string
+		set     Settings
+		refused bool
+	}{{"ownership on", owned, true}, {"ownership on, alerts allowed", allowed, false}, {"ownership off", Settings{}, false}} {
+		p, m := &fakeProfiles{}, &fakeMetrics{}
+		resp, err := NewWith(tc.set, p, m).QueryData(context.Background(), alertReq())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for ref, r := range resp.Responses {
+			if refused := r.Error != nil && r.Status == backend.StatusForbidden && strings.Contains(r.Error.Error(), "allowAlertQueries"); refused != tc.refused {
+				t.Errorf("%s: %s answered %v %v, want refused %v", tc.name, ref, r.Status, r.Error, tc.refused)
+			}
+		}
+		if asked := len(p.sels) + len(m.exprs); (asked == 0) != tc.refused {
+			t.Errorf("%s: %d backend calls", tc.name, asked)
+		}
+	}
+	// The same admin's query from a browser (no header) is answered.
+	req := alertReq()
+	req.Headers = nil
+	resp, _ := NewWith(owned, &fakeProfiles{}, &fakeMetrics{}).QueryData(context.Background(), req)
+	if r := resp.Responses["A"]; r.Error != nil {
+		t.Errorf("a dashboard query refused: %v", r.Error)
+	}
+}
+
+// The admin chooses which user field ownership matches: the login, or
+// the email address in one domain, whose local part is the Slurm user.
+func TestOwnershipMatchesEmail(t *testing.T) {
+	set := Settings{Ownership: Ownership{Enabled: true, MatchField: MatchEmail, EmailDomain: "uni.example"}}
+	for _, tc := range []struct {
+		user  backend.User
+		owner string // "" sees nothing
+	}{
+		{backend.User{Login: "mallory", Email: "bob@uni.example", Role: "Viewer"}, "bob"},
+		{backend.User{Login: "bob", Email: "bob@elsewhere.example", Role: "Viewer"}, ""},
+		{backend.User{Login: "bob", Email: "", Role: "Viewer"}, ""},
+		{backend.User{Login: "bob", Email: "@uni.example", Role: "Viewer"}, ""},
+		{backend.User{Login: "x", Email: "carol@UNI.example", Role: "Editor"}, "carol"},
+	} {
+		p := &fakeProfiles{}
+		resp, err := NewWith(set, p, &fakeMetrics{}).QueryData(context.Background(), &backend.QueryDataRequest{
+			PluginContext: backend.PluginContext{User: &tc.user}, Queries: []backend.DataQuery{dataQuery("A", Model{QueryType: TypeFlamegraph})}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := resp.Responses["A"]
+		if tc.owner == "" {
+			if r.Error == nil || len(p.sels) != 0 {
+				t.Errorf("%+v: answered (%v), asked %v", tc.user, r.Error, p.sels)
+			}
+			continue
+		}
+		want := schema.JobUser.Label + `="` + tc.owner + `"`
+		if r.Error != nil || len(p.sels) == 0 || !strings.Contains(p.sels[0], want) {
+			t.Errorf("%+v: %v, asked %v, want %s", tc.user, r.Error, p.sels, want)
+		}
+	}
+}
+
+func TestOwnershipSettings(t *testing.T) {
+	for js, ok := range map[string]bool{
+		`{"jobOwnership":{"enabled":true}}`:                                                  true,
+		`{"jobOwnership":{"enabled":true,"matchField":"login","allowAlertQueries":true}}`:    true,
+		`{"jobOwnership":{"enabled":true,"matchField":"email","emailDomain":"uni.example"}}`: true,
+		`{"jobOwnership":{"enabled":true,"matchField":"email"}}`:                             false,
+		`{"jobOwnership":{"enabled":true,"matchField":"email","emailDomain":"@x"}}`:          false,
+		`{"jobOwnership":{"enabled":true,"matchField":"uid"}}`:                               false,
+	} {
+		s, err := ParseSettings(backend.DataSourceInstanceSettings{JSONData: []byte(js)})
+		if (err == nil) != ok {
+			t.Errorf("%s: %+v, %v", js, s.Ownership, err)
+		}
+		if err == nil && s.Ownership.MatchField == "" {
+			t.Errorf("%s: no match field", js)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package plugin
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/grafana/grafana-plugin-sdk-go/backend"
@@ -54,13 +55,35 @@ type BackendSettings struct {
 	TLSWithCACert bool   `json:"tlsWithCACert"`
 }
 
-// Ownership is the opt-in "users see only their own jobs".
+// Ownership is the opt-in "users see only their own jobs". It is only as
+// strong as the identity Grafana gives the plugin: a local Grafana user
+// may change their own login and email, so it needs users from a source
+// they cannot change (LDAP, OAuth, an auth proxy).
 type Ownership struct {
 	Enabled bool `json:"enabled"`
 	// Users and Teams (logins, team names) see every job, like admins.
 	AllowUsers []string `json:"allowUsers"`
 	AllowTeams []string `json:"allowTeams"`
+	// MatchField is the Grafana user's field that must equal
+	// slurm.job.user: MatchLogin (the default) or MatchEmail.
+	MatchField string `json:"matchField"`
+	// EmailDomain is, with MatchEmail, the one domain whose addresses
+	// name Slurm users: bob@EmailDomain sees bob's jobs; an address
+	// elsewhere sees none.
+	EmailDomain string `json:"emailDomain"`
+	// AllowAlertQueries lets alert rules query while ownership is on.
+	// Grafana evaluates alert rules as an org admin, so ownership cannot
+	// narrow them: whoever may write an alert rule on this datasource
+	// then sees every user's jobs through it. Off, alert queries are
+	// refused.
+	AllowAlertQueries bool `json:"allowAlertQueries"`
 }
+
+// Ownership match fields.
+const (
+	MatchLogin = "login"
+	MatchEmail = "email"
+)
 
 // Secret keys in secureJsonData, per backend: "<backend><Key>", e.g.
 // pyroscopeBasicAuthPassword, prometheusBearerToken, pyroscopeTlsCACert.
@@ -98,6 +121,9 @@ func ParseSettings(s backend.DataSourceInstanceSettings) (Settings, error) {
 	}
 	if err := out.Findings.WithDefaults().Validate(); err != nil {
 		return Settings{}, fmt.Errorf("datasource settings: findings: %w", err)
+	}
+	if err := out.Ownership.check(); err != nil {
+		return Settings{}, fmt.Errorf("datasource settings: jobOwnership: %w", err)
 	}
 	return out, nil
 }
@@ -138,4 +164,36 @@ func (s Settings) backendConfig(name string, b BackendSettings, secrets map[stri
 		c.TLS.ClientCert, c.TLS.ClientKey = secrets[name+keyClientCert], secrets[name+keyClientKey]
 	}
 	return c, nil
+}
+
+func (o *Ownership) check() error {
+	switch o.MatchField {
+	case "":
+		o.MatchField = MatchLogin
+	case MatchLogin:
+	case MatchEmail:
+		d := o.EmailDomain
+		if d == "" || strings.ContainsAny(d, "@ \t\n") || strings.HasPrefix(d, ".") {
+			return fmt.Errorf("matchField email needs emailDomain, the domain of the addresses that name Slurm users (e.g. uni.example), got %q", d)
+		}
+	default:
+		return fmt.Errorf("matchField %q: want %s or %s", o.MatchField, MatchLogin, MatchEmail)
+	}
+	return nil
+}
+
+// owner is the Slurm user a Grafana user is, by the configured field; ""
+// when the user has none (and then sees nothing).
+func (o Ownership) owner(u *backend.User) string {
+	if u == nil {
+		return ""
+	}
+	if o.MatchField != MatchEmail {
+		return u.Login
+	}
+	local, domain, ok := strings.Cut(u.Email, "@")
+	if !ok || local == "" || !strings.EqualFold(domain, o.EmailDomain) {
+		return ""
+	}
+	return local
 }

@@ -72,14 +72,66 @@ func (c *Cluster) writeConfig() error {
 	w("InactiveLimit=0")
 	w("KillWait=2")
 	w("MinJobAge=30")
+	if len(c.opts.GRES) > 0 {
+		w("GresTypes=gpu")
+	}
 	for i, n := range c.opts.Nodes {
-		w("NodeName=%s NodeHostname=%s NodeAddr=127.0.0.1 Port=%d CPUs=%d RealMemory=1000 State=UNKNOWN", n, c.host, ports[1+i], c.opts.CPUs)
+		w("NodeName=%s NodeHostname=%s NodeAddr=127.0.0.1 Port=%d CPUs=%d RealMemory=1000%s State=UNKNOWN", n, c.host, ports[1+i], c.opts.CPUs, gresCounts(c.opts.GRES, n))
 	}
 	w("PartitionName=%s Nodes=ALL Default=YES MaxTime=INFINITE State=UP", Partition)
 	if err := os.WriteFile(c.conf, []byte(b.String()), 0o644); err != nil {
 		return err
 	}
+	if err := os.WriteFile(filepath.Join(filepath.Dir(c.conf), "gres.conf"), []byte(gresConf(c.opts.GRES)), 0o644); err != nil {
+		return err
+	}
 	return os.WriteFile(filepath.Join(filepath.Dir(c.conf), "cgroup.conf"), []byte(c.cgroupConf()), 0o644)
+}
+
+// GRES is one GPU of a node in gres.conf: a whole GPU (one file, File=) or
+// a MIG instance (the parent GPU's file and the instance's capability
+// files, MultipleFiles=). Slurm numbers a node's records in the order
+// given here: that is the index scontrol prints as IDX.
+type GRES struct {
+	Node  string
+	Type  string // e.g. "h100", "3g.40gb"
+	Files []string
+}
+
+// gresCounts is the " Gres=gpu:<type>:<n>,..." of a NodeName line.
+func gresCounts(gres []GRES, node string) string {
+	var types []string
+	n := map[string]int{}
+	for _, g := range gres {
+		if g.Node != node {
+			continue
+		}
+		if n[g.Type] == 0 {
+			types = append(types, g.Type)
+		}
+		n[g.Type]++
+	}
+	if len(types) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, t := range types {
+		parts = append(parts, fmt.Sprintf("gpu:%s:%d", t, n[t]))
+	}
+	return " Gres=" + strings.Join(parts, ",")
+}
+
+func gresConf(gres []GRES) string {
+	var b strings.Builder
+	b.WriteString("# Written by slurmscope internal/testenv/slurmtest.\n")
+	for _, g := range gres {
+		key := "File"
+		if len(g.Files) > 1 {
+			key = "MultipleFiles"
+		}
+		fmt.Fprintf(&b, "NodeName=%s Name=gpu Type=%s %s=%s\n", g.Node, g.Type, key, strings.Join(g.Files, ","))
+	}
+	return b.String()
 }
 
 func (c *Cluster) cgroupConf() string {

@@ -105,6 +105,8 @@ type Options struct {
 	Log io.Writer
 	// StartTimeout bounds each wait during Start. Default 30s.
 	StartTimeout time.Duration
+	// GRES are GPU records for gres.conf; see GRES. None by default.
+	GRES []GRES
 }
 
 // Cluster is a running local SLURM.
