@@ -30,7 +30,7 @@ import {
   DEFAULT_TIMEOUT_SECONDS,
   Settings,
   normalizeList,
-  parseTimeout,
+  parsePositiveInt,
   resetSecret,
   setBackend,
   setJsonData,
@@ -62,7 +62,7 @@ export function ConfigEditor({ options, onOptionsChange, validation }: Props) {
   const [timeoutText, setTimeoutText] = useState(jsonData.timeoutSeconds ? String(jsonData.timeoutSeconds) : '');
   const id = useId();
 
-  const timeoutInvalid = parseTimeout(timeoutText) === null;
+  const timeoutInvalid = parsePositiveInt(timeoutText) === null;
   const own = jsonData.jobOwnership;
   const hasErrors =
     timeoutInvalid ||
@@ -81,7 +81,7 @@ export function ConfigEditor({ options, onOptionsChange, validation }: Props) {
   const onTimeout = (e: ChangeEvent<HTMLInputElement>) => {
     const text = e.currentTarget.value;
     setTimeoutText(text);
-    const n = parseTimeout(text);
+    const n = parsePositiveInt(text);
     if (n !== null) {
       onOptionsChange(setJsonData(options, { timeoutSeconds: n }));
     }
