@@ -212,6 +212,7 @@ var (
 	AgentBPFRuns                   = counter("agent_bpf_runs_total", "", "Runs of the sampling program (needs kernel.bpf_stats_enabled=1).")
 	// The user-stack capture (agent/stackwalk): the table unwinder and the
 	// CPython walk.
+	AgentUnwindMode       = Metric{Name: MetricPrefix + "agent_unwind_mode_info", Type: Gauge, Labels: []string{"mode", "reason"}, Help: "1, labelled with how native user frames are unwound: mode tables (reason none) or frame_pointer, with why: flag (--unwind=fp), arch (not x86-64), no_bpf_loop (the kernel is older than 5.17)."}
 	AgentUnwindWalks      = counter("agent_unwind_walks_total", "", "User stacks walked by the table unwinder, by how the walk ended (end_of_stack, frame_limit, no_row, unsupported, read_error, bad_cfa, loop_limit).", "end")
 	AgentUnwindFrames     = counter("agent_unwind_frames_total", "", "Frames the table unwinder walked, by how: table, frame_pointer (a file without a table), unknown_mapping (code mapped since the process was loaded), evicted_table (over the table budget), signal; and walks of processes not loaded (unloaded_process: frame pointers only) or forked (forked: through the parent's tables).", "how")
 	AgentUnwindTableBytes = Metric{Name: MetricPrefix + "agent_unwind_table_bytes", Unit: "bytes", Type: Gauge, Help: "Bytes of unwind tables loaded into BPF maps."}
@@ -260,7 +261,7 @@ var Metrics = []Metric{
 	AgentCPUSamples, AgentCPUSamplesLost, AgentCPUSamplesUnattributed, AgentProfiles, AgentProfileBytes, AgentErrors,
 	AgentSampledCPUs, AgentGPUKernelTime, AgentGPUKernelTimeUnattributed, AgentGPUTraceLost, AgentGPUTraceAttachedFiles,
 	AgentBPFRunTime, AgentBPFRuns,
-	AgentUnwindWalks, AgentUnwindFrames, AgentUnwindTableBytes, AgentUnwindBudget, AgentUnwindProcesses, AgentUnwindFiles,
+	AgentUnwindMode, AgentUnwindWalks, AgentUnwindFrames, AgentUnwindTableBytes, AgentUnwindBudget, AgentUnwindProcesses, AgentUnwindFiles,
 	AgentUnwindSyncs, AgentPythonWalks, AgentPythonProcesses, AgentPythonSkipped, AgentPythonFrames, AgentPythonCodeBytes,
 	PyroscopePushes, PyroscopePushedBytes, PyroscopePushRetries, PyroscopeDroppedRequests, PyroscopeSpoolRequests, PyroscopeSpoolBytes,
 	PyroscopeTooOldProfiles, PyroscopeHeldRequests, PyroscopeClockSkew,

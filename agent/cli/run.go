@@ -357,7 +357,7 @@ func newProfiler(f runFlags, res *attribution.Resolver, coll *gpu.Collector, reg
 	}
 	reg.MustRegister(walker.Collectors()...)
 	log.Info("capturing user stacks", "unwind", map[bool]string{true: "tables", false: "frame pointers"}[walker.Tables()],
-		"python_frames", walker.PythonFrames())
+		"frame_pointers_because", walker.FramePointerReason(), "python_frames", walker.PythonFrames())
 	var sinks sink.Multi
 	if f.pyro.URL != "" {
 		client, err := pyroscope.NewClient(f.pyro)

@@ -15,7 +15,7 @@ func (w *Walker) Collectors() []prometheus.Collector { return []prometheus.Colle
 type collector struct{ w *Walker }
 
 var metricDefs = []schema.Metric{
-	schema.AgentUnwindWalks, schema.AgentUnwindFrames, schema.AgentUnwindTableBytes, schema.AgentUnwindBudget,
+	schema.AgentUnwindMode, schema.AgentUnwindWalks, schema.AgentUnwindFrames, schema.AgentUnwindTableBytes, schema.AgentUnwindBudget,
 	schema.AgentUnwindProcesses, schema.AgentUnwindFiles, schema.AgentUnwindSyncs,
 	schema.AgentPythonProcesses, schema.AgentPythonSkipped, schema.AgentPythonFrames, schema.AgentPythonCodeBytes,
 }
@@ -39,6 +39,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descs[m.Name], promschema.ValueType(m), v, labels...)
 	}
 	w := c.w
+	if w.tables {
+		emit(schema.AgentUnwindMode, 1, "tables", "none")
+	} else {
+		emit(schema.AgentUnwindMode, 1, "frame_pointer", w.fpReason)
+	}
 	if l := w.loader; l != nil {
 		if cs, err := l.Counters(); err == nil {
 			for i, name := range unwind.EndReasons {

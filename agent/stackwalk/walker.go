@@ -13,6 +13,8 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 
@@ -37,28 +39,37 @@ type Options struct {
 	Profiled func(procfs.ID) bool
 	// MaxTableBytes bounds the unwind tables in BPF maps (unwind.Options).
 	MaxTableBytes int64
-	// Remapped, when set, is told of a process loaded again because its
-	// mappings changed (code mapped since, or an exec), so that the
-	// symbolizer reads them too while the process lives.
+	// Remapped, when set, is told of each load of a process's tables: the
+	// first, and each again because its mappings changed (code mapped
+	// since, or an exec), so that the symbolizer reads the mappings the
+	// tables cover while the process lives.
 	Remapped func(procfs.ID)
 	// ExitGrace is how long the Python state of a process that exited is
 	// kept when the daemon does not forget it first, so that samples
 	// drained after its exit still resolve. Default 2 minutes.
 	ExitGrace time.Duration
 	Log       *slog.Logger
+	// HaveLoop says whether the kernel has bpf_loop (5.17), which the
+	// table unwinder needs: without it (an ebpf.ErrNotSupported), native
+	// frames come from frame pointers, logged and exported as
+	// agent_unwind_mode_info. nil: ask the kernel.
+	HaveLoop func() error
 }
 
 // Walker owns the maps that stack.h reads, for every probe.
 type Walker struct {
-	o       Options
-	tables  bool
-	loader  *unwind.Loader
-	tracker *python.Tracker
-	shared  map[string]*ebpf.Map
-	objs    procsObjects
-	loaded  bool
-	links   []link.Link
-	events  *ringbuf.Reader
+	o      Options
+	tables bool
+	// fpReason is why native frames come from frame pointers ("flag",
+	// "arch", "no_bpf_loop"); "" when they come from tables.
+	fpReason string
+	loader   *unwind.Loader
+	tracker  *python.Tracker
+	shared   map[string]*ebpf.Map
+	objs     procsObjects
+	loaded   bool
+	links    []link.Link
+	events   *ringbuf.Reader
 
 	syncq chan procfs.ID
 	wake  chan struct{}
@@ -136,8 +147,23 @@ func New(o Options) (*Walker, error) {
 	w := &Walker{o: o, tables: o.Tables && runtime.GOARCH == "amd64", shared: map[string]*ebpf.Map{},
 		syncq: make(chan procfs.ID, 1024), wake: make(chan struct{}, 1), stop: make(chan struct{}),
 		procs: map[int]*proc{}, notProfile: map[int]declinedImage{}, declined: map[int]python.Event{}}
-	if o.Tables && !w.tables {
+	switch {
+	case !o.Tables:
+		w.fpReason = "flag"
+	case !w.tables:
+		w.fpReason = "arch"
 		o.Log.Info("unwinding from unwind tables is built for x86-64 only; using frame pointers", "arch", runtime.GOARCH)
+	default:
+		have := o.HaveLoop
+		if have == nil {
+			have = func() error { return features.HaveProgramHelper(ebpf.PerfEvent, asm.FnLoop) }
+		}
+		// Only a clear no falls back: any other error (a probe the
+		// kernel refused for another reason) leaves the load to say why.
+		if err := have(); errors.Is(err, ebpf.ErrNotSupported) {
+			w.tables, w.fpReason = false, "no_bpf_loop"
+			o.Log.Warn("the kernel has no bpf_loop (Linux 5.17): native frames come from frame pointers, and stop at code built without them", "err", err)
+		}
 	}
 	if !w.tables && !o.Python {
 		return w, nil
@@ -240,6 +266,11 @@ func (w *Walker) Prepare(spec *ebpf.CollectionSpec) (map[string]any, map[string]
 
 // Tables reports whether native frames are unwound from tables.
 func (w *Walker) Tables() bool { return w.tables }
+
+// FramePointerReason says why native frames come from frame pointers: flag
+// (--unwind=fp), arch (not x86-64), no_bpf_loop (a kernel before 5.17);
+// "" when they come from tables.
+func (w *Walker) FramePointerReason() string { return w.fpReason }
 
 // PythonFrames reports whether CPython frames are walked.
 func (w *Walker) PythonFrames() bool { return w.tracker != nil }
@@ -458,17 +489,21 @@ func (w *Walker) sync(id procfs.ID) {
 		return
 	}
 	err := w.loader.SyncProcess(id.PID, id.Start)
-	again := false
 	w.mu.Lock()
 	w.m.syncs++
 	if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, procfs.ErrGone) {
 		w.m.syncErrors++
 	}
+	loaded := false
 	if p := w.procs[id.PID]; p != nil && p.id == id && err == nil {
-		again, p.synced = p.synced, true
+		loaded, p.synced = true, true
 	}
 	w.mu.Unlock()
-	if again && w.o.Remapped != nil {
+	// The first load too: the symbolizer may have read the process's
+	// mappings before it dlopened what the tables now cover (a Python
+	// process's _hashlib and libcrypto), and would never learn of them
+	// once it exited, though its walks there never ask for a reload.
+	if loaded && w.o.Remapped != nil {
 		w.o.Remapped(id)
 	}
 }
