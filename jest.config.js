@@ -1,23 +1,23 @@
-// Jest for the front end, as create-plugin sets it up: swc transforms
-// TypeScript and JSX, jsdom stands in for the browser.
-const esmOnly = ['d3', 'd3-[^/]+', 'internmap', 'ol', 'marked', 'uuid', '@grafana/flamegraph', '@react-hookz/web', '@ver0/[^/]+', 'react-calendar', 'get-user-locale', 'memoize', 'mimic-function', '@wojtekmaj/date-utils'];
+// Jest extends create-plugin's managed config (.config/jest.config.js).
+// force timezone to UTC to allow tests to work regardless of local timezone
+process.env.TZ = 'UTC';
+
+const { grafanaESModules, nodeModulesToTransform } = require('./.config/jest/utils');
+
+// ES-module-only packages that @grafana/ui and @grafana/data pull in beyond
+// the managed list.
+const esmOnly = ['d3-[^/]+', 'internmap', '@grafana/flamegraph', '@react-hookz/web', '@ver0/[^/]+'];
+
+const base = require('./.config/jest.config');
 
 module.exports = {
-  testEnvironment: 'jsdom',
+  // Jest configuration provided by Grafana scaffolding
+  ...base,
+  // Some of those ship only .mjs files, which the managed transform (for
+  // .js/.ts files) skips: swc compiles them the same way.
+  transform: { ...base.transform, '^.+\\.mjs$': base.transform['^.+\\.(t|j)sx?$'] },
   // A generous per-test limit: a limit, not an assertion. Typing into
   // @grafana/ui forms under jsdom is slow on a loaded 2-core CI box.
   testTimeout: 60_000,
-  roots: ['<rootDir>/grafana-plugin/src'],
-  testMatch: ['**/*.test.ts', '**/*.test.tsx'],
-  setupFilesAfterEnv: ['<rootDir>/.config/jest-setup.ts'],
-  transform: {
-    '^.+\\.(t|j)sx?$|^.+\\.m?js$': [
-      '@swc/jest',
-      { jsc: { parser: { syntax: 'typescript', tsx: true }, transform: { react: { runtime: 'automatic' } } } },
-    ],
-  },
-  // Grafana's packages ship CommonJS builds, but some of their dependencies
-  // are ES modules only; those are transformed too.
-  transformIgnorePatterns: [`node_modules/(?!(${esmOnly.join('|')})/)`],
-  moduleNameMapper: { '\\.(css|scss|sass)$': '<rootDir>/.config/jest-style-stub.js' },
+  transformIgnorePatterns: [nodeModulesToTransform([...grafanaESModules, ...esmOnly])],
 };

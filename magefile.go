@@ -2,10 +2,9 @@
 
 // Mage targets. The agent needs none of them to build; the datasource
 // backend is built with the Grafana plugin SDK's targets, imported as
-// create-plugin does, pointed at grafana-plugin/ so that they run from the
-// repository root:
+// create-plugin does, from the repository root:
 //
-//	mage -v buildAll         # grafana-plugin/dist/gpx_slurmscope_<os>_<arch> for every platform
+//	mage -v buildAll         # dist/gpx_slurmscope_<os>_<arch> for every platform
 //	mage -v sdk:build:linux  # one platform; `mage -l` lists the rest
 package main
 
@@ -17,13 +16,11 @@ import (
 	"github.com/grafana/grafana-plugin-sdk-go/build"
 )
 
-// The SDK reads src/plugin.json and builds ./pkg into dist/, relative to
-// the working directory; the plugin lives in grafana-plugin/.
+// The SDK reads src/plugin.json and writes into dist/, beside the front
+// end's build; the backend's main package is in grafana-plugin/, not ./pkg.
 func init() {
 	err := build.SetBeforeBuildCallback(func(cfg build.Config) (build.Config, error) {
-		cfg.PluginJSONPath = "grafana-plugin/src"
 		cfg.RootPackagePath = "./grafana-plugin/cmd/slurmscope-datasource"
-		cfg.OutputBinaryPath = "grafana-plugin/dist"
 		return cfg, nil
 	})
 	if err != nil {

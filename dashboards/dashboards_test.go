@@ -23,6 +23,7 @@ import (
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/filter"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/plugin"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/findings"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/promql"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -154,7 +155,7 @@ func allPanels(ps []panel) []panel {
 
 // ---------- what the backend and the agent define ----------
 
-var queryTypes = []string{plugin.TypeFlamegraph, plugin.TypeProfileSeries, plugin.TypeGPUMetric, plugin.TypeTopEntities, plugin.TypeAttributeValues}
+var queryTypes = []string{plugin.TypeFlamegraph, plugin.TypeProfileSeries, plugin.TypeGPUMetric, plugin.TypeTopEntities, plugin.TypeAttributeValues, plugin.TypeFindings}
 
 // scrapeLabels are the labels Prometheus adds to every series it scrapes.
 var scrapeLabels = []string{"instance", "job"}
@@ -241,7 +242,7 @@ func substitute(t *testing.T, where, s, lang string, vars map[string]variable) s
 		switch lang {
 		case "cel":
 			// The datasource front end CEL-escapes every variable
-			// (grafana-plugin/src/interpolate.ts) and ignores explicit
+			// (src/interpolate.ts) and ignores explicit
 			// formats, which would only mislead a reader.
 			if format != "" {
 				t.Errorf("%s: write %s as $%s: the datasource CEL-escapes variables itself and ignores formats", where, ref, name)
@@ -331,6 +332,13 @@ func checkSlurmscope(t *testing.T, where string, raw json.RawMessage, vars map[s
 		}
 	case plugin.TypeAttributeValues:
 		attrs("attribute", m.Attribute)
+	case plugin.TypeFindings:
+		if _, err := findings.ParseKind(m.Finding); err != nil {
+			t.Errorf("%s: %v", where, err)
+		}
+		if m.Format != "" && m.Format != plugin.FormatTable && m.Format != plugin.FormatNumeric {
+			t.Errorf("%s: format %q", where, m.Format)
+		}
 	}
 }
 
@@ -509,14 +517,25 @@ func TestJobDashboardCoverage(t *testing.T) {
 	if job == nil {
 		t.Fatal("no dashboard with uid slurmscope-job")
 	}
-	var profileTypes, metrics []string
+	var profileTypes, metrics, types []string
 	for _, p := range allPanels(job.Panels) {
 		for _, raw := range p.Targets {
 			var m plugin.Model
 			_ = json.Unmarshal(raw, &m)
 			profileTypes = append(profileTypes, m.ProfileType)
 			metrics = append(metrics, m.Metric)
+			types = append(types, m.QueryType)
 		}
+	}
+	// The host side next to the GPUs, and the findings table.
+	for _, want := range []schema.Metric{schema.HostCPUUsage.Job, schema.HostCPUs.Job, schema.HostMemoryUsed.Job,
+		schema.HostMemoryPeak.Job, schema.HostMemoryLimit.Job, schema.HostOOMKills.Job, schema.HostCPUUsage.Step} {
+		if !slices.Contains(metrics, want.Name) {
+			t.Errorf("job dashboard has no %s panel", want.Name)
+		}
+	}
+	if !slices.Contains(types, plugin.TypeFindings) {
+		t.Error("job dashboard has no findings table")
 	}
 	for _, want := range []string{schema.ProcessCPU.ID(), schema.GPUTime.ID()} {
 		if !slices.Contains(profileTypes, want) {
@@ -526,6 +545,30 @@ func TestJobDashboardCoverage(t *testing.T) {
 	for _, want := range []schema.Metric{schema.JobGPUUtilization, schema.JobGPUMemoryUsed, schema.GPUSMActive, schema.GPUTensorActive, schema.JobInfo} {
 		if !slices.Contains(metrics, want.Name) {
 			t.Errorf("job dashboard has no %s panel", want.Name)
+		}
+	}
+}
+
+// The cluster dashboard ranks users by what they held and did not use.
+func TestClusterDashboardRanksWaste(t *testing.T) {
+	ranks := map[string]bool{}
+	for _, d := range dashboards(t) {
+		if d.UID != "slurmscope-cluster" {
+			continue
+		}
+		for _, p := range allPanels(d.Panels) {
+			for _, raw := range p.Targets {
+				var m plugin.Model
+				_ = json.Unmarshal(raw, &m)
+				if m.QueryType == plugin.TypeTopEntities && m.Entity == schema.JobUser.Name {
+					ranks[m.RankBy] = true
+				}
+			}
+		}
+	}
+	for _, r := range []query.Rank{query.ByWastedCoreHours, query.ByWastedGPUHours} {
+		if !ranks[string(r)] {
+			t.Errorf("the cluster dashboard does not rank users by %s", r)
 		}
 	}
 }
@@ -575,7 +618,7 @@ func TestDatasources(t *testing.T) {
 	}
 	// The plugin id is the datasource type.
 	var pj struct{ ID string }
-	b, err := os.ReadFile(filepath.Join(root, "grafana-plugin", "src", "plugin.json"))
+	b, err := os.ReadFile(filepath.Join(root, "src", "plugin.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -641,6 +684,7 @@ func TestAlertRules(t *testing.T) {
 		}
 		refs := map[string]bool{}
 		var exprs []string
+		kept := map[string]bool{} // labels the slurmscope queries' numbers carry
 		for _, q := range r.Data {
 			refs[q.RefID] = true
 			if q.DatasourceUID == exprUID {
@@ -662,6 +706,20 @@ func TestAlertRules(t *testing.T) {
 			case pluginType:
 				b, _ := json.Marshal(q.Model)
 				checkSlurmscope(t, where, b, nil)
+				var m plugin.Model
+				_ = json.Unmarshal(b, &m)
+				switch {
+				case m.QueryType == plugin.TypeFindings && m.Format == plugin.FormatNumeric:
+					for _, l := range plugin.FindingLabels {
+						kept[l] = true
+					}
+				case m.QueryType == plugin.TypeGPUMetric:
+					for _, l := range m.GroupBy {
+						kept[l] = true
+					}
+				default:
+					t.Errorf("%s: a %s query (format %q) gives alert rules no numbers to evaluate", where, m.QueryType, m.Format)
+				}
 			default:
 				t.Errorf("%s: datasource %s cannot be alerted on here", where, src.Type)
 			}
@@ -676,13 +734,14 @@ func TestAlertRules(t *testing.T) {
 		}
 		// The summary names the user, job or node: a label the query keeps.
 		sum := r.Annotations["summary"]
-		ls := regexp.MustCompile(`\$labels\.(\w+)`).FindAllStringSubmatch(sum, -1)
+		ls := summaryLabels(sum)
 		if len(ls) == 0 {
 			t.Errorf("%s: summary %q names no label", where, sum)
 		}
 		for _, l := range ls {
-			if !labels[l[1]] || !strings.Contains(strings.Join(exprs, " "), l[1]) && l[1] != "instance" {
-				t.Errorf("%s: summary uses $labels.%s, which the query does not keep", where, l[1])
+			kept := kept[l] || labels[l] && strings.Contains(strings.Join(exprs, " "), l) || l == "instance"
+			if !kept {
+				t.Errorf("%s: summary uses label %s, which the query does not keep", where, l)
 			}
 		}
 	}
@@ -691,12 +750,37 @@ func TestAlertRules(t *testing.T) {
 	for _, r := range rules {
 		summaries = append(summaries, r.Annotations["summary"])
 	}
-	all := strings.Join(summaries, "\n")
+	var named []string
+	for _, s := range summaries {
+		named = append(named, summaryLabels(s)...)
+	}
 	for _, a := range []schema.Attribute{schema.JobUser, schema.JobID, schema.HostName} {
-		if !strings.Contains(all, "$labels."+a.Label) {
+		if !slices.Contains(named, a.Label) && !slices.Contains(named, a.Name) {
 			t.Errorf("no alert summary names %s", a.Name)
 		}
 	}
+	// One rule alerts on a finding.
+	found := false
+	for _, r := range rules {
+		for _, q := range r.Data {
+			if q.DatasourceUID == "slurmscope" && q.Model["queryType"] == plugin.TypeFindings {
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Error("no alert rule uses a finding")
+	}
+}
+
+// summaryLabels are the labels a summary names, as {{ $labels.x }} (wire
+// labels) or {{ index $labels "x" }} (the datasource's dotted names).
+func summaryLabels(sum string) []string {
+	var out []string
+	for _, m := range regexp.MustCompile(`\$labels\.(\w+)|index \$labels "([\w.]+)"`).FindAllStringSubmatch(sum, -1) {
+		out = append(out, m[1]+m[2])
+	}
+	return out
 }
 
 // composeMounts returns, per service, host path -> container path, after
@@ -737,8 +821,8 @@ func composeMounts(t *testing.T) map[string]map[string]string {
 			if strings.HasPrefix(host, ".") || strings.HasPrefix(host, "/") {
 				p := filepath.Join(dir, host)
 				// The plugin's dist/ exists only after a build.
-				if host == "../grafana-plugin/dist" {
-					p = filepath.Join(dir, "../grafana-plugin/src/plugin.json")
+				if host == "../dist" {
+					p = filepath.Join(dir, "../src/plugin.json")
 				}
 				if _, err := os.Stat(p); err != nil {
 					t.Errorf("compose: %s mounts %s, which is not in the repository", name, host)
@@ -758,7 +842,7 @@ func composeMounts(t *testing.T) map[string]map[string]string {
 			Grafana string `json:"grafanaDependency"`
 		} `json:"dependencies"`
 	}
-	if b, err := os.ReadFile(filepath.Join(root, "grafana-plugin/src/plugin.json")); err != nil || json.Unmarshal(b, &pj) != nil {
+	if b, err := os.ReadFile(filepath.Join(root, "src/plugin.json")); err != nil || json.Unmarshal(b, &pj) != nil {
 		t.Errorf("plugin.json: %v", err)
 	}
 	minMajor := regexp.MustCompile(`^>=(\d+)\.`).FindStringSubmatch(pj.Dependencies.Grafana)
@@ -777,7 +861,7 @@ func composeMounts(t *testing.T) map[string]map[string]string {
 func TestCompose(t *testing.T) {
 	m := composeMounts(t)["grafana"]
 	want := map[string]string{
-		"../grafana-plugin/dist":      "/var/lib/grafana/plugins/" + pluginType,
+		"../dist":                     "/var/lib/grafana/plugins/" + pluginType,
 		"../provisioning/datasources": "/etc/grafana/provisioning/datasources",
 		"../provisioning/dashboards":  "/etc/grafana/provisioning/dashboards",
 		"../provisioning/alerting":    "/etc/grafana/provisioning/alerting",

@@ -205,13 +205,41 @@ func TestDatasource(t *testing.T) {
 		if res.Error == "" || !strings.Contains(res.Error, "login") {
 			t.Errorf("anonymous request: error %q", res.Error)
 		}
+		// Matched by email in the configured domain: mallory's login is
+		// nobody's, her address names alice.
+		byEmail := map[string]any{"pyroscope": owned["pyroscope"], "prometheus": owned["prometheus"],
+			"jobOwnership": map[string]any{"enabled": true, "matchField": "email", "emailDomain": "uni.example"}}
+		if got := p.flame(t, byEmail, &pluginv2.User{Login: "mallory", Email: "alice@uni.example", Role: "Viewer"}, escape, from, to); !reflect.DeepEqual(treeLines(got), treeLines(wantAlice)) {
+			t.Errorf("alice@uni.example saw\n%s\nwant only alice's job", strings.Join(treeLines(got), "\n"))
+		}
+		// Grafana's alerting runs rules as an org admin and marks their
+		// queries: refused while ownership is on, unless allowed.
+		alertQuery := func(settings map[string]any) *pluginv2.DataResponse {
+			b, _ := json.Marshal(map[string]any{"queryType": "gpuMetric", "filter": "true"})
+			r, err := p.data.QueryData(context.Background(), &pluginv2.QueryDataRequest{
+				PluginContext: pluginContext(t, settings, admin), Headers: map[string]string{"FromAlert": "true"},
+				Queries: []*pluginv2.DataQuery{{RefId: "A", Json: b, MaxDataPoints: 100, IntervalMS: 15000,
+					TimeRange: &pluginv2.TimeRange{FromEpochMS: now.Add(-30 * time.Minute).UnixMilli(), ToEpochMS: now.UnixMilli()}}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r.Responses["A"]
+		}
+		if r := alertQuery(owned); r.Status != http.StatusForbidden || !strings.Contains(r.Error, "allowAlertQueries") {
+			t.Errorf("an alert query with ownership on: %d %q, want refused", r.Status, r.Error)
+		}
+		allowAlerts := map[string]any{"pyroscope": owned["pyroscope"], "prometheus": owned["prometheus"],
+			"jobOwnership": map[string]any{"enabled": true, "allowAlertQueries": true}}
+		for name, set := range map[string]map[string]any{"allowed": allowAlerts, "ownership off": settings} {
+			if r := alertQuery(set); r.Error != "" || len(r.Frames) == 0 {
+				t.Errorf("an alert query, %s: %q", name, r.Error)
+			}
+		}
 	})
 
 	t.Run("cli-job", func(t *testing.T) {
-		cli := filepath.Join(t.TempDir(), "slurmscope")
-		if out, err := exec.Command("go", "build", "-o", cli, "../grafana-plugin/cmd/slurmscope").CombinedOutput(); err != nil {
-			t.Fatalf("building slurmscope: %v\n%s", err, out)
-		}
+		cli := buildCLI(t)
 		cmd := exec.Command(cli, "job", jobA, "--pyroscope-url", pyroURL, "--prometheus-url", promURL, "--tenant", tenant, "--since", "40m", "--json")
 		out, err := cmd.Output()
 		if err != nil {

@@ -13,9 +13,9 @@ import (
 
 	"github.com/grafana/grafana-plugin-sdk-go/genproto/pluginv2"
 
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/flame"
 	"github.com/slurmscope/slurmscope/internal/testenv/pyrostandin"
 	"github.com/slurmscope/slurmscope/internal/testenv/slurmtest"
-	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/flame"
 	"github.com/slurmscope/slurmscope/schema"
 )
 

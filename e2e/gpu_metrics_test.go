@@ -25,9 +25,10 @@ import (
 )
 
 // The GPU test's hardware: four H100s behind the NVML stand-in (see
-// agent/gpu/nvmlstub). GPU 0 runs job A's task, GPU 1 is allocated to job
-// B and idle, GPU 2 has MIG on (3g.40gb and 4g.40gb), and GPU 3 has fallen
-// off the bus from the start.
+// agent/gpu/nvmlstub), the first three in slurmd's gres.conf (newMixedNode).
+// GPU 0 runs job A's task, GPU 1 is allocated to job B and idle, GPU 2 has
+// MIG on (3g.40gb and 4g.40gb), and GPU 3 has fallen off the bus from the
+// start.
 const (
 	gpuNode = "node-a"
 
@@ -74,32 +75,34 @@ func TestGPUMetrics(t *testing.T) {
 	agent := buildAgent(t)
 	stub := gputest.Library(t)
 	ctx := context.Background()
-	c := slurmtest.StartT(t, slurmtest.Options{Mode: slurmtest.V2})
+	mixed := newMixedNode(t, gpuNode)
+	c := slurmtest.StartT(t, slurmtest.Options{Mode: slurmtest.V2, GRES: mixed.gres})
 
-	// Job A: its task (the batch script, exec'ing sleep) has the GPU
-	// variables Slurm would give it. SLURM_JOB_GPUS is an ordinal, which
-	// the collector must refuse on a node with MIG on (counted as
-	// ambiguous); the UUIDs of CUDA_VISIBLE_DEVICES are exact.
+	// Job A holds a whole GPU and the 3g.40gb instance (slurmd gives the
+	// first free one, GPU 0), and its task names them in the environment
+	// too. SLURM_JOB_GPUS is an ordinal, which the collector must refuse on
+	// a node with MIG on (counted as ambiguous); the UUIDs of
+	// CUDA_VISIBLE_DEVICES are exact, and within what Slurm granted.
 	scriptA := fmt.Sprintf("export CUDA_VISIBLE_DEVICES=%s,%s\nexport SLURM_JOB_GPUS=0\nexec sleep 600\n", gpu0UUID, mig3gUUID)
 	// Job B: allocated GPU 1 and the 4g.40gb instance, uses neither.
-	scriptB := fmt.Sprintf("export CUDA_VISIBLE_DEVICES=%s,%s\nexec sleep 600\n", gpu1UUID, mig4gUUID)
-	idA, err := c.Sbatch(ctx, "ssalice", []string{"-J", jobName, "-w", gpuNode}, scriptA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	idB, err := c.Sbatch(ctx, "ssbob", []string{"-J", "idle-alloc", "-w", gpuNode}, scriptB)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Cancel(context.Background(), idA, idB) })
+	scriptB := "exec sleep 600\n"
 	jobs := map[string]slurmtest.Job{}
-	for _, id := range []string{idA, idB} {
+	submit := func(user string, args []string, script string) string {
+		id, err := c.Sbatch(ctx, user, append(args, "-w", gpuNode), script)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Cancel(context.Background(), id) })
 		js, err := c.WaitState(ctx, id, "RUNNING", 60*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
 		jobs[id] = js[0]
+		return id
 	}
+	// One after the other, so that A gets GPU 0.
+	idA := submit("ssalice", []string{"-J", jobName, "--gres=gpu:h100:1,gpu:3g.40gb:1"}, scriptA)
+	idB := submit("ssbob", []string{"-J", "idle-alloc", "--gres=gpu:h100:1,gpu:4g.40gb:1"}, scriptB)
 	// The agent reads a task's environment once: start it only when the
 	// scripts have exec'd sleep, whose environment holds the exports.
 	pidA := waitTaskPID(t, c, idA, "sleep")
@@ -111,8 +114,8 @@ func TestGPUMetrics(t *testing.T) {
 	scen := filepath.Join(dir, "scenario.json")
 	gputest.Write(t, scen, gpuScenario(pidA, jobASMUtil))
 
-	plain := startMetricsAgent(t, agent, stub, scen, filepath.Join(dir, "out-plain"))
-	auth := startMetricsAgentAuth(t, agent, stub, scen, dir)
+	plain := startMetricsAgent(t, agent, stub, scen, filepath.Join(dir, "out-plain"), mixed.agentFlags()...)
+	auth := startMetricsAgentAuth(t, agent, stub, scen, dir, mixed.agentFlags()...)
 
 	t.Run("promtool", func(t *testing.T) {
 		// Wait for a poll that has seen the jobs, so every family is there.
@@ -384,7 +387,7 @@ func startMetricsAgent(t *testing.T, agent, stub, scenario, outDir string, extra
 // startMetricsAgentAuth starts a second agent whose /metrics needs basic
 // auth (exporter-toolkit's web config, with a bcrypt hash), and writes the
 // password file Prometheus scrapes it with.
-func startMetricsAgentAuth(t *testing.T, agent, stub, scenario, dir string) string {
+func startMetricsAgentAuth(t *testing.T, agent, stub, scenario, dir string, extra ...string) string {
 	t.Helper()
 	hash, err := bcrypt.GenerateFromPassword([]byte(authPassword), bcrypt.MinCost)
 	if err != nil {
@@ -397,7 +400,7 @@ func startMetricsAgentAuth(t *testing.T, agent, stub, scenario, dir string) stri
 	if err := os.WriteFile(filepath.Join(dir, "scrape-password"), []byte(authPassword), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return startMetricsAgent(t, agent, stub, scenario, filepath.Join(dir, "out-auth"), "--web.config.file", cfg)
+	return startMetricsAgent(t, agent, stub, scenario, filepath.Join(dir, "out-auth"), append(extra, "--web.config.file", cfg)...)
 }
 
 func httpGet(t *testing.T, u, user, pass string) (int, string) {

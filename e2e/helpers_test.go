@@ -3,17 +3,17 @@ package e2e
 import (
 	"bytes"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/slurmscope/slurmscope/internal/testenv/promtest"
 )
 
 // Helpers shared by the e2e tests: free ports, the agent process, and a
@@ -21,15 +21,7 @@ import (
 
 // freeAddr returns a 127.0.0.1 address that nothing listened on a moment
 // ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freeAddr(t *testing.T) string { return promtest.FreeAddr(t) }
 
 // agentProc is a running `slurmscope-agent`.
 type agentProc struct {
@@ -177,51 +169,7 @@ func (l *lockedBuffer) String() string {
 // URL.
 func runPrometheus(t *testing.T, dir, config string, flags ...string) string {
 	t.Helper()
-	bin, err := exec.LookPath("prometheus")
-	if err != nil {
-		t.Fatalf("prometheus is required (Debian: apt-get install prometheus): %v", err)
-	}
-	cfg := filepath.Join(dir, "prometheus.yml")
-	if err := os.WriteFile(cfg, []byte(config), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	addr := freeAddr(t)
-	log := &lockedBuffer{}
-	cmd := exec.Command(bin, append([]string{"--config.file=" + cfg, "--storage.tsdb.path=" + filepath.Join(dir, "tsdb"),
-		"--web.listen-address=" + addr}, flags...)...)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-done
-		if t.Failed() {
-			t.Logf("prometheus log:\n%s", log.String())
-		}
-	})
-	base := "http://" + addr
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		select {
-		case <-done:
-			t.Fatalf("prometheus exited at start:\n%s", log.String())
-		default:
-		}
-		res, err := http.Get(base + "/-/ready")
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return base
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("prometheus not ready after 60s: %v\n%s", err, log.String())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	return promtest.Start(t, dir, config, flags...)
 }
 
 // evidenceDir is a temporary directory for profiles the agent writes. Not

@@ -82,7 +82,7 @@ func TestPushToPyroscope(t *testing.T) {
 	agent := buildAgent(t)
 	start := time.Now()
 	args := []string{"run", "--pyroscope-url", url, "--spool-dir", filepath.Join(t.TempDir(), "spool"),
-		"--upload-interval", "2s", "--node-name", "e2e-node", "--metrics-addr", ""}
+		"--upload-interval", "2s", "--node-name", "e2e-node", "--metrics-addr", "", "--slurm-cgroup-v2-parent", job.Parent}
 	if tenant != "" {
 		args = append(args, "--pyroscope-tenant", tenant)
 	}

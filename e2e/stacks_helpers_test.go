@@ -129,7 +129,7 @@ func shareOf(ss []sample, pred func(sample) bool) (int64, float64) {
 	return n, float64(n) / float64(all)
 }
 
-func filter(ss []sample, pred func(sample) bool) []sample {
+func where(ss []sample, pred func(sample) bool) []sample {
 	var out []sample
 	for _, s := range ss {
 		if pred(s) {
@@ -176,7 +176,7 @@ func logTop(t *testing.T, what string, ss []sample) {
 // callers share its samples 70/30 within 5 points, and at least 95% of its
 // samples reach main.
 func checkCSplit(t *testing.T, ss []sample) {
-	leaf := filter(ss, func(s sample) bool { return s.has("leaf") })
+	leaf := where(ss, func(s sample) bool { return s.has("leaf") })
 	caller := func(name string) func(sample) bool {
 		return func(s sample) bool { i := s.index("leaf"); return i+1 < len(s.frames) && s.frames[i+1].fn == name }
 	}
@@ -202,7 +202,7 @@ func checkCSplit(t *testing.T, ss []sample) {
 // checkQsort: a comparator called through glibc's qsort reaches its caller
 // and main, through libc's frames.
 func checkQsort(t *testing.T, ss []sample) {
-	cmp := filter(ss, func(s sample) bool { return s.has("cmp_items") })
+	cmp := where(ss, func(s sample) bool { return s.has("cmp_items") })
 	_, reach := shareOf(cmp, func(s sample) bool { return s.index("sort_rounds") > s.index("cmp_items") && s.has("main") })
 	_, viaLibc := shareOf(cmp, func(s sample) bool {
 		i := s.index("cmp_items")
@@ -223,7 +223,7 @@ func checkQsort(t *testing.T, ss []sample) {
 // and libgcc's unwinder; Layer<N>::run inlined into thrower) unwinds to
 // main.
 func checkExceptions(t *testing.T, ss []sample) {
-	in := filter(ss, func(s sample) bool { return s.has("catcher") })
+	in := where(ss, func(s sample) bool { return s.has("catcher") })
 	_, reach := shareOf(in, func(s sample) bool {
 		return s.index("main") > s.index("except_rounds") && s.index("except_rounds") > s.index("catcher")
 	})
@@ -252,7 +252,7 @@ func checkExceptions(t *testing.T, ss []sample) {
 // checkDeep: 300 levels of recursion are cut cleanly at the 127-frame
 // limit: the leaf and 126 recurse frames, nothing else.
 func checkDeep(t *testing.T, ss []sample) {
-	leaf := filter(ss, func(s sample) bool { return s.has("deep_leaf") })
+	leaf := where(ss, func(s sample) bool { return s.has("deep_leaf") })
 	_, cut := shareOf(leaf, func(s sample) bool {
 		user := s.frames[s.index("deep_leaf"):]
 		if len(user) != 127 {
@@ -405,7 +405,7 @@ func defLines(t *testing.T, path string) map[string][2]int64 {
 // interpreter start-up (site, imports) and rightly not under the script.
 // Samples without Python frames count: they are what the walk missed.
 func running(ss []sample, file string) []sample {
-	return filter(ss, func(s sample) bool {
+	return where(ss, func(s sample) bool {
 		py := s.python()
 		return len(py) == 0 || py[len(py)-1].file == file
 	})
@@ -452,7 +452,7 @@ func checkPySplit(t *testing.T, ss []sample) {
 	}
 	if under < 0.9 {
 		t.Errorf("%.1f%% of the samples under hot_a/hot_b, want >= 90%%", 100*under)
-		logTop(t, "the script's samples not under hot_a/hot_b", filter(run, func(s sample) bool { return !s.has("hot_a") && !s.has("hot_b") }))
+		logTop(t, "the script's samples not under hot_a/hot_b", where(run, func(s sample) bool { return !s.has("hot_a") && !s.has("hot_b") }))
 	}
 }
 
@@ -476,12 +476,12 @@ func hashing(s sample) bool {
 // the hash thread's native samples carry its own Python stack, and the
 // pure-Python thread's carry no hashing code.
 func checkPyThreads(t *testing.T, ss []sample) {
-	spin := filter(ss, func(s sample) bool { return s.has("spin_main") })
-	hash := filter(ss, func(s sample) bool { return s.has("hash_worker") })
-	both := filter(ss, func(s sample) bool { return s.has("spin_main") && s.has("hash_worker") })
-	inHash := filter(ss, hashing)
+	spin := where(ss, func(s sample) bool { return s.has("spin_main") })
+	hash := where(ss, func(s sample) bool { return s.has("hash_worker") })
+	both := where(ss, func(s sample) bool { return s.has("spin_main") && s.has("hash_worker") })
+	inHash := where(ss, hashing)
 	_, own := shareOf(inHash, func(s sample) bool { return s.has("hash_worker") && !s.has("spin_main") })
-	spinHashing := filter(spin, hashing)
+	spinHashing := where(spin, hashing)
 	t.Logf("spin_main %d samples, hash_worker %d, both %d; %d samples in hashing code, %.1f%% of them under hash_worker alone; %d spin_main samples in hashing code",
 		total(spin), total(hash), total(both), total(inHash), 100*own, total(spinHashing))
 	if total(spin) < 50 || total(hash) < 50 {
@@ -503,7 +503,7 @@ func checkPyThreads(t *testing.T, ss []sample) {
 // checkPyRecursion: a Python stack deeper than the walk's 64 frames keeps
 // its innermost frames and says it was cut at the outer end.
 func checkPyRecursion(t *testing.T, ss []sample) {
-	in := filter(ss, func(s sample) bool { py := s.python(); return len(py) > 0 && py[0].fn == "spin" })
+	in := where(ss, func(s sample) bool { py := s.python(); return len(py) > 0 && py[0].fn == "spin" })
 	_, cut := shareOf(in, func(s sample) bool {
 		py := s.python()
 		if py[len(py)-1].fn != python.TruncatedFunction || len(py) < 40 {
@@ -526,7 +526,7 @@ func checkPyRecursion(t *testing.T, ss []sample) {
 // checkPyAsyncio: coroutines under asyncio: crunch is called from its two
 // workers only, under the event loop and <module>.
 func checkPyAsyncio(t *testing.T, ss []sample) {
-	in := filter(ss, func(s sample) bool { py := s.python(); return len(py) > 1 && py[0].fn == "crunch" })
+	in := where(ss, func(s sample) bool { py := s.python(); return len(py) > 1 && py[0].fn == "crunch" })
 	callers := map[string]int64{}
 	for _, s := range in {
 		callers[s.python()[1].fn] += s.n
@@ -554,7 +554,7 @@ func checkPyAsyncio(t *testing.T, ss []sample) {
 // workers' first samples (a fork inherits its parent's state in BPF).
 func checkPyPool(t *testing.T, ss []sample) {
 	script := pyWorkload("pool.py")
-	pyProc := filter(running(ss, script), func(s sample) bool {
+	pyProc := where(running(ss, script), func(s sample) bool {
 		if py := s.python(); len(py) > 0 && py[0].fn == "main" {
 			return false // the parent's own set-up, before it forks
 		}
@@ -569,7 +569,7 @@ func checkPyPool(t *testing.T, ss []sample) {
 	t.Logf("pool: %d samples of the interpreter, %.1f%% in work_item", total(pyProc), 100*in)
 	if total(pyProc) < 300 || in < 0.8 {
 		t.Errorf("%.1f%% of %d samples in work_item, want >= 80%% of at least 300", 100*in, total(pyProc))
-		logTop(t, "pool samples not in work_item", filter(pyProc, func(s sample) bool { return !s.has("work_item") }))
+		logTop(t, "pool samples not in work_item", where(pyProc, func(s sample) bool { return !s.has("work_item") }))
 	}
 }
 
@@ -586,7 +586,7 @@ func checkPyCommand(t *testing.T, ss []sample) {
 	t.Logf("python -c: %d of %d samples in burn", n, total(run))
 	if total(run) < 200 || in < 0.9 {
 		t.Errorf("%d of %d samples in burn (<string>:3-5), want >= 90%% of at least 200", n, total(run))
-		logTop(t, "-c samples not in burn", filter(run, func(s sample) bool { return !inBurn(s) }))
+		logTop(t, "-c samples not in burn", where(run, func(s sample) bool { return !inBurn(s) }))
 	}
 }
 
@@ -610,7 +610,7 @@ func pyGPUCheck(py interp) func(t *testing.T, ss []sample) {
 	}
 	return func(t *testing.T, ss []sample) {
 		for kernel, stack := range want {
-			of := filter(ss, func(s sample) bool { return len(s.frames) > 0 && s.frames[0].fn == kernel })
+			of := where(ss, func(s sample) bool { return len(s.frames) > 0 && s.frames[0].fn == kernel })
 			var ns, under int64
 			for _, s := range of {
 				ns += s.ns

@@ -140,6 +140,9 @@ func TestStacks(t *testing.T) {
 	// 499 Hz rather than 97: enough samples for 5-point bounds in seconds.
 	ag := startAgent(t, agent, "run", "--output-dir", out, "--upload-interval", "3s", "--node-name", "stacks",
 		"--sample-rate", "499", "--metrics-addr", "127.0.0.1:0", "--gpu-metrics=false",
+		// The simulated jobs' slurmstepd.scope is in their slice, not
+		// slurmd's /system.slice.
+		"--slurm-cgroup-v2-parent", "/"+r.slice,
 		"--gpu-inject-lib", filepath.Join(bins.gpuDir, "libslurmscope_inject.so"))
 	// Two at a time (this host has two CPUs), except the pools: 16
 	// workers would starve a neighbour of its samples.

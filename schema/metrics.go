@@ -141,7 +141,7 @@ var (
 		"Device memory used by the job's processes on the GPU or MIG instance.")
 	// JobGPUAllocated ties a GPU to the job it is allocated to.
 	JobGPUAllocated = jobGauge("job_gpu_allocated", "", "sum",
-		"1 for each GPU or MIG instance allocated to the job, as its tasks' environment says.")
+		"1 for each GPU or MIG instance Slurm allocated to the job (its device cgroup, or slurmctld's record), which its tasks' environment may narrow but never widen.")
 
 	GPUUtilization = gauge("gpu_utilization_ratio", "ratio", "avg",
 		"Fraction of the last sample period in which a kernel ran on the GPU (NVML utilization.gpu).")
@@ -189,7 +189,76 @@ var (
 	GPUNVMLErrors = Metric{Name: MetricPrefix + "gpu_nvml_errors_total", Type: Counter, Attributes: host, Labels: []string{"function", "error"},
 		Help: "NVML calls that failed, by C function and error. ERROR_NOT_SUPPORTED is not counted."}
 	GPUAllocationErrors = Metric{Name: MetricPrefix + "gpu_allocation_errors_total", Type: Counter, Attributes: host, Labels: []string{"reason"},
-		Help: "GPU allocation entries in tasks' environments that were not used: malformed, naming no GPU here, or an ordinal that is ambiguous on a MIG node."}
+		Help: "GPU allocation entries that were not used, by reason: in tasks' environments malformed, naming no GPU here, an ordinal ambiguous on a MIG node, or a GPU Slurm did not grant (outside_grant); jobs whose grant no source knows (grant_unknown); GPU device files missing (no_device_file)."}
+)
+
+// HostMetric is one quantity the cgroup collector (agent/hostmetrics) reads
+// from the cgroups Slurm makes for a job on a node, exported twice: Job from
+// the job's own cgroup (job_<id>, which holds all its steps: its memory
+// peak and limit are the job's, which no sum of its steps gives), and Step
+// from each step's (step_<s>), with slurm_job_step. The job's series carry
+// no step label, so summing a family never counts a step twice.
+//
+// The step is the schema's slurm.job.step, of process scope: a step is a
+// set of the job's processes, the same set that splits the job's profiles,
+// so a filter on slurm.job.step selects the same steps in both.
+type HostMetric struct{ Job, Step Metric }
+
+// The label sets of the cgroup collector's series.
+var (
+	jobHost = attrs(host, JobKey)
+	jobStep = attrs(host, JobKey, []Attribute{JobStep})
+)
+
+func hostMetric(name, unit string, typ MetricType, merge, help string) HostMetric {
+	return HostMetric{
+		Job: Metric{Name: MetricPrefix + "job_" + name, Unit: unit, Type: typ, Attributes: jobHost, Merge: merge,
+			Help: help + " Of the job's own cgroup on this node, which holds all its steps."},
+		Step: Metric{Name: MetricPrefix + "job_step_" + name, Unit: unit, Type: typ, Attributes: jobStep, Merge: merge,
+			Help: help + " Of one step's cgroup."},
+	}
+}
+
+// Metrics of the cgroup collector, per job and per step on the node. A
+// value the job's cgroup does not provide (a controller Slurm did not
+// enable for it) has no series: JobCgroupUnsupported names it instead.
+var (
+	HostCPUUsage = hostMetric("cpu_usage_seconds_total", "seconds", Counter, "sum",
+		"CPU time used (cgroup v2 cpu.stat usage_usec; v1 cpuacct.usage, which Slurm makes with jobacct_gather/cgroup).")
+	HostCPUs = hostMetric("allocated_cpus", "", Gauge, "sum",
+		"CPUs of the cgroup's cpuset (v2 cpuset.cpus.effective, v1 cpuset.cpus): the CPUs Slurm allocated, where it constrains cores (ConstrainCores=yes).")
+	HostMemoryUsed = hostMetric("memory_used_bytes", "bytes", Gauge, "sum",
+		"Memory charged to the cgroup now, page cache included (v2 memory.current, v1 memory.usage_in_bytes).")
+	HostMemoryPeak = hostMetric("memory_peak_bytes", "bytes", Gauge, "max",
+		"Highest memory charged to the cgroup since it was made (v2 memory.peak, v1 memory.max_usage_in_bytes).")
+	HostMemoryLimit = hostMetric("memory_limit_bytes", "bytes", Gauge, "max",
+		"Memory limit of the cgroup (v2 memory.max, v1 memory.limit_in_bytes): the job's request where Slurm constrains memory (ConstrainRAMSpace=yes); no series when there is no limit.")
+	HostOOMKills = hostMetric("oom_kills_total", "", Counter, "sum",
+		"Processes the kernel's OOM killer killed in the cgroup and below it (v2 memory.events oom_kill; v1 memory.oom_control oom_kill, summed over the cgroup and its descendants).")
+	HostIORead = hostMetric("io_read_bytes_total", "bytes", Counter, "sum",
+		"Bytes read from block devices (cgroup v2 io.stat rbytes, summed over devices).")
+	HostIOWritten = hostMetric("io_written_bytes_total", "bytes", Counter, "sum",
+		"Bytes written to block devices (cgroup v2 io.stat wbytes, summed over devices).")
+
+	// HostMetrics lists them in the order the agent reads them.
+	HostMetrics = []HostMetric{HostCPUUsage, HostCPUs, HostMemoryUsed, HostMemoryPeak, HostMemoryLimit, HostOOMKills, HostIORead, HostIOWritten}
+
+	// JobLastSeen is when the collector last read the job's cgroup: over a
+	// range, its max minus its min is how long the job was seen on the node,
+	// against which its CPU time and its GPU allocation are measured.
+	JobLastSeen = Metric{Name: MetricPrefix + "job_last_seen_timestamp_seconds", Unit: "seconds", Type: Gauge, Attributes: jobHost,
+		Help: "Unix time of the poll that read the job's cgroup on this node."}
+	// JobCgroupUnsupported's metric label is the name of a job-level host
+	// metric (its step-level twin is left out with it).
+	JobCgroupUnsupported = Metric{Name: MetricPrefix + "job_cgroup_unsupported_info", Type: Gauge, Attributes: jobHost, Labels: []string{"metric"},
+		Help: "Names a host metric the job's cgroup does not provide, because Slurm did not enable that controller for it (value 1); that series is left out rather than reported as zero."}
+
+	CgroupPollDuration = Metric{Name: MetricPrefix + "cgroup_poll_duration_seconds", Unit: "seconds", Type: Gauge, Attributes: host,
+		Help: "Duration of the last poll of the jobs' cgroups."}
+	CgroupPolls = Metric{Name: MetricPrefix + "cgroup_polls_total", Type: Counter, Attributes: host,
+		Help: "Polls of the jobs' cgroups done."}
+	CgroupReadErrors = Metric{Name: MetricPrefix + "cgroup_read_errors_total", Type: Counter, Attributes: host, Labels: []string{"file", "reason"},
+		Help: "Cgroup files of jobs that could not be used, by file and reason (unreadable, refused: not a regular root-owned file, too_large, malformed); their series are left out."}
 )
 
 // The agent's own metrics (agent/daemon, agent/cli). Remote write adds
@@ -225,6 +294,10 @@ var (
 	AgentPythonSkipped    = counter("agent_python_skipped_total", "", "Looks at processes that left them to native stacks, by reason (not_python, unknown_version, unsupported, bad_interpreter, not_initialized, open, maps, memory, bpf_map).", "reason")
 	AgentPythonFrames     = counter("agent_python_frames_total", "", "Python frames resolved, by result: resolved, gone (its code object was freed before it was read), read_budget (the process's read budget was spent), truncated (stacks cut at 64 frames).", "result")
 	AgentPythonCodeBytes  = Metric{Name: MetricPrefix + "agent_python_code_cache_bytes", Unit: "bytes", Type: Gauge, Help: "Bytes of the cache of CPython code objects (names, files, line tables)."}
+
+	// Attribution (agent/attribution): what a user could not make it believe.
+	AgentCgroupRefused  = counter("agent_cgroup_refused_total", "", "Processes put in no job because their Slurm-looking cgroup path is not Slurm's, by reason (outside_slurm_tree: not where slurmd makes its tree; not_root_owned; unverified: its directories could not be checked).", "reason")
+	AgentJobIDConflicts = counter("agent_job_id_conflicts_total", "", "SLUID jobs left with their SLUID as id because their slurmstepd named a job another job of the node holds, or their slurmstepds disagreed.")
 )
 
 // The shippers' metrics (agent/pyroscope, agent/remotewrite).
@@ -258,9 +331,12 @@ var Metrics = []Metric{
 	GPUSMActive, GPUSMOccupancy, GPUTensorActive,
 	JobInfo, GPUInfo, GPUMIGInfo, GPUHealthy, GPUUnsupported,
 	GPUPollDuration, GPULastPoll, GPUPolls, GPUNVMLErrors, GPUAllocationErrors,
+	HostCPUUsage.Job, HostCPUs.Job, HostMemoryUsed.Job, HostMemoryPeak.Job, HostMemoryLimit.Job, HostOOMKills.Job, HostIORead.Job, HostIOWritten.Job,
+	HostCPUUsage.Step, HostCPUs.Step, HostMemoryUsed.Step, HostMemoryPeak.Step, HostMemoryLimit.Step, HostOOMKills.Step, HostIORead.Step, HostIOWritten.Step,
+	JobLastSeen, JobCgroupUnsupported, CgroupPollDuration, CgroupPolls, CgroupReadErrors,
 	AgentCPUSamples, AgentCPUSamplesLost, AgentCPUSamplesUnattributed, AgentProfiles, AgentProfileBytes, AgentErrors,
 	AgentSampledCPUs, AgentGPUKernelTime, AgentGPUKernelTimeUnattributed, AgentGPUTraceLost, AgentGPUTraceAttachedFiles,
-	AgentBPFRunTime, AgentBPFRuns,
+	AgentBPFRunTime, AgentBPFRuns, AgentCgroupRefused, AgentJobIDConflicts,
 	AgentUnwindMode, AgentUnwindWalks, AgentUnwindFrames, AgentUnwindTableBytes, AgentUnwindBudget, AgentUnwindProcesses, AgentUnwindFiles,
 	AgentUnwindSyncs, AgentPythonWalks, AgentPythonProcesses, AgentPythonSkipped, AgentPythonFrames, AgentPythonCodeBytes,
 	PyroscopePushes, PyroscopePushedBytes, PyroscopePushRetries, PyroscopeDroppedRequests, PyroscopeSpoolRequests, PyroscopeSpoolBytes,

@@ -129,6 +129,38 @@ func TestMetricsFollowPrometheusNaming(t *testing.T) {
 	}
 }
 
+// Host metrics come in pairs: the job's cgroup, and each step's with the
+// step as its one more label, both listed and both per job.
+func TestHostMetricPairs(t *testing.T) {
+	if len(HostMetrics) == 0 {
+		t.Fatal("no host metrics")
+	}
+	for _, h := range HostMetrics {
+		for _, m := range []Metric{h.Job, h.Step} {
+			if got, ok := MetricByName(m.Name); !ok || got.Help != m.Help {
+				t.Errorf("%s is not in Metrics", m.Name)
+			}
+			for _, a := range append([]Attribute{HostName}, JobKey...) {
+				if !m.Carries(a) {
+					t.Errorf("%s does not carry %s", m.Name, a.Name)
+				}
+			}
+		}
+		if h.Job.Carries(JobStep) || !h.Step.Carries(JobStep) {
+			t.Errorf("%s / %s: only the step's series carry %s", h.Job.Name, h.Step.Name, JobStep.Name)
+		}
+		if !slices.Equal(append(slices.Clone(h.Job.LabelNames(false)), JobStep.Label), h.Step.LabelNames(false)) {
+			t.Errorf("%s: labels %v, want %v and the step", h.Step.Name, h.Step.LabelNames(false), h.Job.LabelNames(false))
+		}
+		if h.Job.Type != h.Step.Type || h.Job.Unit != h.Step.Unit || h.Job.Merge == "" || h.Job.Merge != h.Step.Merge {
+			t.Errorf("%s and %s differ in type, unit or merge, or are not offered", h.Job.Name, h.Step.Name)
+		}
+	}
+	if !slices.Equal(JobCgroupUnsupported.LabelNames(false), append(JobLastSeen.LabelNames(false), "metric")) {
+		t.Errorf("%s: labels %v", JobCgroupUnsupported.Name, JobCgroupUnsupported.LabelNames(false))
+	}
+}
+
 func TestProfileTypes(t *testing.T) {
 	want := map[string]string{
 		ProcessCPU.ID(): "process_cpu:cpu:nanoseconds:cpu:nanoseconds",

@@ -30,7 +30,7 @@ npm run test:ci
 # What Grafana loads: module.js and plugin.json (webpack), and the backend
 # for linux/amd64 and arm64 (the SDK's mage targets; `mage buildAll` also
 # builds macOS and Windows, which CI skips for time). TestPluginDist checks it.
-step "plugin build: grafana-plugin/dist"
+step "plugin build: dist/"
 npm run build
 go run github.com/magefile/mage -v sdk:build:linux sdk:build:linuxARM64
 

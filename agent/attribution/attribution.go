@@ -2,11 +2,15 @@
 //
 // Membership comes only from the process's cgroup, which Slurm sets and the
 // job's user cannot change: a login shell that inherited SLURM_JOB_ID is not
-// in a job. Metadata is job-level: the job's name, account and partition come
-// from the environment of the job's tasks (or slurmctld), and its owner from
-// the uid of its tasks (or the v1 cgroup path, or slurmctld), never from an
+// in a job, and neither is a process in a look-alike tree a user built
+// (cgroup.Layout says where slurmd makes its tree; cgroup.Tree checks root
+// owns it). Metadata is job-level: the job's name, account and partition
+// come from the environment of the job's tasks (or slurmctld), its owner
+// from the uid of its tasks (or the v1 cgroup path, or slurmctld), and the
+// id of a SLUID directory from slurmstepd's title, never from an
 // environment variable the user controls. So slurmstepd, or a task whose
-// environment is unreadable, still carries the job's name and owner.
+// environment is unreadable, still carries the job's name and owner. No two
+// jobs of one host ever publish the same id.
 //
 // Lookups are cached per (pid, start time), so a reused pid never inherits a
 // dead process's job; job metadata is cached per job with a TTL; processes in
@@ -16,10 +20,12 @@ package attribution
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/slurmscope/slurmscope/agent/cgroup"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/slurm"
 	"github.com/slurmscope/slurmscope/agent/users"
@@ -36,6 +42,12 @@ type Job struct {
 	Account   string
 	Partition string
 	Host      string // the node this part of the job runs on
+	// Cgroup is the job's directory in the cgroup v2 hierarchy (its path
+	// as /proc shows it); "" for a v1 job.
+	Cgroup string
+	// GRES is what slurmctld says the job holds on Host; nil when it was
+	// not asked.
+	GRES []slurm.GRES
 }
 
 // Value is the job's value of a job attribute, or of host.name; "" for any
@@ -81,6 +93,13 @@ func (p Process) InJob() bool { return p.Job != nil && !p.Foreign }
 type Options struct {
 	Proc  procfs.FS
 	Users users.Lookup
+	// Layout says where slurmd makes its cgroups; default
+	// cgroup.DefaultLayout.
+	Layout *cgroup.Layout
+	// Cgroups checks that a job's cgroup directories are Slurm's; default
+	// cgroup.NewTree("/sys/fs/cgroup"). Tests of fixture proc trees give
+	// a fixture tree (cgrouptest.Mirror).
+	Cgroups cgroup.Verifier
 	// Controller, when set, is asked about each job once per JobTTL; its
 	// answer wins over the tasks' environment.
 	Controller slurm.Controller
@@ -112,6 +131,14 @@ type Stats struct {
 	// made by it).
 	ControllerUnknown uint64
 	OwnerConflicts    uint64 // slurmctld and the node disagree about the owner
+	// Refused counts processes whose Slurm-looking cgroup path was not
+	// Slurm's, by reason (cgroup.ReasonOutside, ReasonOwner,
+	// ReasonUnverified): they are in no job.
+	Refused map[string]uint64
+	// IDConflicts counts SLUID jobs whose slurmstepd named an id another
+	// job of the host holds (or whose slurmstepds disagree): they keep
+	// s<SLUID> as their id.
+	IDConflicts uint64
 }
 
 // Resolver attributes processes to jobs. It is safe for concurrent use.
@@ -122,9 +149,13 @@ type Resolver struct {
 	procs map[int]*procEntry
 	jobs  map[string]*jobEntry
 
-	cold, gone, malformed, unreadable, ctldErrs, ctldUnknown, conflicts atomic.Uint64
-	lastErr                                                             atomic.Pointer[error]
+	cold, gone, malformed, unreadable, ctldErrs, ctldUnknown, conflicts, idConflicts atomic.Uint64
+	refused                                                                          [len(refusedReasons)]atomic.Uint64
+	lastErr                                                                          atomic.Pointer[error]
 }
+
+// refusedReasons are the cgroup refusals counted, in Stats' order.
+var refusedReasons = [...]string{cgroup.ReasonOutside, cgroup.ReasonOwner, cgroup.ReasonUnverified}
 
 // New returns a Resolver.
 func New(o Options) *Resolver {
@@ -133,6 +164,13 @@ func New(o Options) *Resolver {
 	}
 	if o.Users == nil {
 		o.Users = &users.System{}
+	}
+	if o.Layout == nil {
+		l := cgroup.DefaultLayout()
+		o.Layout = &l
+	}
+	if o.Cgroups == nil {
+		o.Cgroups = cgroup.NewTree("")
 	}
 	if o.HostName == "" {
 		o.HostName = o.NodeName
@@ -157,9 +195,23 @@ func New(o Options) *Resolver {
 
 // Stats returns the error counters.
 func (r *Resolver) Stats() Stats {
-	return Stats{ColdLookups: r.cold.Load(), Gone: r.gone.Load(), MalformedCgroup: r.malformed.Load(),
+	st := Stats{ColdLookups: r.cold.Load(), Gone: r.gone.Load(), MalformedCgroup: r.malformed.Load(),
 		Unreadable: r.unreadable.Load(), ControllerErrs: r.ctldErrs.Load(), ControllerUnknown: r.ctldUnknown.Load(),
-		OwnerConflicts: r.conflicts.Load()}
+		OwnerConflicts: r.conflicts.Load(), IDConflicts: r.idConflicts.Load(), Refused: map[string]uint64{}}
+	for i, reason := range refusedReasons {
+		st.Refused[reason] = r.refused[i].Load()
+	}
+	return st
+}
+
+// countRefused counts a cgroup path that was not Slurm's.
+func (r *Resolver) countRefused(pid int, ref *cgroup.Refused) {
+	for i, reason := range refusedReasons {
+		if reason == ref.Reason {
+			r.refused[i].Add(1)
+		}
+	}
+	r.remember(fmt.Errorf("pid %d: %w", pid, ref))
 }
 
 // LastError returns the most recent non-trivial error, for a one-line log.

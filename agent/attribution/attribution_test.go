@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/slurmscope/slurmscope/agent/cgroup"
+	"github.com/slurmscope/slurmscope/agent/cgroup/cgrouptest"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/procfs/procfstest"
 	"github.com/slurmscope/slurmscope/agent/slurm"
@@ -26,7 +29,7 @@ func fixtureUsers(t testing.TB) users.Passwd {
 }
 
 func newFixtureResolver(t testing.TB, root string, mod func(*Options)) *Resolver {
-	o := Options{Proc: procfs.New(root), Users: fixtureUsers(t), HostName: "node-a"}
+	o := Options{Proc: procfs.New(root), Users: fixtureUsers(t), HostName: "node-a", Cgroups: cgrouptest.Mirror(t, root)}
 	if mod != nil {
 		mod(&o)
 	}
@@ -386,10 +389,10 @@ func TestJobUnknownToSlurmctldIsNotAFailure(t *testing.T) {
 func TestTaskCaughtBeforeItsExec(t *testing.T) {
 	root := t.TempDir()
 	now := time.Unix(1000, 0)
-	r := newFixtureResolver(t, root, func(o *Options) { o.Now = func() time.Time { return now } })
 	cg := "0::/system.slice/slurmstepd.scope/job_77/step_batch/user/task_0\n"
 	writeProc(t, root, 500, cg, 4242, 0)
 	must(t, os.WriteFile(filepath.Join(root, "500", "environ"), []byte("PATH=/usr/sbin\x00"), 0o644))
+	r := newFixtureResolver(t, root, func(o *Options) { o.Now = func() time.Time { return now } })
 	if _, err := r.Refresh(); err != nil {
 		t.Fatal(err)
 	}
@@ -408,5 +411,120 @@ func TestTaskCaughtBeforeItsExec(t *testing.T) {
 	p, _ = r.Cached(procfs.ID{PID: 500, Start: 4242})
 	if p.Job.Name != "train" || p.Job.User != "bob" {
 		t.Fatalf("after the exec: %+v", p.Job)
+	}
+}
+
+// alice builds a look-alike of bob's job 4242 in her systemd user
+// manager's subtree and runs more processes there than bob's job has: none
+// is in a job, each is counted, and the job stays bob's however the vote
+// goes.
+func TestLookalikeCgroupIsNotAJob(t *testing.T) {
+	r := newFixtureResolver(t, "testdata/proc", func(o *Options) { o.JobTTL = time.Nanosecond })
+	for range 2 { // the second scan refreshes every job: its owner is voted again
+		procs, err := r.Scan()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range procs {
+			if p.PID >= 950 && p.PID <= 954 && (p.InJob() || p.Job != nil) {
+				t.Fatalf("look-alike pid %d was placed in job %+v", p.PID, p.Job)
+			}
+			if p.InJob() && p.Job.ID == "4242" && p.Job.User != "bob" {
+				t.Fatalf("job 4242 given to %q by pid %d", p.Job.User, p.PID)
+			}
+		}
+	}
+	if st := r.Stats(); st.Refused[cgroup.ReasonOutside] != 5 {
+		t.Errorf("refused = %v, want 5 %s", st.Refused, cgroup.ReasonOutside)
+	}
+}
+
+// A SLUID directory's job id comes from its slurmstepd's title, never from
+// the tasks' SLURM_JOB_ID; no two jobs of a host get one id.
+func TestSLUIDJobIDComesFromSlurmstepd(t *testing.T) {
+	r := newFixtureResolver(t, "testdata/proc", nil)
+	procs, err := r.Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[int]*Job{}
+	for _, p := range procs {
+		if p.InJob() {
+			got[p.PID] = p.Job
+		}
+	}
+	if j := got[600]; j == nil || j.ID != "6000" || j.Name != "sluid-job" {
+		t.Errorf("pid 600: %+v, want job 6000 named sluid-job", j)
+	}
+	// Its task says 4242: the title says 6100, and a task that names
+	// another job names nothing of this one.
+	if j := got[610]; j == nil || j.ID != "6100" || j.Name != "" {
+		t.Errorf("pid 610: %+v, want job 6100, unnamed", j)
+	}
+	// A non-root process in the slurm leaf is not slurmstepd.
+	if j := got[631]; j == nil || j.ID != "s3CCCCCCCCCCCC" {
+		t.Errorf("pid 631: %+v, want the SLUID as its id", j)
+	}
+	// Both slurmstepds say 6200: one job has it, the other keeps its SLUID.
+	a, b := got[621], got[623]
+	if a == nil || b == nil || a.ID == b.ID {
+		t.Fatalf("twins: %+v and %+v", a, b)
+	}
+	ids := []string{a.ID, b.ID}
+	slices.Sort(ids)
+	if ids[0] != "6200" || !strings.HasPrefix(ids[1], "s2") {
+		t.Errorf("twins' ids = %q, want 6200 and a SLUID", ids)
+	}
+	if st := r.Stats(); st.IDConflicts == 0 {
+		t.Errorf("the conflict is not counted: %+v", st)
+	}
+	seen := map[string]bool{}
+	for _, j := range r.Jobs() {
+		if seen[j.Host+"/"+j.ID] {
+			t.Errorf("two jobs of %s have id %s", j.Host, j.ID)
+		}
+		seen[j.Host+"/"+j.ID] = true
+	}
+}
+
+// A job whose path names its id takes it back from a SLUID job that
+// claimed it first.
+func TestPathIDWinsOverSLUID(t *testing.T) {
+	root := copyTree(t, "testdata/proc")
+	// 630's leaf holds a real slurmstepd now, naming job 4242.
+	writeProc(t, root, 630, "0::/system.slice/slurmstepd.scope/s3CCCCCCCCCCCC/step_0/slurm\n", 4299, 0)
+	must(t, os.WriteFile(filepath.Join(root, "630", "cmdline"), []byte("slurmstepd: [4242.0]\x00"), 0o644))
+	r := newFixtureResolver(t, root, nil)
+	if _, err := r.Resolve(630); err != nil {
+		t.Fatal(err)
+	}
+	sluid, err := r.Resolve(631)
+	if err != nil || sluid.Job.ID != "4242" {
+		t.Fatalf("the SLUID job did not take 4242 first: %+v, %v", sluid.Job, err)
+	}
+	p, err := r.Resolve(301)
+	if err != nil || p.Job.ID != "4242" {
+		t.Fatalf("job_4242: %+v, %v", p.Job, err)
+	}
+	again, _ := r.Cached(sluid.ID)
+	if again.Job.ID != "s3CCCCCCCCCCCC" {
+		t.Errorf("the SLUID job kept 4242 beside job_4242: %+v", again.Job)
+	}
+}
+
+// slurmctld's record of a job's GRES is per NodeName: the job gets its
+// own node's, the path's under multiple slurmd, else this host's.
+func TestJobGRESIsThisNodes(t *testing.T) {
+	gres := map[string][]slurm.GRES{
+		"node-a": {{Name: "gpu", Count: 1, Index: []int{0}, GPU: true}},
+		"node-b": {{Name: "gpu", Count: 2, Index: []int{1, 2}, GPU: true}},
+	}
+	ctld := &fakeCtld{info: slurm.JobInfo{Name: "x", UID: 1001, GRES: gres}}
+	r := newFixtureResolver(t, "testdata/proc", func(o *Options) { o.Controller = ctld })
+	for pid, want := range map[int]int{301: 1, 400: 2, 402: 1} { // node-a by hostname, node-b and node-a by path
+		p, err := r.Resolve(pid)
+		if err != nil || len(p.Job.GRES) != 1 || p.Job.GRES[0].Count != want {
+			t.Errorf("pid %d (%s): GRES %+v, %v; want %d GPUs", pid, p.Host, p.Job.GRES, err, want)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package attribution
 import (
 	"testing"
 
+	"github.com/slurmscope/slurmscope/agent/cgroup/cgrouptest"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/procfs/procfstest"
 )
@@ -27,9 +28,10 @@ func BenchmarkCachedLookup(b *testing.B) {
 // cgroup, status, and the environment of its job's first task.
 func BenchmarkColdLookup(b *testing.B) {
 	u := fixtureUsers(b)
+	tree := cgrouptest.Mirror(b, "testdata/proc")
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		r := New(Options{Proc: procfs.New("testdata/proc"), Users: u, HostName: "node-a"})
+		r := New(Options{Proc: procfs.New("testdata/proc"), Users: u, HostName: "node-a", Cgroups: tree})
 		if p, err := r.Resolve(301); err != nil || !p.InJob() {
 			b.Fatal(p, err)
 		}
@@ -40,10 +42,11 @@ func BenchmarkColdLookup(b *testing.B) {
 // steady-state rescan of the same node.
 func BenchmarkScan10k(b *testing.B) {
 	root := procfstest.SyntheticNode(b, 10000)
+	tree := cgrouptest.Mirror(b, root)
 	b.Run("cold", func(b *testing.B) {
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
-			r := New(Options{Proc: procfs.New(root), Users: fixtureUsers(b), HostName: "n"})
+			r := New(Options{Proc: procfs.New(root), Users: fixtureUsers(b), HostName: "n", Cgroups: tree})
 			procs, err := r.Scan()
 			if err != nil || len(procs) != 10000 {
 				b.Fatal(len(procs), err)
@@ -51,7 +54,7 @@ func BenchmarkScan10k(b *testing.B) {
 		}
 	})
 	b.Run("warm", func(b *testing.B) {
-		r := New(Options{Proc: procfs.New(root), Users: fixtureUsers(b), HostName: "n"})
+		r := New(Options{Proc: procfs.New(root), Users: fixtureUsers(b), HostName: "n", Cgroups: tree})
 		if _, err := r.Scan(); err != nil {
 			b.Fatal(err)
 		}

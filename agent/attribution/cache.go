@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/slurmscope/slurmscope/agent/cgroup"
@@ -90,8 +91,19 @@ func (r *Resolver) resolve(pid int, st procfs.Stat) (Process, error) {
 		r.count(err)
 		return Process{}, err
 	}
-	loc, perr := cgroup.Parse(raw)
-	if perr != nil {
+	loc, perr := r.o.Layout.Parse(raw)
+	if perr == nil && loc.InJob {
+		// The directories must be the ones slurmd made, not a copy.
+		if perr = r.o.Cgroups.Verify(loc); perr != nil {
+			loc = cgroup.Location{}
+		}
+	}
+	var ref *cgroup.Refused
+	switch {
+	case errors.As(perr, &ref):
+		// A look-alike of Slurm's tree: in no job, cached negatively.
+		r.countRefused(pid, ref)
+	case perr != nil:
 		// Malformed Slurm path: the process is not placed in a job on a
 		// guess. It is cached negatively like any other.
 		r.malformed.Add(1)
@@ -126,8 +138,12 @@ func (r *Resolver) resolve(pid int, st procfs.Stat) (Process, error) {
 		j = r.jobs[loc.JobKey()]
 		if j == nil {
 			j = &jobEntry{key: loc.JobKey(), host: ne.host, members: map[int]*procEntry{}, tried: map[int]uint64{}, uidFromNode: loc.UID}
-			j.loc = cgroup.Location{InJob: true, JobID: loc.JobID, SLUID: loc.SLUID, Node: loc.Node, UID: loc.UID}
-			j.publish(r.o.Users)
+			j.loc = cgroup.Location{InJob: true, JobID: loc.JobID, SLUID: loc.SLUID, Node: loc.Node, UID: loc.UID, Version: loc.Version}
+			if loc.Version == 2 {
+				j.cgroup = jobDir(loc)
+			}
+			r.jobs[j.key] = j
+			r.publish(j)
 			r.jobs[j.key] = j
 		}
 		if j.loc.UID < 0 && loc.UID >= 0 {
@@ -146,6 +162,20 @@ func (r *Resolver) resolve(pid int, st procfs.Stat) (Process, error) {
 	p := ne.process(pid)
 	r.mu.RUnlock()
 	return p, nil
+}
+
+// jobDir is the job's own directory in a v2 location's path: the Slurm
+// part down to job_<id> or s<SLUID>.
+func jobDir(loc cgroup.Location) string {
+	dir := "job_" + loc.JobID
+	if loc.JobID == "" {
+		dir = "s" + loc.SLUID
+	}
+	i := strings.Index(loc.Slurm+"/", "/"+dir+"/")
+	if i < 0 {
+		return ""
+	}
+	return loc.Slurm[:i+1+len(dir)]
 }
 
 func (r *Resolver) ttl(e *procEntry) time.Duration {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -38,18 +37,25 @@ type jobEntry struct {
 	uidFromNode int
 	// exited counts processes that left the job but are still cached.
 	exited int
+	// cgroup is the job's v2 directory (Job.Cgroup).
+	cgroup string
+	// stepdID is the job id slurmstepd's title gives a SLUID directory;
+	// stepdTried holds the slurmstepds read (pid -> start time).
+	stepdID    string
+	stepdTried map[int]uint64
+	// idConflict is set while the id slurmstepd gives is another job's.
+	idConflict bool
 }
 
 type envFacts struct {
 	name, account, partition string
-	ids                      map[string]int // SLURM_JOB_ID values seen (for SLUID jobs)
 }
 
 func (r *Resolver) jobStale(j *jobEntry, now time.Time) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	snap := j.snap.Load()
-	complete := snap.Name != "" && snap.UID >= 0 && j.idKnown()
+	complete := snap.Name != "" && snap.UID >= 0 && j.idKnown() && !j.idConflict
 	return j.refreshed.IsZero() || now.Sub(j.refreshed) >= r.o.JobTTL ||
 		!complete && (j.dirty || now.Sub(j.refreshed) >= incompleteRetry)
 }
@@ -58,7 +64,16 @@ func (r *Resolver) jobStale(j *jobEntry, now time.Time) bool {
 // looked at again: its tasks may have been caught before their exec.
 const incompleteRetry = 2 * time.Second
 
-func (j *jobEntry) idKnown() bool { return j.loc.JobID != "" || j.resolvedID() != "" }
+func (j *jobEntry) idKnown() bool { return j.loc.JobID != "" || j.stepdID != "" }
+
+// jobID is the job's id as far as it is known: its path's, or for a SLUID
+// directory slurmstepd's; "" while unknown.
+func (j *jobEntry) jobID() string {
+	if j.loc.JobID != "" {
+		return j.loc.JobID
+	}
+	return j.stepdID
+}
 
 func (j *jobEntry) drop(pid int) { delete(j.members, pid) }
 
@@ -80,7 +95,18 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 			recheck = append(recheck, pid)
 		}
 	}
+	var stepds []stepdRead
+	if j.loc.JobID == "" {
+		for pid, m := range j.members {
+			if t, ok := j.stepdTried[pid]; m.loc.Stepd && (!ok || t != m.start) {
+				stepds = append(stepds, stepdRead{pid: pid, start: m.start, step: m.loc.Step})
+			}
+		}
+	}
 	r.mu.RUnlock()
+	for i := range stepds {
+		stepds[i].id = r.stepdJobID(stepds[i])
+	}
 	type fresh struct {
 		pid  int
 		st   procfs.Stat
@@ -100,6 +126,7 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 			m.uid, m.comm = f.uid, clean(f.st.Comm, 64)
 		}
 	}
+	r.absorbStepds(j, stepds)
 	var cands []cand
 	votes := newOwnerVotes()
 	for pid, m := range j.members {
@@ -113,9 +140,11 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 		cands = append(cands, cand{pid, m.start, stepRank(m.loc.Step)})
 	}
 	j.dirty = false
-	jobID := j.loc.JobID
+	jobID := j.jobID()
 	if jobID == "" {
-		jobID = j.resolvedID()
+		// A SLUID job whose slurmstepd is not read yet: its tasks'
+		// environments cannot be checked against its id, so wait.
+		cands = nil
 	}
 	askCtld := r.o.Controller != nil && jobID != "" && (j.ctldInfo == nil || now.Sub(j.ctldAt) >= r.o.JobTTL)
 	r.mu.Unlock()
@@ -171,7 +200,7 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 		if rd.env[slurm.EnvJobID] != "" {
 			j.tried[rd.pid] = rd.start
 		}
-		j.env.absorb(rd.env, j.loc.JobID)
+		j.env.absorb(rd.env, jobID)
 	}
 	if info != nil {
 		j.ctldInfo, j.ctldAt = info, now
@@ -183,7 +212,66 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 		r.remember(fmt.Errorf("job %s: slurmctld says uid %d, its tasks run as %d; keeping the node's", jobID, ci.UID, uid))
 	}
 	j.refreshed = now
-	j.publish(r.o.Users)
+	r.publish(j)
+}
+
+// stepdRead is one slurmstepd of a SLUID job, and the job id its title
+// gives ("" when it gives none this process can be trusted with).
+type stepdRead struct {
+	pid   int
+	start uint64
+	step  string
+	id    string
+}
+
+// stepdJobID reads the job id from the title of a process in the step's
+// slurm leaf. Only root can put a process there, and slurmstepd runs as
+// root, so the title is believed only of a root process, read between two
+// reads of its identity, and only when it names the step whose leaf holds
+// it.
+func (r *Resolver) stepdJobID(s stepdRead) string {
+	uid, err := r.o.Proc.UID(s.pid)
+	if err != nil || uid != 0 {
+		return ""
+	}
+	cmd, err := r.o.Proc.Cmdline(s.pid)
+	if err != nil {
+		r.count(err)
+		return ""
+	}
+	st, err := r.o.Proc.Stat(s.pid)
+	if err != nil || st.StartTime != s.start {
+		return ""
+	}
+	if uid, err := r.o.Proc.UID(s.pid); err != nil || uid != 0 {
+		return ""
+	}
+	id, step, ok := slurm.ParseStepdTitle(cmd)
+	if !ok || step != s.step {
+		return ""
+	}
+	return id
+}
+
+// absorbStepds records what a SLUID job's slurmstepds say its id is. They
+// must agree: a disagreement leaves the job without an id (and counted).
+// Callers hold r.mu.
+func (r *Resolver) absorbStepds(j *jobEntry, reads []stepdRead) {
+	for _, s := range reads {
+		if j.stepdTried == nil {
+			j.stepdTried = map[int]uint64{}
+		}
+		j.stepdTried[s.pid] = s.start
+		switch {
+		case s.id == "":
+		case j.stepdID == "":
+			j.stepdID = s.id
+		case j.stepdID != s.id:
+			r.idConflicts.Add(1)
+			r.remember(fmt.Errorf("SLUID job %s: its slurmstepds name jobs %s and %s; it keeps its SLUID", j.loc.SLUID, j.stepdID, s.id))
+			j.stepdID, j.idConflict = "", true
+		}
+	}
 }
 
 func stepRank(step string) int {
@@ -201,19 +289,7 @@ func stepRank(step string) int {
 }
 
 func (f *envFacts) absorb(env map[string]string, jobID string) {
-	id := env[slurm.EnvJobID]
-	if id == "" {
-		return
-	}
-	if jobID == "" {
-		// SLUID directory: the id must come from the job itself.
-		if _, err := strconv.ParseUint(id, 10, 32); err == nil {
-			if f.ids == nil {
-				f.ids = map[string]int{}
-			}
-			f.ids[id]++
-		}
-	} else if id != jobID {
+	if id := env[slurm.EnvJobID]; id == "" || id != jobID {
 		// A task that rewrote its own environment describes some other
 		// job: ignore it rather than mislabel this one.
 		return
@@ -229,25 +305,35 @@ func (f *envFacts) absorb(env map[string]string, jobID string) {
 	}
 }
 
-// resolvedID is the job id of a SLUID job: the one id all its tasks agree on.
-func (j *jobEntry) resolvedID() string {
-	if len(j.env.ids) != 1 {
-		return ""
-	}
-	for id := range j.env.ids {
-		return id
-	}
-	return ""
-}
-
-// publish builds and swaps in a new snapshot. Callers hold r.mu (or own j).
-func (j *jobEntry) publish(u users.Lookup) {
-	s := &Job{ID: j.loc.JobID, SLUID: j.loc.SLUID, UID: j.uidFromNode, Host: j.host,
+// publish builds and swaps in a new snapshot. No two jobs of a host
+// publish one id: a SLUID job whose slurmstepd names an id another job of
+// the host holds keeps s<SLUID>, and a job whose path names the id takes
+// it back from a SLUID job. Callers hold r.mu.
+func (r *Resolver) publish(j *jobEntry) {
+	s := &Job{ID: j.jobID(), SLUID: j.loc.SLUID, UID: j.uidFromNode, Host: j.host, Cgroup: j.cgroup,
 		Name: clean(j.env.name, maxValue), Account: clean(j.env.account, maxValue), Partition: clean(j.env.partition, maxValue)}
-	if s.ID == "" {
-		if s.ID = j.resolvedID(); s.ID == "" {
-			s.ID = "s" + j.loc.SLUID
+	var demote []*jobEntry
+	if s.ID != "" {
+		for _, o := range r.jobs {
+			if o == j || o.host != j.host || o.snap.Load() == nil || o.snap.Load().ID != s.ID {
+				continue
+			}
+			if j.loc.JobID == "" {
+				if !j.idConflict {
+					r.idConflicts.Add(1)
+					r.remember(fmt.Errorf("SLUID job %s: its slurmstepd names job %s, which another job of %s holds; it keeps its SLUID", j.loc.SLUID, s.ID, j.host))
+				}
+				j.idConflict, s.ID = true, ""
+				break
+			}
+			demote = append(demote, o)
 		}
+		if s.ID != "" && j.loc.JobID == "" {
+			j.idConflict = false
+		}
+	}
+	if s.ID == "" {
+		s.ID = "s" + j.loc.SLUID
 	}
 	if ci := j.ctldInfo; ci != nil {
 		if ci.Name != "" {
@@ -262,12 +348,19 @@ func (j *jobEntry) publish(u users.Lookup) {
 		if s.UID < 0 && ci.UID >= 0 {
 			s.UID = ci.UID
 		}
+		// slurmctld names the node by its NodeName: the path's under
+		// multiple slurmd, else this agent's (--node-name, or the short
+		// hostname, which is the NodeName on almost every cluster).
+		s.GRES = ci.GRES[j.host]
 	}
 	if s.UID >= 0 {
-		s.User = clean(users.NameOrID(u, s.UID), maxValue)
+		s.User = clean(users.NameOrID(r.o.Users, s.UID), maxValue)
 		if ci := j.ctldInfo; ci != nil && ci.UID == s.UID && ci.User != "" {
 			s.User = clean(ci.User, maxValue)
 		}
 	}
 	j.snap.Store(s)
+	for _, o := range demote {
+		r.publish(o)
+	}
 }

@@ -11,10 +11,15 @@
 //	v1  /slurm/uid_<uid>/job_<id>/step_<s>/task_<n>             (any v1 controller)
 //	v1  /slurm_<node>/uid_<uid>/job_<id>/step_<s>/...           (multiple slurmd)
 //
-// Anything may precede the Slurm part (a nested cgroup namespace, a
-// container runtime). The parser never trusts its input: a path that looks
-// like Slurm's but is malformed is an error, and a process is never placed in
-// a job on a guess.
+// Only Slurm's own hierarchy counts. slurmd makes it at a fixed place (the
+// v2 scope in cgroup.conf's CgroupSlice, system.slice by default; the v1
+// root at the top of each controller), which a Layout names; the same
+// names anywhere else are a look-alike that any user with a writable
+// cgroup subtree (a systemd user manager) can build, and are refused with
+// a Refused error. Tree then checks that the directories Slurm made are
+// really there and owned by root. The parser never trusts its input: a
+// path that looks like Slurm's but is malformed is an error, and a process
+// is never placed in a job on a guess.
 package cgroup
 
 import (
@@ -29,7 +34,7 @@ import (
 type Location struct {
 	InJob bool
 	// JobID is the numeric job id from a job_<id> directory; empty when the
-	// directory is a SLUID, whose job id must come from the job itself.
+	// directory is a SLUID, whose job id must come from slurmstepd.
 	JobID string
 	SLUID string // the SLUID, without its "s" prefix
 	Step  string // 0, 1, ..., batch, extern, interactive; empty if the process sits above any step
@@ -41,7 +46,15 @@ type Location struct {
 	Node    string
 	UID     int // from the v1 uid_<uid> directory; -1 when the path has none
 	Version int // 1 or 2; 0 when not in a job
-	Path    string
+	// Hierarchy is the v1 line's controller list ("freezer",
+	// "cpu,cpuacct", "name=systemd"): where Path lives. Empty for v2.
+	Hierarchy string
+	Path      string
+	// Slurm is the leading part of Path that slurmd makes and keeps root's:
+	// down to the job directory on v1 (Slurm gives the step's directories
+	// to the job's user there), down to the step's user or slurm directory
+	// on v2 (task directories belong to the job's user).
+	Slurm string
 }
 
 // JobKey identifies a job on this host: the node matters under multiple
@@ -62,10 +75,53 @@ const (
 
 var errConflict = errors.New("conflicting Slurm jobs on different cgroup hierarchies")
 
+// Reasons a Slurm-looking path is refused, for counters.
+const (
+	// ReasonOutside is a Slurm-shaped path where slurmd does not make one.
+	ReasonOutside = "outside_slurm_tree"
+	// ReasonOwner is a directory of the Slurm part not owned by root.
+	ReasonOwner = "not_root_owned"
+	// ReasonUnverified is a path whose directories could not be checked
+	// (gone with the process, or not a directory).
+	ReasonUnverified = "unverified"
+)
+
+// Refused is a path that looks like a Slurm job's but is not Slurm's: the
+// process is in no job.
+type Refused struct {
+	Reason string // one of the Reason constants
+	Path   string
+	Detail string
+}
+
+func (e *Refused) Error() string {
+	return fmt.Sprintf("cgroup path %q is not Slurm's (%s): %s", truncate([]byte(e.Path)), e.Reason, e.Detail)
+}
+
+// Layout says where slurmd makes its cgroups.
+type Layout struct {
+	// V2Parents are the cgroups slurmd's scope may sit in: cgroup.conf's
+	// CgroupSlice under the init cgroup, "/system.slice" by default.
+	V2Parents []string
+	// V1Parents are where the v1 Slurm root (slurm, slurm_<node>) may sit
+	// in a controller: its top, "/", unless slurmd runs in a container.
+	V1Parents []string
+}
+
+// DefaultLayout is where a Slurm of any version puts its cgroups unless
+// cgroup.conf or a container moves them.
+func DefaultLayout() Layout {
+	return Layout{V2Parents: []string{"/system.slice"}, V1Parents: []string{"/"}}
+}
+
+// Parse reads the contents of /proc/<pid>/cgroup with the default layout.
+func Parse(content []byte) (Location, error) { return DefaultLayout().Parse(content) }
+
 // Parse reads the contents of /proc/<pid>/cgroup. A process in no job gives
 // a zero Location and no error. A line that names a Slurm job but is
-// malformed gives an error that says what is wrong.
-func Parse(content []byte) (Location, error) {
+// malformed gives an error that says what is wrong; one that looks like a
+// Slurm job's where slurmd makes none, a *Refused.
+func (l Layout) Parse(content []byte) (Location, error) {
 	var found Location
 	var firstErr error
 	for _, raw := range bytes.Split(content, []byte{'\n'}) {
@@ -84,7 +140,7 @@ func Parse(content []byte) (Location, error) {
 		if string(parts[0]) == "0" && len(parts[1]) == 0 {
 			version = 2
 		}
-		loc, ok, err := ParsePath(string(parts[2]), version)
+		loc, ok, err := l.ParsePath(string(parts[2]), version)
 		if err != nil {
 			if firstErr == nil {
 				firstErr = err
@@ -93,6 +149,9 @@ func Parse(content []byte) (Location, error) {
 		}
 		if !ok {
 			continue
+		}
+		if version == 1 {
+			loc.Hierarchy = string(parts[1])
 		}
 		if !found.InJob {
 			found = loc
@@ -128,66 +187,120 @@ func depth(l Location) int {
 	return d
 }
 
-// ParsePath recognises one cgroup path of the given hierarchy version. ok is
-// false when the path is not a Slurm job's.
+// ParsePath recognises one cgroup path of the given hierarchy version with
+// the default layout.
 func ParsePath(path string, version int) (loc Location, ok bool, err error) {
+	return DefaultLayout().ParsePath(path, version)
+}
+
+// ParsePath recognises one cgroup path of the given hierarchy version. ok is
+// false when the path is not a Slurm job's; a Slurm-shaped path outside
+// the layout's places is a *Refused.
+func (l Layout) ParsePath(path string, version int) (loc Location, ok bool, err error) {
 	if !strings.HasPrefix(path, "/") {
 		return Location{}, false, nil
 	}
 	segs := strings.Split(path[1:], "/")
+	parents := l.V1Parents
+	parse, lookalike := parseV1, lookalikeV1
 	if version == 2 {
-		loc, ok, err = parseV2(segs)
-	} else {
-		loc, ok, err = parseV1(segs)
+		parents, parse, lookalike = l.V2Parents, parseV2, lookalikeV2
 	}
-	if err != nil {
-		return Location{}, false, fmt.Errorf("cgroup path %q: %w", truncate([]byte(path)), err)
-	}
-	if ok {
-		loc.Version = version
-		loc.Path = path
-	}
-	return loc, ok, nil
-}
-
-func parseV2(segs []string) (Location, bool, error) {
-	for i, s := range segs {
-		node, isScope := scopeNode(s)
-		if !isScope {
+	for _, parent := range parents {
+		n, under := below(segs, parent)
+		if !under {
 			continue
 		}
-		loc := Location{Node: node, UID: -1}
-		rest := segs[i+1:]
-		if len(rest) == 0 {
-			return Location{}, false, nil // slurmstepd.scope itself
+		var owned int
+		loc, owned, ok, err = parse(segs[n:])
+		if err != nil {
+			return Location{}, false, fmt.Errorf("cgroup path %q: %w", truncate([]byte(path)), err)
 		}
-		switch {
-		case rest[0] == "system" || rest[0] == "slurmd":
-			// slurmd itself and the scope's "system" cgroup: Slurm's own
-			// processes, in no job.
-			return Location{}, false, nil
-		case strings.HasPrefix(rest[0], "job_"):
-			id, err := jobID(rest[0])
-			if err != nil {
-				return Location{}, false, err
-			}
-			loc.JobID = id
-		case len(rest[0]) > 1 && rest[0][0] == 's':
-			sluid := rest[0][1:]
-			if err := checkSLUID(sluid); err != nil {
-				return Location{}, false, err
-			}
-			loc.SLUID = sluid
-		default:
-			return Location{}, false, fmt.Errorf("unexpected directory %q under the slurmstepd scope", rest[0])
+		if ok {
+			loc.Version = version
+			loc.Path = path
+			loc.Slurm = "/" + strings.Join(segs[:n+owned], "/")
+			return loc, true, nil
 		}
-		loc.InJob = true
-		if err := stepAndTask(&loc, rest[1:], true); err != nil {
-			return Location{}, false, err
-		}
-		return loc, true, nil
+	}
+	if lookalike(segs) {
+		return Location{}, false, &Refused{Reason: ReasonOutside, Path: path,
+			Detail: fmt.Sprintf("slurmd makes its cgroups under %s", strings.Join(parents, " or "))}
 	}
 	return Location{}, false, nil
+}
+
+// below reports whether segs lie under the cgroup parent and how many
+// segments the parent takes.
+func below(segs []string, parent string) (int, bool) {
+	p := strings.Trim(parent, "/")
+	if p == "" {
+		return 0, true
+	}
+	ps := strings.Split(p, "/")
+	if len(ps) >= len(segs) {
+		return 0, false
+	}
+	for i, s := range ps {
+		if segs[i] != s {
+			return 0, false
+		}
+	}
+	return len(ps), true
+}
+
+// parseV2 reads what follows the scope's parent: the scope, the job, its
+// step and task. owned is how many of segs slurmd keeps root's.
+func parseV2(segs []string) (Location, int, bool, error) {
+	node, isScope := scopeNode(segs[0])
+	if !isScope {
+		return Location{}, 0, false, nil
+	}
+	loc := Location{Node: node, UID: -1}
+	rest := segs[1:]
+	if len(rest) == 0 {
+		return Location{}, 0, false, nil // slurmstepd.scope itself
+	}
+	switch {
+	case rest[0] == "system" || rest[0] == "slurmd":
+		// slurmd itself and the scope's "system" cgroup: Slurm's own
+		// processes, in no job.
+		return Location{}, 0, false, nil
+	case strings.HasPrefix(rest[0], "job_"):
+		id, err := jobID(rest[0])
+		if err != nil {
+			return Location{}, 0, false, err
+		}
+		loc.JobID = id
+	case len(rest[0]) > 1 && rest[0][0] == 's':
+		sluid := rest[0][1:]
+		if err := checkSLUID(sluid); err != nil {
+			return Location{}, 0, false, err
+		}
+		loc.SLUID = sluid
+	default:
+		return Location{}, 0, false, fmt.Errorf("unexpected directory %q under the slurmstepd scope", rest[0])
+	}
+	loc.InJob = true
+	if err := stepAndTask(&loc, rest[1:], true); err != nil {
+		return Location{}, 0, false, err
+	}
+	// scope, job, step_<s>, user|slurm: task_<n> and below are the user's.
+	return loc, min(len(segs), 4), true, nil
+}
+
+// lookalikeV2 reports a slurmstepd scope with a job below it anywhere.
+func lookalikeV2(segs []string) bool {
+	for i, s := range segs {
+		if _, ok := scopeNode(s); !ok || i+1 >= len(segs) {
+			continue
+		}
+		next := segs[i+1]
+		if strings.HasPrefix(next, "job_") || next != "system" && next != "slurmd" && len(next) > 1 && next[0] == 's' && checkSLUID(next[1:]) == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // scopeNode recognises "slurmstepd.scope" and "<node>_slurmstepd.scope".
@@ -203,41 +316,56 @@ func scopeNode(s string) (string, bool) {
 	return node, true
 }
 
-func parseV1(segs []string) (Location, bool, error) {
-	for i, s := range segs {
-		var node string
-		switch {
-		case s == "slurm":
-		case strings.HasPrefix(s, "slurm_") && validNodeName(s[len("slurm_"):]):
-			node = s[len("slurm_"):]
-		default:
-			continue
-		}
-		rest := segs[i+1:]
-		// Require uid_<n> next, so an unrelated directory called "slurm"
-		// is not taken for Slurm's.
-		if len(rest) == 0 || !strings.HasPrefix(rest[0], "uid_") {
-			continue
-		}
-		uid, err := strconv.ParseUint(rest[0][len("uid_"):], 10, 32)
-		if err != nil {
-			return Location{}, false, fmt.Errorf("malformed uid directory %q", rest[0])
-		}
-		loc := Location{Node: node, UID: int(uid)}
-		if len(rest) < 2 {
-			return Location{}, false, nil // the user's directory, no job
-		}
-		id, err := jobID(rest[1])
-		if err != nil {
-			return Location{}, false, err
-		}
-		loc.JobID, loc.InJob = id, true
-		if err := stepAndTask(&loc, rest[2:], false); err != nil {
-			return Location{}, false, err
-		}
-		return loc, true, nil
+// v1Root recognises "slurm" and "slurm_<node>".
+func v1Root(s string) (string, bool) {
+	if s == "slurm" {
+		return "", true
 	}
-	return Location{}, false, nil
+	if node, ok := strings.CutPrefix(s, "slurm_"); ok && validNodeName(node) {
+		return node, true
+	}
+	return "", false
+}
+
+// parseV1 reads what follows the v1 root's parent: slurm[_<node>],
+// uid_<uid>, the job, its step and task.
+func parseV1(segs []string) (Location, int, bool, error) {
+	node, ok := v1Root(segs[0])
+	rest := segs[1:]
+	// Require uid_<n> next, so an unrelated directory called "slurm" is
+	// not taken for Slurm's.
+	if !ok || len(rest) == 0 || !strings.HasPrefix(rest[0], "uid_") {
+		return Location{}, 0, false, nil
+	}
+	uid, err := strconv.ParseUint(rest[0][len("uid_"):], 10, 32)
+	if err != nil {
+		return Location{}, 0, false, fmt.Errorf("malformed uid directory %q", rest[0])
+	}
+	loc := Location{Node: node, UID: int(uid)}
+	if len(rest) < 2 {
+		return Location{}, 0, false, nil // the user's directory, no job
+	}
+	id, err := jobID(rest[1])
+	if err != nil {
+		return Location{}, 0, false, err
+	}
+	loc.JobID, loc.InJob = id, true
+	if err := stepAndTask(&loc, rest[2:], false); err != nil {
+		return Location{}, 0, false, err
+	}
+	// slurm, uid_<uid>, job_<id>: Slurm hands the step's directories to
+	// the job's user.
+	return loc, 3, true, nil
+}
+
+// lookalikeV1 reports a Slurm v1 root with a user's job below it anywhere.
+func lookalikeV1(segs []string) bool {
+	for i, s := range segs {
+		if _, ok := v1Root(s); ok && i+2 < len(segs) && strings.HasPrefix(segs[i+1], "uid_") && strings.HasPrefix(segs[i+2], "job_") {
+			return true
+		}
+	}
+	return false
 }
 
 func jobID(dir string) (string, error) {

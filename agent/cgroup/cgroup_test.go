@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -23,18 +24,18 @@ func TestParseLayouts(t *testing.T) {
 			Location{InJob: true, JobID: "7", Step: "interactive", Stepd: true, UID: -1, Version: 2}},
 		{"v2 multiple slurmd", "0::/system.slice/node-b_slurmstepd.scope/job_4300/step_0/user/task_0\n",
 			Location{InJob: true, JobID: "4300", Step: "0", Task: "0", Node: "node-b", UID: -1, Version: 2}},
-		{"v2 nested under a prefix", "0::/node-a/system.slice/slurmstepd.scope/job_12/step_3/user/task_0/mycontainer\n",
+		{"v2 a container below the task", "0::/system.slice/slurmstepd.scope/job_12/step_3/user/task_0/mycontainer\n",
 			Location{InJob: true, JobID: "12", Step: "3", Task: "0", UID: -1, Version: 2}},
 		{"v2 SLUID", "0::/system.slice/slurmstepd.scope/s0W5FQ2XKD8Y3M/step_0/user/task_0\n",
 			Location{InJob: true, SLUID: "0W5FQ2XKD8Y3M", Step: "0", Task: "0", UID: -1, Version: 2}},
 		{"v2 het step", "0::/system.slice/slurmstepd.scope/job_9/step_0+1/user/task_0\n",
 			Location{InJob: true, JobID: "9", Step: "0+1", Task: "0", UID: -1, Version: 2}},
 		{"v1 every controller", "12:freezer:/slurm/uid_1002/job_5000/step_batch\n11:memory:/slurm/uid_1002/job_5000/step_batch/task_0\n10:devices:/slurm/uid_1002/job_5000/step_batch/task_0\n0::/\n",
-			Location{InJob: true, JobID: "5000", Step: "batch", Task: "0", UID: 1002, Version: 1}},
+			Location{InJob: true, JobID: "5000", Step: "batch", Task: "0", UID: 1002, Version: 1, Hierarchy: "memory"}},
 		{"v1 one controller only", "5:devices:/slurm_node-c/uid_1002/job_5001/step_0/task_3\n4:memory:/\n0::/\n",
-			Location{InJob: true, JobID: "5001", Step: "0", Task: "3", Node: "node-c", UID: 1002, Version: 1}},
-		{"v1 named hierarchy, nested", "1:name=systemd:/\n3:cpuset:/docker/x/slurm/uid_0/job_1/step_extern/task_0\n",
-			Location{InJob: true, JobID: "1", Step: "extern", Task: "0", UID: 0, Version: 1}},
+			Location{InJob: true, JobID: "5001", Step: "0", Task: "3", Node: "node-c", UID: 1002, Version: 1, Hierarchy: "devices"}},
+		{"v1 named hierarchy", "1:name=systemd:/\n3:cpu,cpuacct:/slurm/uid_0/job_1/step_extern/task_0\n",
+			Location{InJob: true, JobID: "1", Step: "extern", Task: "0", UID: 0, Version: 1, Hierarchy: "cpu,cpuacct"}},
 		{"no job", hybridV1 + "0::/user.slice/user-1001.slice/session-3.scope\n", Location{}},
 		{"kernel thread", "0::/\n", Location{}},
 		{"slurmd's own cgroup", "0::/system.slice/slurmstepd.scope/system\n", Location{}},
@@ -48,11 +49,83 @@ func TestParseLayouts(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
-			got.Path = ""
+			got.Path, got.Slurm = "", ""
 			if got != tc.want {
 				t.Errorf("Parse =\n %+v, want\n %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// Slurm's directories sit where slurmd makes them; the same names anywhere
+// else are a look-alike a user built (a systemd user manager delegates a
+// writable subtree) and put no process in a job.
+func TestLookalikesOutsideSlurmsTreeAreRefused(t *testing.T) {
+	for name, content := range map[string]string{
+		"user manager, v2":         "0::/user.slice/user-1002.slice/user@1002.service/app.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n",
+		"multiple slurmd name, v2": "0::/user.slice/user-1002.slice/user@1002.service/app.slice/node-a_slurmstepd.scope/job_4242/step_0/slurm\n",
+		"a SLUID, v2":              "0::/user.slice/user-1002.slice/user@1002.service/slurmstepd.scope/s0W5FQ2XKD8Y3M/step_0/user/task_0\n",
+		"nested in a prefix, v2":   "0::/node-a/system.slice/slurmstepd.scope/job_12/step_3/user/task_0\n",
+		"below another scope, v2":  "0::/system.slice/other.scope/slurmstepd.scope/job_12/step_3/user/task_0\n",
+		"v1 nested":                "3:cpuset:/docker/x/slurm/uid_0/job_1/step_extern/task_0\n0::/\n",
+		"v1 in a user's tree":      "4:memory:/user/1002.user/slurm/uid_1001/job_4242/step_0/task_0\n0::/\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			loc, err := Parse([]byte(content))
+			var ref *Refused
+			if !errors.As(err, &ref) || ref.Reason != ReasonOutside {
+				t.Fatalf("Parse = %+v, %v; want a Refused with reason %s", loc, err, ReasonOutside)
+			}
+			if loc.InJob {
+				t.Fatalf("a look-alike was placed in a job: %+v", loc)
+			}
+		})
+	}
+	// A look-alike does not hide the job Slurm really put the process in.
+	loc, err := Parse([]byte("4:memory:/slurm/uid_1001/job_7/step_0/task_0\n0::/user.slice/user-1001.slice/user@1001.service/slurmstepd.scope/job_4242/step_0/user/task_0\n"))
+	if err != nil || loc.JobID != "7" {
+		t.Fatalf("Parse = %+v, %v; want job 7", loc, err)
+	}
+}
+
+// cgroup.conf's CgroupSlice, or a slurmd in a container, moves the tree:
+// the layout says where.
+func TestLayoutNamesTheParent(t *testing.T) {
+	l := Layout{V2Parents: []string{"/node-a/system.slice", "/hpc.slice"}, V1Parents: []string{"/docker/x"}}
+	for content, want := range map[string]Location{
+		"0::/node-a/system.slice/slurmstepd.scope/job_12/step_3/user/task_0\n": {InJob: true, JobID: "12", Step: "3", Task: "0", UID: -1, Version: 2,
+			Slurm: "/node-a/system.slice/slurmstepd.scope/job_12/step_3/user"},
+		"0::/hpc.slice/n1_slurmstepd.scope/job_5/step_batch/slurm\n": {InJob: true, JobID: "5", Step: "batch", Stepd: true, Node: "n1", UID: -1, Version: 2,
+			Slurm: "/hpc.slice/n1_slurmstepd.scope/job_5/step_batch/slurm"},
+		"3:cpuset:/docker/x/slurm/uid_0/job_1/step_extern/task_0\n": {InJob: true, JobID: "1", Step: "extern", Task: "0", UID: 0, Version: 1,
+			Hierarchy: "cpuset", Slurm: "/docker/x/slurm/uid_0/job_1"},
+	} {
+		got, err := l.Parse([]byte(content))
+		if err != nil {
+			t.Fatalf("%q: %v", content, err)
+		}
+		got.Path = ""
+		if got != want {
+			t.Errorf("%q:\n got %+v\nwant %+v", content, got, want)
+		}
+	}
+	if loc, err := l.Parse([]byte("0::/system.slice/slurmstepd.scope/job_12/step_3/user/task_0\n")); loc.InJob || err == nil {
+		t.Errorf("the default place is not this layout's, got %+v, %v", loc, err)
+	}
+}
+
+func TestSlurmPartOfThePath(t *testing.T) {
+	for content, want := range map[string]string{
+		"0::/system.slice/slurmstepd.scope/job_1/step_0/user/task_0/x": "/system.slice/slurmstepd.scope/job_1/step_0/user",
+		"0::/system.slice/slurmstepd.scope/job_1/step_0/slurm":         "/system.slice/slurmstepd.scope/job_1/step_0/slurm",
+		"0::/system.slice/slurmstepd.scope/job_1":                      "/system.slice/slurmstepd.scope/job_1",
+		"4:memory:/slurm_n1/uid_5/job_1/step_0/task_0":                 "/slurm_n1/uid_5/job_1",
+		"4:memory:/slurm/uid_5/job_1":                                  "/slurm/uid_5/job_1",
+	} {
+		loc, err := Parse([]byte(content))
+		if err != nil || loc.Slurm != want {
+			t.Errorf("%q: Slurm = %q (%v), want %q", content, loc.Slurm, err, want)
+		}
 	}
 }
 

@@ -4,13 +4,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
+	"net"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/slurmscope/slurmscope/agent/httpclient"
 )
@@ -105,5 +109,33 @@ func TestRunIngestionWindowFlags(t *testing.T) {
 	var stderr strings.Builder
 	if rc := runCmd([]string{"--pyroscope-reject-older-than=-1h"}, io.Discard, &stderr); rc != 2 || !strings.Contains(stderr.String(), "must not be negative") {
 		t.Errorf("negative bound: rc %d, %q", rc, stderr.String())
+	}
+}
+
+// TestMetricsAddrDefaultsToLoopback: /metrics names every user's jobs, so
+// unless told otherwise it is served on this host only; a wider address
+// without TLS and basic auth is served, with a warning in the log.
+func TestMetricsAddrDefaultsToLoopback(t *testing.T) {
+	fs, f := runFlagSet(t)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	host, _, err := net.SplitHostPort(f.metricsAddr)
+	if err != nil || !net.ParseIP(host).IsLoopback() {
+		t.Fatalf("--metrics-addr defaults to %q, want a loopback address", f.metricsAddr)
+	}
+	for addr, warn := range map[string]bool{"127.0.0.1:0": false, "[::1]:0": false, "0.0.0.0:0": true, ":0": true} {
+		var log strings.Builder
+		stop, err := serveMetrics(runFlags{metricsAddr: addr}, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(&log, nil)))
+		if err != nil {
+			if addr == "[::1]:0" {
+				continue // a host without IPv6
+			}
+			t.Fatal(err)
+		}
+		stop()
+		if got := strings.Contains(log.String(), "without --web.config.file"); got != warn {
+			t.Errorf("%s: warned %v, want %v:\n%s", addr, got, warn, log.String())
+		}
 	}
 }

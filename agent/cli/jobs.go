@@ -10,34 +10,47 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/slurmscope/slurmscope/agent/attribution"
+	"github.com/slurmscope/slurmscope/agent/cgroup"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/slurm"
 	"github.com/slurmscope/slurmscope/agent/users"
+	"github.com/slurmscope/slurmscope/internal/printable"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
 // attrFlags are the flags every command that attributes processes shares.
 type attrFlags struct {
-	procRoot  string
-	passwd    string
-	nodeName  string
-	slurmctld bool
-	exitGrace time.Duration // set by run: exited processes outlive their last drain
+	procRoot   string
+	cgroupRoot string
+	v2Parents  string
+	v1Parents  string
+	passwd     string
+	nodeName   string
+	slurmctld  bool
+	exitGrace  time.Duration // set by run: exited processes outlive their last drain
+	cgroups    *cgroup.Tree
 }
 
 func (a *attrFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.procRoot, "proc-root", "/proc", "root of the proc filesystem")
+	fs.StringVar(&a.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "where the cgroup filesystems are mounted (v2 there or in unified/, v1 controllers below)")
+	fs.StringVar(&a.v2Parents, "slurm-cgroup-v2-parent", "/system.slice",
+		"comma-separated cgroups slurmd's slurmstepd.scope may sit in (cgroup.conf CgroupSlice under the init cgroup); a look-alike elsewhere is in no job")
+	fs.StringVar(&a.v1Parents, "slurm-cgroup-v1-parent", "/", "comma-separated cgroups the v1 slurm (or slurm_<node>) directory may sit in, per controller")
 	fs.StringVar(&a.passwd, "passwd", "", "passwd-format file to resolve uids with, instead of the system user database")
 	fs.StringVar(&a.nodeName, "node-name", "", "SLURM node name of this agent (default: short hostname); with several slurmd on one host, only this node's jobs are attributed")
 	fs.BoolVar(&a.slurmctld, "slurmctld", false, "also ask slurmctld (squeue --json, scontrol) for job name, account and partition")
 }
 
 func (a *attrFlags) resolver() (*attribution.Resolver, error) {
-	o := attribution.Options{Proc: procfs.New(a.procRoot), NodeName: a.nodeName, HostName: a.nodeName, ExitGrace: a.exitGrace}
+	layout, err := a.layout()
+	if err != nil {
+		return nil, err
+	}
+	o := attribution.Options{Proc: procfs.New(a.procRoot), NodeName: a.nodeName, HostName: a.nodeName, ExitGrace: a.exitGrace,
+		Layout: &layout, Cgroups: a.tree()}
 	if o.HostName == "" {
 		o.HostName = shortHostname()
 	}
@@ -52,6 +65,36 @@ func (a *attrFlags) resolver() (*attribution.Resolver, error) {
 		o.Controller = &slurm.Commands{}
 	}
 	return attribution.New(o), nil
+}
+
+// cgroupOwner is the uid Slurm's cgroup directories must have: root.
+// Tests of fixture trees, made by whoever runs them, set their own.
+var cgroupOwner = 0
+
+// tree is the node's cgroup filesystems, as --cgroup-root says.
+func (a *attrFlags) tree() *cgroup.Tree {
+	if a.cgroups == nil {
+		a.cgroups = &cgroup.Tree{Root: a.cgroupRoot, Owner: cgroupOwner}
+	}
+	return a.cgroups
+}
+
+// layout is where the flags say slurmd makes its cgroups.
+func (a *attrFlags) layout() (cgroup.Layout, error) {
+	var l cgroup.Layout
+	for _, f := range []struct {
+		flag, v string
+		dst     *[]string
+	}{{"--slurm-cgroup-v2-parent", a.v2Parents, &l.V2Parents}, {"--slurm-cgroup-v1-parent", a.v1Parents, &l.V1Parents}} {
+		for p := range strings.SplitSeq(f.v, ",") {
+			p = strings.TrimSpace(p)
+			if !strings.HasPrefix(p, "/") || strings.Contains(p, "//") || strings.Contains("/"+p+"/", "/../") {
+				return l, fmt.Errorf("%s %q: want absolute cgroup paths such as /system.slice", f.flag, p)
+			}
+			*f.dst = append(*f.dst, p)
+		}
+	}
+	return l, nil
 }
 
 func jobsCmd(args []string, stdout, stderr io.Writer) int {
@@ -97,10 +140,10 @@ func jobsCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if st := r.Stats(); st.ControllerErrs > 0 {
-		fmt.Fprintf(stderr, "jobs: %d slurmctld lookups failed, job metadata came from the tasks' environment; last: %v\n", st.ControllerErrs, r.LastError())
-	} else if st.MalformedCgroup > 0 || st.Unreadable > 0 {
-		fmt.Fprintf(stderr, "jobs: %d processes with malformed Slurm cgroup paths and %d unreadable files were left out of jobs; last: %v\n",
-			st.MalformedCgroup, st.Unreadable, r.LastError())
+		fmt.Fprintf(stderr, "jobs: %d slurmctld lookups failed, job metadata came from the tasks' environment; last: %s\n", st.ControllerErrs, printable.String(fmt.Sprint(r.LastError()), ""))
+	} else if refused := st.Refused[cgroup.ReasonOutside] + st.Refused[cgroup.ReasonOwner] + st.Refused[cgroup.ReasonUnverified]; st.MalformedCgroup > 0 || st.Unreadable > 0 || refused > 0 {
+		fmt.Fprintf(stderr, "jobs: %d processes with malformed Slurm cgroup paths, %d in look-alikes of Slurm's tree and %d unreadable files were left out of jobs; last: %s\n",
+			st.MalformedCgroup, refused, st.Unreadable, printable.String(fmt.Sprint(r.LastError()), ""))
 	}
 	return 0
 }
@@ -164,35 +207,9 @@ func writeTable(w io.Writer, procs []attribution.Process) error {
 			if i > 0 {
 				tw.Write([]byte{'\t'})
 			}
-			tw.Write([]byte(Printable(c, "-")))
+			tw.Write([]byte(printable.String(c, "-")))
 		}
 		tw.Write([]byte{'\n'})
 	}
 	return tw.Flush()
-}
-
-// Printable renders a value for a terminal: printable characters as they
-// are, anything else (newlines, tabs, escape sequences, invalid bytes)
-// escaped, so a job name cannot break the table or the terminal.
-func Printable(s, empty string) string {
-	if s == "" {
-		return empty
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && n == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r == '\\':
-			b.WriteString(`\\`)
-		case unicode.IsPrint(r):
-			b.WriteRune(r)
-		default:
-			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
-		}
-		i += n
-	}
-	return b.String()
 }

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
+	"github.com/slurmscope/slurmscope/agent/cgroup/cgrouptest"
 	"github.com/slurmscope/slurmscope/agent/procfs/procfstest"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -15,10 +17,19 @@ import (
 const fixtureRoot = "../attribution/testdata/proc"
 const fixturePasswd = "../attribution/testdata/passwd"
 
+// fixtureCgroups mirrors a fixture proc tree's cgroups, owned by whoever
+// runs the tests, and returns the --cgroup-root flag for it.
+func fixtureCgroups(tb testing.TB, procRoot string) []string {
+	tb.Helper()
+	cgroupOwner = os.Getuid()
+	tb.Cleanup(func() { cgroupOwner = 0 })
+	return []string{"--cgroup-root", cgrouptest.Mirror(tb, procRoot).Root}
+}
+
 func runJobs(t *testing.T, args ...string) (map[float64]map[string]any, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := Main(append([]string{"jobs", "--proc-root", fixtureRoot, "--passwd", fixturePasswd, "--json"}, args...), &out, &errb)
+	code := Main(append(append([]string{"jobs", "--proc-root", fixtureRoot, "--passwd", fixturePasswd, "--json"}, fixtureCgroups(t, fixtureRoot)...), args...), &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
@@ -91,7 +102,7 @@ func TestJobsAll(t *testing.T) {
 
 func TestJobsTableEscapesHostileValues(t *testing.T) {
 	var out, errb bytes.Buffer
-	if code := Main([]string{"jobs", "--proc-root", fixtureRoot, "--passwd", fixturePasswd}, &out, &errb); code != 0 {
+	if code := Main(append([]string{"jobs", "--proc-root", fixtureRoot, "--passwd", fixturePasswd}, fixtureCgroups(t, fixtureRoot)...), &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -120,23 +131,16 @@ func TestJobsBadFlags(t *testing.T) {
 	}
 }
 
-func TestPrintable(t *testing.T) {
-	for in, want := range map[string]string{"a b": "a b", "x\ny": `x\ny`, "\x1b[31m": `\x1b[31m`, "✓": "✓", "\xff": `\xff`, `a\b`: `a\\b`, "": "-"} {
-		if got := Printable(in, "-"); got != want {
-			t.Errorf("Printable(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // BenchmarkJobs10k is `slurmscope-agent jobs --json` on a node with 10,000
 // processes.
 func BenchmarkJobs10k(b *testing.B) {
 	root := procfstest.SyntheticNode(b, 10000)
+	cg := fixtureCgroups(b, root)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		var out, errb bytes.Buffer
-		if code := Main([]string{"jobs", "--json", "--proc-root", root, "--passwd", fixturePasswd}, &out, &errb); code != 0 {
+		if code := Main(append([]string{"jobs", "--json", "--proc-root", root, "--passwd", fixturePasswd}, cg...), &out, &errb); code != 0 {
 			b.Fatal(errb.String())
 		}
 		if n := bytes.Count(out.Bytes(), []byte("\n")); n != 9000 {

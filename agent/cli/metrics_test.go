@@ -15,11 +15,13 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/slurmscope/slurmscope/agent/attribution"
+	"github.com/slurmscope/slurmscope/agent/cgroup/cgrouptest"
 	"github.com/slurmscope/slurmscope/agent/cpu"
 	"github.com/slurmscope/slurmscope/agent/daemon"
 	"github.com/slurmscope/slurmscope/agent/gpu"
 	"github.com/slurmscope/slurmscope/agent/gpu/gputest"
 	"github.com/slurmscope/slurmscope/agent/gputrace"
+	"github.com/slurmscope/slurmscope/agent/hostmetrics"
 	"github.com/slurmscope/slurmscope/agent/httpclient"
 	"github.com/slurmscope/slurmscope/agent/jobinfo"
 	"github.com/slurmscope/slurmscope/agent/procfs"
@@ -93,7 +95,8 @@ func TestAgentExportsTheSchemasMetrics(t *testing.T) {
 	// Collectors whose series depend on what they see: gathered.
 	reg := prometheus.NewPedanticRegistry()
 	res, fs := gpuNode(t)
-	coll, err := gpu.New(gpu.Options{LibraryPath: gputest.Library(t), HostName: "node1", Jobs: res, Proc: fs})
+	coll, err := gpu.New(gpu.Options{LibraryPath: gputest.Library(t), HostName: "node1", Jobs: res, Proc: fs,
+		Grants: gputest.Grants{"62": {gputest.GPUDev(0)}}, Devices: gputest.Devices(t, t.TempDir())})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +106,7 @@ func TestAgentExportsTheSchemasMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	reg.MustRegister(coll)
+	reg.MustRegister(coll, attribution.NewCollector(res))
 	// A node without GPUs serves job info from the attribution cache
 	// instead (never both: run registers one or the other).
 	noGPU := prometheus.NewPedanticRegistry()
@@ -126,6 +129,12 @@ func TestAgentExportsTheSchemasMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg.MustRegister(remotewrite.NewCollector(w))
+	// The cgroup collector over its fixture tree: a job with every
+	// controller, one with none (unsupported) and one with bad files.
+	hm := hostmetrics.New(hostmetrics.Options{Root: "../hostmetrics/testdata/v2", HostName: "node1", Jobs: cgroupJobs{},
+		Log: slog.New(slog.DiscardHandler)})
+	hm.Poll(context.Background())
+	reg.MustRegister(hm)
 	var fams []*dto.MetricFamily
 	for _, g := range []prometheus.Gatherer{reg, noGPU} {
 		fs, err := g.Gather()
@@ -172,9 +181,23 @@ func TestAgentExportsTheSchemasMetrics(t *testing.T) {
 	}
 }
 
-// gpuNode is a node whose process 1001 (job 62) runs on GPU 0 and holds it
-// (CUDA_VISIBLE_DEVICES; an ordinal would be ambiguous on a MIG node), with the stand-in's scenario: GPU 0 whole, with GPM and
-// that process; GPU 1 in MIG mode; GPU 2 lost.
+// cgroupJobs are three jobs of the host-metrics fixture tree.
+type cgroupJobs struct{}
+
+func (cgroupJobs) Refresh() ([]attribution.Process, error) { return nil, nil }
+func (cgroupJobs) JobCgroups() []attribution.JobCgroup {
+	var out []attribution.JobCgroup
+	for _, id := range []string{"101", "102", "103"} {
+		out = append(out, attribution.JobCgroup{Job: &attribution.Job{ID: id, Host: "node1"}, Version: 2,
+			Dir: "/system.slice/slurmstepd.scope/job_" + id})
+	}
+	return out
+}
+
+// gpuNode is a node whose process 1001 (job 62) runs on GPU 0, which Slurm
+// gave its job (and CUDA_VISIBLE_DEVICES names), with the stand-in's
+// scenario: GPU 0 whole, with GPM and that process; GPU 1 in MIG mode;
+// GPU 2 lost.
 func gpuNode(t *testing.T) (*attribution.Resolver, procfs.FS) {
 	t.Helper()
 	root := procfstest.SyntheticNode(t, 16)
@@ -200,7 +223,7 @@ func gpuNode(t *testing.T) (*attribution.Resolver, procfs.FS) {
 	}})
 	t.Setenv(gputest.EnvScenario, scen)
 	fs := procfs.New(root)
-	res := attribution.New(attribution.Options{Proc: fs, Users: users.Passwd{1001: "alice"}, HostName: "node1"})
+	res := attribution.New(attribution.Options{Proc: fs, Users: users.Passwd{1001: "alice"}, HostName: "node1", Cgroups: cgrouptest.Mirror(t, root)})
 	if _, err := res.Scan(); err != nil {
 		t.Fatal(err)
 	}

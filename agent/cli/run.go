@@ -25,12 +25,14 @@ import (
 	"github.com/slurmscope/slurmscope/agent/daemon"
 	"github.com/slurmscope/slurmscope/agent/gpu"
 	"github.com/slurmscope/slurmscope/agent/gputrace"
+	"github.com/slurmscope/slurmscope/agent/hostmetrics"
 	"github.com/slurmscope/slurmscope/agent/httpclient"
 	"github.com/slurmscope/slurmscope/agent/jobinfo"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/pyroscope"
 	"github.com/slurmscope/slurmscope/agent/remotewrite"
 	"github.com/slurmscope/slurmscope/agent/sink"
+	"github.com/slurmscope/slurmscope/agent/slurm"
 	"github.com/slurmscope/slurmscope/agent/source"
 	"github.com/slurmscope/slurmscope/agent/spool"
 	"github.com/slurmscope/slurmscope/agent/stackwalk"
@@ -41,7 +43,7 @@ import (
 
 func init() {
 	extraCommands["run"] = runCmd
-	summaries["run"] = "profile this node: CPU stacks (eBPF), GPU metrics (NVML), GPU kernels; push or write per-job profiles"
+	summaries["run"] = "profile this node: CPU stacks (eBPF), GPU metrics (NVML), GPU kernels, jobs' cgroups; push or write per-job profiles"
 }
 
 type runFlags struct {
@@ -63,6 +65,10 @@ type runFlags struct {
 	gpuMetrics     bool
 	gpuInterval    time.Duration
 	nvmlLibrary    string
+	hostMetrics    bool
+	hostInterval   time.Duration
+	devRoot        string
+	migMinors      string
 	rw             remotewrite.Config
 	rwSpoolDir     string
 	rwSpoolMax     int64
@@ -97,7 +103,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.pythonFrames, "python-frames", true, "show the Python functions of CPython 3.9-3.13 processes in CPU and GPU stacks")
 	fs.Int64Var(&f.unwindBudget, "unwind-table-bytes", unwind.DefaultMaxTableBytes, "bound of the unwind tables in kernel memory; the least recently used are evicted past it (their frames fall back to frame pointers)")
 	fs.StringVar(&f.outputDir, "output-dir", "", "write profiles as DIR/<job id>/<type>-<unix>.pb.gz (default /var/lib/slurmscope/profiles when no --pyroscope-url)")
-	fs.StringVar(&f.metricsAddr, "metrics-addr", ":9810", "address for the agent's own /metrics; empty disables it")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", DefaultMetricsAddr,
+		"address for /metrics; empty disables it. It names every user's jobs: serve it beyond this host (e.g. :9810) only behind --web.config.file's TLS and basic auth")
 	fs.StringVar(&f.spoolDir, "spool-dir", "/var/lib/slurmscope/spool", "on-disk queue of pushes waiting for Pyroscope")
 	fs.Int64Var(&f.spoolMax, "spool-max-bytes", 256<<20, "bound of the spool; the oldest pushes are dropped (and counted) past it")
 	httpclient.RegisterFlags(fs, "pyroscope", &f.pyro.Config, "Pyroscope", "Pyroscope base URL to push to (push.v1.PusherService/Push)")
@@ -110,6 +117,10 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.gpuMetrics, "gpu-metrics", true, "read GPU metrics through NVML (skipped with one log line where there is no driver)")
 	fs.DurationVar(&f.gpuInterval, "gpu-interval", 10*time.Second, "how often GPUs are polled")
 	fs.StringVar(&f.nvmlLibrary, "nvml-library", "", "path of libnvidia-ml.so.1 (default: the dynamic linker's search)")
+	fs.BoolVar(&f.hostMetrics, "host-metrics", true, "read each job's CPU time, CPUs, memory, OOM kills and I/O from the cgroups Slurm made for it")
+	fs.DurationVar(&f.hostInterval, "host-metrics-interval", hostmetrics.DefaultInterval, "how often the jobs' cgroups are read")
+	fs.StringVar(&f.devRoot, "dev-root", "/dev", "directory of the GPU device files (nvidia<N>, nvidia-caps/), which name the GPUs in Slurm's grants")
+	fs.StringVar(&f.migMinors, "nvidia-mig-minors", "/proc/driver/nvidia-caps/mig-minors", "the NVIDIA driver's table of MIG capability minors")
 	httpclient.RegisterFlags(fs, "prometheus-remote-write", &f.rw.Config, "the remote-write endpoint",
 		"also push the agent's metrics with Prometheus remote-write 1.0 to this URL (e.g. http://prometheus:9090/api/v1/write)")
 	fs.DurationVar(&f.rw.Interval, "prometheus-remote-write-interval", 15*time.Second, "how often metrics are remote-written")
@@ -147,6 +158,10 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "run: --upload-interval %v is shorter than 1s\n", f.interval)
 		return 2
 	}
+	if f.hostInterval < 100*time.Millisecond {
+		fmt.Fprintf(stderr, "run: --host-metrics-interval %v is shorter than 100ms\n", f.hostInterval)
+		return 2
+	}
 	if f.pyroWindow.OlderThan < 0 || f.pyroWindow.NewerThan < 0 {
 		fmt.Fprintln(stderr, "run: --pyroscope-reject-older-than and --pyroscope-reject-newer-than must not be negative")
 		return 2
@@ -178,7 +193,8 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 		}
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		attribution.NewCollector(res))
 
 	// Cleanups run in reverse: the profiler's last interval is written
 	// before metrics stop being served and pushed.
@@ -192,6 +208,9 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 		// Without GPU polls, job info comes from the attribution cache,
 		// which the profiler's rescans keep current.
 		reg.MustRegister(jobinfo.New(res, res.HostName()))
+	}
+	if f.hostMetrics {
+		defer startHostMetrics(ctx, f, res, reg, log)()
 	}
 	if f.rw.URL != "" {
 		stop, err := startRemoteWrite(f, res, reg, log)
@@ -225,8 +244,15 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) error {
 // startGPU starts the NVML collector, or logs why there is none: a node
 // without the driver runs without GPU metrics.
 func startGPU(ctx context.Context, f runFlags, res *attribution.Resolver, reg *prometheus.Registry, log *slog.Logger) (stop func(), _ *gpu.Collector) {
+	// Which GPUs a job holds: the device program slurmstepd attached to
+	// its cgroup, or with --slurmctld slurmctld's record and slurmd -G.
+	grants := &gpu.SlurmGrants{CgroupV2: f.attr.tree().V2Mount(), Node: f.attr.nodeName}
+	if f.attr.slurmctld {
+		grants.Config = &slurm.Commands{}
+	}
 	coll, err := gpu.New(gpu.Options{LibraryPath: f.nvmlLibrary, HostName: res.HostName(), Interval: f.gpuInterval,
-		Jobs: res, Proc: procfs.New(f.attr.procRoot), Log: log})
+		Jobs: res, Proc: procfs.New(f.attr.procRoot), Grants: grants,
+		Devices: gpu.Devices{Root: f.devRoot, MIGMinors: f.migMinors}, Log: log})
 	switch {
 	case errors.Is(err, gpu.ErrNoDriver):
 		log.Info("no NVIDIA driver on this node; running without GPU metrics", "err", err)
@@ -240,6 +266,17 @@ func startGPU(ctx context.Context, f runFlags, res *attribution.Resolver, reg *p
 	done := make(chan struct{})
 	go func() { defer close(done); coll.Run(gctx) }()
 	return func() { cancel(); <-done; coll.Close() }, coll
+}
+
+// startHostMetrics starts the cgroup collector on its own goroutine.
+func startHostMetrics(ctx context.Context, f runFlags, res *attribution.Resolver, reg *prometheus.Registry, log *slog.Logger) (stop func()) {
+	// The same tree attribution checks Slurm's directories in.
+	coll := hostmetrics.New(hostmetrics.Options{Root: f.attr.cgroupRoot, HostName: res.HostName(), Jobs: res, Interval: f.hostInterval, Log: log})
+	reg.MustRegister(coll)
+	hctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); coll.Run(hctx) }()
+	return func() { cancel(); <-done }
 }
 
 func startRemoteWrite(f runFlags, res *attribution.Resolver, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
@@ -264,12 +301,20 @@ func startRemoteWrite(f runFlags, res *attribution.Resolver, reg *prometheus.Reg
 	return func() { cancel(); <-done; sp.Close() }, nil
 }
 
+// DefaultMetricsAddr serves /metrics on this host only: its job series
+// name every user's jobs, their names, accounts and partitions, which
+// Slurm's PrivateData may hide from other users.
+const DefaultMetricsAddr = "127.0.0.1:9810"
+
 // serveMetrics serves /metrics. exporter-toolkit adds TLS and basic auth
-// from --web.config.file: the endpoint is reachable across the cluster.
+// from --web.config.file, which an address beyond this host should have.
 func serveMetrics(f runFlags, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", f.metricsAddr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	if f.webConfig == "" && !loopback(ln.Addr()) {
+		log.Warn("serving /metrics beyond this host without --web.config.file: anyone who reaches it sees every user's jobs", "addr", ln.Addr().String())
 	}
 	srv := &http.Server{Handler: metricsMux(reg), ReadHeaderTimeout: 10 * time.Second}
 	webCfg := f.webConfig
@@ -419,6 +464,12 @@ func (p *profiler) close() {
 	for i := len(p.closers) - 1; i >= 0; i-- {
 		p.closers[i]()
 	}
+}
+
+// loopback reports whether a listener is reachable from this host only.
+func loopback(a net.Addr) bool {
+	t, ok := a.(*net.TCPAddr)
+	return ok && t.IP.IsLoopback()
 }
 
 func metricsMux(reg *prometheus.Registry) *http.ServeMux {

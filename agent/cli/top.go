@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/slurmscope/slurmscope/agent/sink"
+	"github.com/slurmscope/slurmscope/internal/printable"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -49,18 +50,18 @@ func topCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *job != "" && (strings.ContainsAny(*job, `/\`) || *job == "." || *job == "..") {
-		fmt.Fprintf(stderr, "top: --job %s is not a job directory name\n", Printable(*job, `""`))
+		fmt.Fprintf(stderr, "top: --job %s is not a job directory name\n", printable.String(*job, `""`))
 		return 2
 	}
 	jobs, err := sink.ReadDir(*dir, *job, func(path string, err error) {
-		fmt.Fprintf(stderr, "top: skipping %s: %s\n", Printable(path, `""`), Printable(err.Error(), ""))
+		fmt.Fprintf(stderr, "top: skipping %s: %s\n", printable.String(path, `""`), printable.String(err.Error(), ""))
 	})
 	if err != nil {
-		fmt.Fprintf(stderr, "top: %s\n", Printable(err.Error(), ""))
+		fmt.Fprintf(stderr, "top: %s\n", printable.String(err.Error(), ""))
 		return 1
 	}
 	if len(jobs) == 0 {
-		fmt.Fprintf(stderr, "top: no readable profiles under %s\n", Printable(*dir, `""`))
+		fmt.Fprintf(stderr, "top: no readable profiles under %s\n", printable.String(*dir, `""`))
 		return 1
 	}
 	if *asJSON {
@@ -89,7 +90,7 @@ func writeTopText(w io.Writer, jobs []*sink.Job, n int) error {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		title := "job " + Printable(j.Dir, `""`)
+		title := "job " + printable.String(j.Dir, `""`)
 		if j.Dir == sink.NoJobDir {
 			title = "processes in no job"
 		}
@@ -97,7 +98,7 @@ func writeTopText(w io.Writer, jobs []*sink.Job, n int) error {
 		add := func(what, label string) {
 			if v := j.Values(label); len(v) > 0 {
 				for k := range v {
-					v[k] = Printable(v[k], `""`)
+					v[k] = printable.String(v[k], `""`)
 				}
 				attrs = append(attrs, what+" "+strings.Join(v, ","))
 			}
@@ -113,7 +114,7 @@ func writeTopText(w io.Writer, jobs []*sink.Job, n int) error {
 		fmt.Fprintf(w, "  %.2f s CPU, %d samples, %d file(s)", seconds(j.CPU), j.Samples, j.Files)
 		if id := j.Value(schema.JobID.Label); id != "" && id != j.Dir {
 			// The directory decides; a differing label means files were moved.
-			fmt.Fprintf(w, " (labelled %s %s)", schema.JobID.Label, Printable(id, ""))
+			fmt.Fprintf(w, " (labelled %s %s)", schema.JobID.Label, printable.String(id, ""))
 		}
 		fmt.Fprintln(w)
 		rows := j.Top(n)
@@ -126,7 +127,7 @@ func writeTopText(w io.Writer, jobs []*sink.Job, n int) error {
 		for _, r := range rows {
 			sum += r.Self
 			fmt.Fprintf(tw, "%.2fs\t%.1f%%\t%.1f%%\t%.2fs\t%.1f%%\t%s\n",
-				seconds(r.Self), pct(r.Self, j.CPU), pct(sum, j.CPU), seconds(r.Cum), pct(r.Cum, j.CPU), "  "+Printable(r.Name, `""`))
+				seconds(r.Self), pct(r.Self, j.CPU), pct(sum, j.CPU), seconds(r.Cum), pct(r.Cum, j.CPU), "  "+printable.String(r.Name, `""`))
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/slurmscope/slurmscope/agent/sink"
+	"github.com/slurmscope/slurmscope/internal/printable"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -252,7 +253,7 @@ func TestTopPrintsHostileNamesSafely(t *testing.T) {
 	if strings.ContainsAny(out, "\x1b\x07\r\t\xff") {
 		t.Errorf("control characters reached the terminal: %q", out)
 	}
-	for _, want := range []string{Printable(name, ""), `eve\r`, `evil\x1b]0;pwned\afn`} {
+	for _, want := range []string{printable.String(name, ""), `eve\r`, `evil\x1b]0;pwned\afn`} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks the escaped %q: %q", want, out)
 		}

@@ -7,7 +7,9 @@ import (
 	"strings"
 )
 
-// Environment variables that say which GPUs a job's task was given.
+// Environment variables that say which GPUs a job's task was given. They
+// are the user's to change, so they only narrow what Slurm granted (see
+// Grants).
 //
 // SLURM_JOB_GPUS and SLURM_STEP_GPUS hold Slurm's global GPU ids, the
 // devices gres.conf names (File=/dev/nvidiaN), so they are matched to the
@@ -205,7 +207,16 @@ const (
 	reasonMalformed = "malformed"
 	reasonUnknown   = "unknown_gpu"
 	reasonAmbiguous = "ambiguous_ordinal"
+	// A task names a GPU Slurm did not give its job.
+	reasonOutsideGrant = "outside_grant"
+	// No source (device cgroup, slurmctld) says what the job holds.
+	reasonNoGrant = "grant_unknown"
+	// A GPU's device file (or the MIG capability table) is missing.
+	reasonNoDeviceFile = "no_device_file"
 )
+
+// allocReasons are exported even at zero, so that rate() sees the first.
+var allocReasons = []string{reasonMalformed, reasonUnknown, reasonAmbiguous, reasonOutsideGrant, reasonNoGrant, reasonNoDeviceFile}
 
 // resolve maps a task's references to units. Ordinals are refused when any
 // GPU has MIG on: Slurm then numbers MIG instances and GPUs together in an

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/slurmscope/slurmscope/agent/attribution"
+	"github.com/slurmscope/slurmscope/agent/cgroup/cgrouptest"
 	"github.com/slurmscope/slurmscope/agent/gpu"
 	"github.com/slurmscope/slurmscope/agent/gpu/gputest"
 	"github.com/slurmscope/slurmscope/agent/procfs"
@@ -21,6 +22,8 @@ func BenchmarkPoll(b *testing.B) {
 	lib := gputest.Library(b)
 	root := b.TempDir()
 	var sc gputest.Scenario
+	grants := gputest.Grants{}
+	var mig []gputest.MIGAccess
 	pid := 10000
 	for g := range 8 {
 		d := gputest.Device{
@@ -34,6 +37,9 @@ func BenchmarkPoll(b *testing.B) {
 			d.MIG = append(d.MIG, gputest.MIG{UUID: fmt.Sprintf("MIG-%08x-%04x-5000-8000-000000000000", g, k), Profile: "1g.10gb",
 				GPUInstanceID: 7 + k, Memory: &gputest.Memory{Total: 10 << 30, Used: 1 << 30},
 				GPM: &gputest.GPM{SMActive: 40, SMOccupancy: 20, TensorActive: 5}})
+			minor := 100 + g*10 + k
+			mig = append(mig, gputest.MIGAccess{GPU: g, GI: 7 + k, Minor: minor})
+			grants[fmt.Sprint(1000+g*7+k)] = []gpu.DevNum{gputest.GPUDev(g), gputest.MIGDev(minor)}
 		}
 		for p := range 50 {
 			k := p % 7
@@ -49,8 +55,9 @@ func BenchmarkPoll(b *testing.B) {
 	gputest.Write(b, scen, sc)
 	b.Setenv(gputest.EnvScenario, scen)
 	fs := procfs.New(root)
-	res := attribution.New(attribution.Options{Proc: fs, Users: users.Passwd{1001: "alice"}, HostName: "node1"})
-	c, err := gpu.New(gpu.Options{LibraryPath: lib, HostName: "node1", Jobs: res, Proc: fs})
+	res := attribution.New(attribution.Options{Proc: fs, Users: users.Passwd{1001: "alice"}, HostName: "node1", Cgroups: cgrouptest.Mirror(b, root)})
+	c, err := gpu.New(gpu.Options{LibraryPath: lib, HostName: "node1", Jobs: res, Proc: fs,
+		Grants: grants, Devices: gputest.Devices(b, b.TempDir(), mig...)})
 	if err != nil {
 		b.Fatal(err)
 	}

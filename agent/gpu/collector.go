@@ -7,10 +7,12 @@
 // never calls into NVML (a hung driver cannot hang /metrics, and scrapers
 // cannot multiply the load on it).
 //
-// A job's GPUs come from the job itself (the GPU variables slurmstepd puts
-// in its tasks' environment, see EnvKeys), not from whoever runs on a GPU,
-// so an allocated but idle GPU is reported as such. Per-process use comes
-// from NVML and is mapped to jobs with the attribution Resolver.
+// A job's GPUs come from Slurm (Grants: the device program slurmstepd
+// attaches to the job's cgroup, or slurmctld's record), not from whoever
+// runs on a GPU and not from the job's environment, which may only narrow
+// them; so an allocated but idle GPU is reported as such, and a job cannot
+// claim another's. Per-process use comes from NVML and is mapped to jobs
+// with the attribution Resolver.
 //
 // Values NVML does not provide (utilisation of MIG instances, GPM before
 // Hopper) are left out, with a slurmscope_gpu_unsupported_info series saying
@@ -70,8 +72,14 @@ type Options struct {
 	Jobs Jobs
 	// Proc reads the tasks' environments; default /proc.
 	Proc procfs.FS
-	Log  *slog.Logger
-	Now  func() time.Time
+	// Grants says which GPU devices Slurm gave each job; nil: no job is
+	// known to hold a GPU (the series of their use remain).
+	Grants Grants
+	// Devices names the GPU device files; defaults /dev and
+	// /proc/driver/nvidia-caps/mig-minors.
+	Devices Devices
+	Log     *slog.Logger
+	Now     func() time.Time
 }
 
 // Collector polls NVML and serves the last poll as Prometheus metrics.
@@ -89,11 +97,12 @@ type Collector struct {
 	snap atomic.Pointer[[]prometheus.Metric]
 	devs atomic.Pointer[deviceSnapshot] // the last poll's GPUs, for CUDADevice
 
-	cmu       sync.Mutex // guards the counters below
-	polls     uint64
-	nvmlErrs  map[[2]string]uint64 // (function, error) -> count
-	allocErrs map[string]uint64    // reason -> count
-	lastErr   string
+	cmu          sync.Mutex // guards the counters below
+	polls        uint64
+	nvmlErrs     map[[2]string]uint64 // (function, error) -> count
+	allocErrs    map[string]uint64    // reason -> count
+	lastErr      string
+	lastGrantErr string
 }
 
 // state is carried from one poll to the next.
@@ -104,6 +113,10 @@ type state struct {
 	known    map[int]deviceLabels    // NVML index -> labels, for a GPU that is later lost
 	env      map[int]*envEntry       // pid -> what its environment says
 	metrics  *nvml.GpmMetricsGetType // reused: it is ~19 KiB
+	// noGrant holds the jobs counted as having no known grant;
+	// devReported the device files counted as unusable.
+	noGrant     map[string]bool
+	devReported map[string]bool
 }
 
 type deviceLabels struct{ uuid, name string }
@@ -127,6 +140,12 @@ func New(o Options) (*Collector, error) {
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
+	if o.Devices.Root == "" {
+		o.Devices.Root = "/dev"
+	}
+	if o.Devices.MIGMinors == "" {
+		o.Devices.MIGMinors = "/proc/driver/nvidia-caps/mig-minors"
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -149,7 +168,8 @@ func New(o Options) (*Collector, error) {
 	c := &Collector{o: o, lib: lib, mig: true, gpm: true, desc: newDescs(o.HostName),
 		nvmlErrs: map[[2]string]uint64{}, allocErrs: map[string]uint64{}}
 	c.st = state{lastSeen: map[string]uint64{}, gpmOK: map[string]bool{}, gpm: map[unitKey]*gpmPair{},
-		known: map[int]deviceLabels{}, env: map[int]*envEntry{}, metrics: &nvml.GpmMetricsGetType{}}
+		known: map[int]deviceLabels{}, env: map[int]*envEntry{}, metrics: &nvml.GpmMetricsGetType{},
+		noGrant: map[string]bool{}, devReported: map[string]bool{}}
 	if x := lib.Extensions(); x != nil {
 		if miss := missingSymbols(x, requiredSymbols); len(miss) > 0 {
 			lib.Shutdown()
@@ -262,7 +282,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.desc.nvmlErrors, prometheus.CounterValue, float64(c.nvmlErrs[k]), k[0], k[1])
 	}
 	// Every reason is always exported, so that rate() sees the first one.
-	for _, r := range []string{reasonMalformed, reasonUnknown, reasonAmbiguous} {
+	for _, r := range allocReasons {
 		ch <- prometheus.MustNewConstMetric(c.desc.allocErrors, prometheus.CounterValue, float64(c.allocErrs[r]), r)
 	}
 }
@@ -278,6 +298,17 @@ func (c *Collector) countNVML(fn string, ret nvml.Return) {
 	c.cmu.Lock()
 	c.nvmlErrs[[2]string{fn, retName(ret)}]++
 	c.cmu.Unlock()
+}
+
+// grantError logs a grant source's error when it differs from the last.
+func (c *Collector) grantError(err error) {
+	c.cmu.Lock()
+	last := c.lastGrantErr
+	c.lastGrantErr = err.Error()
+	c.cmu.Unlock()
+	if err.Error() != last {
+		c.o.Log.Warn("reading a job's GPU grant from Slurm", "err", err)
+	}
 }
 
 func (c *Collector) countAlloc(reason string) {

@@ -3,6 +3,7 @@ package gpu
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -160,21 +161,54 @@ slurmscope_gpu_memory_used_bytes{gpu_index="0",gpu_name="NVIDIA A100-SXM4-80GB",
 	}
 }
 
-// Slurm's GPU ids name /dev/nvidiaN, i.e. the minor number, which need not
-// be the NVML index. An allocated GPU with no process shows zero use.
-func TestOrdinalsMapToMinorNumbers(t *testing.T) {
+// fakeGrants is what Slurm gave each job, by job id: device numbers.
+type fakeGrants map[string][]DevNum
+
+func (g fakeGrants) Grant(_ context.Context, j *attribution.Job, _ []DevNum) (map[DevNum]bool, string, bool, error) {
+	devs, ok := g[j.ID]
+	out := map[DevNum]bool{}
+	for _, d := range devs {
+		out[d] = true
+	}
+	return out, "fake", ok, nil
+}
+
+// nvidiaDevs numbers /dev/nvidia<N> 195:N, as the driver does, without
+// device nodes (which a test cannot make).
+var nvidiaDevs = Devices{Root: "/dev", Lookup: func(path string) (DevNum, error) {
+	var n uint32
+	if _, err := fmt.Sscanf(path, "/dev/nvidia%d", &n); err != nil {
+		return DevNum{}, err
+	}
+	return DevNum{195, n}, nil
+}}
+
+// Slurm grants device files, /dev/nvidia<minor>: the minor number, which
+// need not be the NVML index, names the GPU. The tasks' environment only
+// narrows the grant; what it names outside it is counted and ignored, and
+// a job whose grant nobody knows holds nothing. An allocated GPU with no
+// process shows zero use.
+func TestGrantsNameGPUsByMinorNumber(t *testing.T) {
 	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "42"), 0o755); err != nil {
-		t.Fatal(err)
+	envs := map[int]string{
+		42: "SLURM_JOB_GPUS=0\x00CUDA_VISIBLE_DEVICES=GPU-b\x00", // narrows job 7 to GPU-b
+		43: "CUDA_VISIBLE_DEVICES=GPU-b\x00",                     // job 8 holds GPU-a only
+		44: "CUDA_VISIBLE_DEVICES=GPU-a\x00",                     // job 9: nobody knows
 	}
-	env := "SLURM_JOB_GPUS=0\x00CUDA_VISIBLE_DEVICES=0\x00"
-	if err := os.WriteFile(filepath.Join(root, "42", "environ"), []byte(env), 0o644); err != nil {
-		t.Fatal(err)
+	var jobs fakeJobs
+	for pid, env := range envs {
+		if err := os.MkdirAll(filepath.Join(root, strconv.Itoa(pid)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, strconv.Itoa(pid), "environ"), []byte(env), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		id := strconv.Itoa(pid - 35)
+		jobs = append(jobs, attribution.Process{ID: procfs.ID{PID: pid, Start: 1}, Job: &attribution.Job{ID: id, Name: "j", User: "bob"}})
 	}
-	job := &attribution.Job{ID: "7", Name: "j", User: "bob", Account: "a", Partition: "p"}
-	jobs := fakeJobs{{ID: procfs.ID{PID: 42, Start: 1}, Job: job}}
 	d0, d1 := fakeDevice("GPU-a", 1), fakeDevice("GPU-b", 0) // swapped minors
-	c, err := New(Options{NVML: fakeLib(d0, d1), HostName: "n1", Jobs: jobs, Proc: procfs.New(root)})
+	grants := fakeGrants{"7": {{195, 0}, {195, 1}}, "8": {{195, 1}}}
+	c, err := New(Options{NVML: fakeLib(d0, d1), HostName: "n1", Jobs: jobs, Proc: procfs.New(root), Grants: grants, Devices: nvidiaDevs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,15 +217,29 @@ func TestOrdinalsMapToMinorNumbers(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `
-# HELP slurmscope_job_gpu_allocated 1 for each GPU or MIG instance allocated to the job, as its tasks' environment says.
+# HELP slurmscope_job_gpu_allocated 1 for each GPU or MIG instance Slurm allocated to the job (its device cgroup, or slurmctld's record), which its tasks' environment may narrow but never widen.
 # TYPE slurmscope_job_gpu_allocated gauge
+slurmscope_job_gpu_allocated{gpu_index="0",gpu_name="NVIDIA A100-SXM4-80GB",gpu_uuid="GPU-a",host_name="n1",slurm_job_id="8",slurm_job_name="j",slurm_job_user="bob"} 1
 slurmscope_job_gpu_allocated{gpu_index="1",gpu_name="NVIDIA A100-SXM4-80GB",gpu_uuid="GPU-b",host_name="n1",slurm_job_id="7",slurm_job_name="j",slurm_job_user="bob"} 1
 # HELP slurmscope_job_gpu_utilization_ratio Sum of the SM utilisation of the job's processes on the GPU since the last poll (NVML process utilisation); 0 for an allocated idle GPU.
 # TYPE slurmscope_job_gpu_utilization_ratio gauge
+slurmscope_job_gpu_utilization_ratio{gpu_index="0",gpu_name="NVIDIA A100-SXM4-80GB",gpu_uuid="GPU-a",host_name="n1",slurm_job_id="8",slurm_job_name="j",slurm_job_user="bob"} 0
 slurmscope_job_gpu_utilization_ratio{gpu_index="1",gpu_name="NVIDIA A100-SXM4-80GB",gpu_uuid="GPU-b",host_name="n1",slurm_job_id="7",slurm_job_name="j",slurm_job_user="bob"} 0
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "slurmscope_job_gpu_allocated", "slurmscope_job_gpu_utilization_ratio"); err != nil {
 		t.Error(err)
+	}
+	for reason, n := range map[string]uint64{reasonOutsideGrant: 2, reasonNoGrant: 1} {
+		if got := c.allocErrs[reason]; got != n {
+			t.Errorf("%s counted %d times, want %d", reason, got, n)
+		}
+	}
+	// Counted once per task and job, not per poll.
+	if err := c.Poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if c.allocErrs[reasonOutsideGrant] != 2 || c.allocErrs[reasonNoGrant] != 1 {
+		t.Errorf("counted again: %v", c.allocErrs)
 	}
 }
 
@@ -270,5 +318,18 @@ func TestMIGProfile(t *testing.T) {
 		if got := migProfile(in); got != want {
 			t.Errorf("migProfile(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestReadMIGMinors(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "mig-minors")
+	table := "config 1\nmonitor 2\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access 13\ngpu2/gi14/access 150\ngpu1/gi2/access 21junk\ngpu-1/gi2/access 9\n"
+	if err := os.WriteFile(path, []byte(table), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readMIGMinors(path)
+	want := map[migAccess]uint32{{0, 1}: 12, {2, 14}: 150}
+	if err != nil || len(got) != len(want) || got[migAccess{0, 1}] != 12 || got[migAccess{2, 14}] != 150 {
+		t.Fatalf("got %v, %v; want %v", got, err, want)
 	}
 }

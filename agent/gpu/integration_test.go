@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/slurmscope/slurmscope/agent/attribution"
+	"github.com/slurmscope/slurmscope/agent/cgroup/cgrouptest"
 	"github.com/slurmscope/slurmscope/agent/gpu"
 	"github.com/slurmscope/slurmscope/agent/gpu/gputest"
 	"github.com/slurmscope/slurmscope/agent/procfs"
@@ -76,8 +77,26 @@ func node(t *testing.T) string {
 	proc(t, root, 4001, 400, nil)                                          // no GPU
 	proc(t, root, 5001, 500, map[string]string{gpu.EnvVisibleGPUs: "GPU-zz;rm -rf /"})
 	proc(t, root, 6001, 0, nil) // on a GPU, in no job
+	// 700 claims 300's instance and GPU 0 in its environment; Slurm gave
+	// it nothing. 800 claims GPU 0, and no source knows what it holds.
+	proc(t, root, 7001, 700, map[string]string{gpu.EnvVisibleGPUs: mig41 + "," + uuid0})
+	proc(t, root, 8001, 800, map[string]string{gpu.EnvVisibleGPUs: uuid0})
 	return root
 }
+
+// grants is what Slurm gave the jobs of node: job 100 GPU 0 and GPU 1's
+// 3g.40gb instance (its tasks narrow it to GPU 0), 200 the 3g.40gb
+// instance, 300 the 4g.40gb one, 700 nothing.
+var grants = gputest.Grants{
+	"100": {gputest.GPUDev(0), gputest.GPUDev(1), gputest.MIGDev(21)},
+	"200": {gputest.GPUDev(1), gputest.MIGDev(21)},
+	"300": {gputest.GPUDev(1), gputest.MIGDev(12)},
+	"400": {}, "500": {}, "700": {},
+}
+
+// migAccess numbers GPU 1's instances' access capabilities as the driver
+// would: 3g.40gb (GPU instance 2) 21, 4g.40gb (1) 12.
+var migAccess = []gputest.MIGAccess{{GPU: 1, GI: 2, Minor: 21}, {GPU: 1, GI: 1, Minor: 12}}
 
 func scenario() gputest.Scenario {
 	h100 := "NVIDIA H100 80GB HBM3"
@@ -208,8 +227,9 @@ func jobL(job string, l map[string]string) map[string]string {
 func newCollector(t *testing.T, lib, procRoot string) *gpu.Collector {
 	t.Helper()
 	fs := procfs.New(procRoot)
-	res := attribution.New(attribution.Options{Proc: fs, Users: users.Passwd{1001: "alice"}, HostName: "node1"})
-	c, err := gpu.New(gpu.Options{LibraryPath: lib, HostName: "node1", Jobs: res, Proc: fs})
+	res := attribution.New(attribution.Options{Proc: fs, Users: users.Passwd{1001: "alice"}, HostName: "node1", Cgroups: cgrouptest.Mirror(t, procRoot)})
+	c, err := gpu.New(gpu.Options{LibraryPath: lib, HostName: "node1", Jobs: res, Proc: fs,
+		Grants: grants, Devices: gputest.Devices(t, t.TempDir(), migAccess...)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,6 +312,17 @@ func TestIntegrationStub(t *testing.T) {
 	// are counted, not used; each task once.
 	s.want(t, "slurmscope_gpu_allocation_errors_total", map[string]string{"reason": "malformed"}, 1)
 	s.want(t, "slurmscope_gpu_allocation_errors_total", map[string]string{"reason": "ambiguous_ordinal"}, 2)
+	// Job 100's tasks name GPU 0 only: the grant narrows to it.
+	s.absent(t, "slurmscope_job_gpu_allocated", jobL("100", migL(uuid1, "1", "3g.40gb", "2")))
+	// What 700's and 800's tasks claim is not theirs: counted, never
+	// allocated.
+	for _, job := range []string{"700", "800"} {
+		for _, l := range []map[string]string{gpuL(uuid0, "0"), migL(uuid1, "1", "4g.40gb", "1")} {
+			s.absent(t, "slurmscope_job_gpu_allocated", jobL(job, l))
+		}
+	}
+	s.want(t, "slurmscope_gpu_allocation_errors_total", map[string]string{"reason": "outside_grant"}, 3)
+	s.want(t, "slurmscope_gpu_allocation_errors_total", map[string]string{"reason": "grant_unknown"}, 1)
 
 	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
 		t.Errorf("lint: %v %v", err, problems)

@@ -3,6 +3,7 @@ package gpu
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strconv"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -26,6 +27,7 @@ type poll struct {
 
 	units map[unitKey]*unit
 	topo  topology
+	devs  *nodeDevices
 
 	procs    map[int]attribution.Process // from the job scan
 	jobs     map[string]*attribution.Job
@@ -63,7 +65,11 @@ func (p *poll) run(ctx context.Context) error {
 	}
 	p.freeGoneGPM()
 	if p.c.o.Jobs != nil {
-		p.emitJobs()
+		p.devs = &nodeDevices{}
+		if p.c.o.Grants != nil {
+			p.devs = p.nodeDevices()
+		}
+		p.emitJobs(ctx)
 	}
 	return scanErr
 }
@@ -279,6 +285,58 @@ func (p *poll) migInstances(r *devReader, dev nvml.Device, parent *unit, gpmOK b
 		}
 	}
 	return units, out
+}
+
+// nodeDevices finds this poll's GPUs' device files: /dev/nvidia<minor>
+// for each GPU, and for each MIG instance the access capability the
+// driver's mig-minors table names. A file that is missing is reported
+// once and its unit cannot be granted.
+func (p *poll) nodeDevices() *nodeDevices {
+	c := p.c
+	n := &nodeDevices{whole: map[DevNum]unitKey{}, mig: map[DevNum]unitKey{}}
+	lookup := c.o.Devices.Lookup
+	if lookup == nil {
+		lookup = charDevice
+	}
+	dev := func(path string) (DevNum, bool) {
+		d, err := lookup(path)
+		if err != nil {
+			if !c.st.devReported[path] {
+				c.st.devReported[path] = true
+				c.countAlloc(reasonNoDeviceFile)
+				c.o.Log.Warn("GPU device file unusable: its GPU cannot be found in any job's grant", "err", err)
+			}
+			return DevNum{}, false
+		}
+		return d, true
+	}
+	for minor, uuid := range p.topo.byMinor {
+		if d, ok := dev(filepath.Join(c.o.Devices.Root, "nvidia"+strconv.Itoa(minor))); ok {
+			n.whole[d] = unitKey{uuid, -1}
+		}
+	}
+	if !p.topo.anyMIG {
+		return n
+	}
+	mm, err := readMIGMinors(c.o.Devices.MIGMinors)
+	if err != nil {
+		if !c.st.devReported[c.o.Devices.MIGMinors] {
+			c.st.devReported[c.o.Devices.MIGMinors] = true
+			c.countAlloc(reasonNoDeviceFile)
+			c.o.Log.Warn("no MIG capability table: no job can be found to hold a MIG instance", "err", err)
+		}
+		return n
+	}
+	for a, minor := range mm {
+		uuid, ok := p.topo.byMinor[a.gpu]
+		if !ok || !p.topo.units[unitKey{uuid, a.gi}] {
+			continue
+		}
+		if d, ok := dev(filepath.Join(c.o.Devices.Root, "nvidia-caps", "nvidia-cap"+strconv.FormatUint(uint64(minor), 10))); ok {
+			n.mig[d] = unitKey{uuid, a.gi}
+		}
+	}
+	return n
 }
 
 // cstr returns the string before the first NUL of a C char array.

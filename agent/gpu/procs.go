@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -16,8 +17,8 @@ import (
 )
 
 // The per-process and per-job half of a poll: which job each GPU process
-// belongs to, what it uses of each GPU or MIG instance, and what each job
-// was allocated (from its tasks' environments).
+// belongs to, what it uses of each GPU or MIG instance, and what Slurm
+// allocated each job.
 
 // maxEnvReadsPerPoll bounds how many new tasks' environments one poll reads,
 // so a node that just started thousands of processes costs a few polls, not
@@ -173,16 +174,44 @@ func (p *poll) useOf(job string, k unitKey) *use {
 	return us
 }
 
-// allocations reads (or recalls) each task's GPU variables and maps them to
-// this node's GPUs and MIG instances.
-func (p *poll) allocations() map[string]map[unitKey]bool {
+// allocations maps what Slurm gave each job (Grants) to this node's GPUs
+// and MIG instances. The tasks' GPU variables, which their user sets, may
+// only narrow it: units they name that Slurm granted are kept, and only
+// those, when they name any; units Slurm did not grant are counted and
+// ignored. A job no source knows the grant of holds nothing.
+func (p *poll) allocations(ctx context.Context) map[string]map[unitKey]bool {
 	c := p.c
-	out := map[string]map[unitKey]bool{}
-	live := map[int]bool{}
+	grants := map[string]map[unitKey]bool{}
+	live := map[string]bool{}
+	if c.o.Grants != nil {
+		cands := p.devs.candidates()
+		for id, j := range p.jobs {
+			live[id] = true
+			granted, _, ok, err := c.o.Grants.Grant(ctx, j, cands)
+			if err != nil {
+				c.grantError(err)
+			}
+			if !ok {
+				if !c.st.noGrant[id] {
+					c.st.noGrant[id] = true
+					c.countAlloc(reasonNoGrant)
+				}
+				continue
+			}
+			grants[id] = p.devs.units(granted, p.topo.migEnabled)
+		}
+	}
+	for id := range c.st.noGrant {
+		if !live[id] {
+			delete(c.st.noGrant, id)
+		}
+	}
+	named := map[string]map[unitKey]bool{}
+	livePIDs := map[int]bool{}
 	reads := 0
 	for id, tasks := range p.jobTasks {
 		for _, t := range tasks {
-			live[t.PID] = true
+			livePIDs[t.PID] = true
 			e := c.st.env[t.PID]
 			if e == nil || e.start != t.Start {
 				if reads >= maxEnvReadsPerPoll {
@@ -199,33 +228,43 @@ func (p *poll) allocations() map[string]map[unitKey]bool {
 				e = &envEntry{start: t.Start, alloc: parseTaskEnv(env)}
 				c.st.env[t.PID] = e
 			}
-			p.topo.resolve(e.alloc, func(k unitKey) {
-				if out[id] == nil {
-					out[id] = map[unitKey]bool{}
-				}
-				out[id][k] = true
-			}, func(reason string) {
+			fail := func(reason string) {
 				if !e.reported {
 					c.countAlloc(reason)
 				}
-			})
+			}
+			p.topo.resolve(e.alloc, func(k unitKey) {
+				if g, ok := grants[id]; !ok || !g[k] {
+					fail(reasonOutsideGrant)
+					return
+				}
+				if named[id] == nil {
+					named[id] = map[unitKey]bool{}
+				}
+				named[id][k] = true
+			}, fail)
 			e.reported = true
 		}
 	}
 	for pid := range c.st.env {
-		if !live[pid] {
+		if !livePIDs[pid] {
 			delete(c.st.env, pid)
 		}
 	}
-	return out
+	for id, n := range named {
+		if len(n) > 0 {
+			grants[id] = n // a subset of the grant: only granted units were named
+		}
+	}
+	return grants
 }
 
 // emitJobs writes the job series: every job's info, and for each GPU or
 // MIG instance it is allocated or uses, its allocation and use. An
 // allocated unit with no process shows zero use.
-func (p *poll) emitJobs() {
+func (p *poll) emitJobs(ctx context.Context) {
 	c := p.c
-	alloc := p.allocations()
+	alloc := p.allocations(ctx)
 	ids := make([]string, 0, len(p.jobs))
 	for id := range p.jobs {
 		ids = append(ids, id)

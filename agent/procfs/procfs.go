@@ -1,7 +1,8 @@
 // Package procfs reads the few /proc files slurmscope needs, from any root,
 // and is the only part of the agent that does: the process identity (ID),
-// stat, status, cgroup, environ, maps and map_files, and the one way the
-// agent opens a file a job controls (Open).
+// stat, status, cgroup, environ, maps and map_files, the one way the agent
+// opens a file a job controls (Open), and the one way it reads the files of
+// a tree it was pointed at, such as jobs' cgroups (ReadFileBeneath).
 //
 // Everything under /proc is written by, or on behalf of, processes we do not
 // trust, and a process can exit between two reads. Every read is therefore

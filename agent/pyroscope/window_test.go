@@ -16,10 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"connectrpc.com/connect"
 	googlev1 "github.com/grafana/pyroscope/api/gen/proto/go/google/v1"
 	pushv1 "github.com/grafana/pyroscope/api/gen/proto/go/push/v1"
-	"github.com/grafana/pyroscope/api/gen/proto/go/push/v1/pushv1connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
@@ -27,6 +25,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/httpclient"
 	"github.com/slurmscope/slurmscope/agent/pyroscope"
 	"github.com/slurmscope/slurmscope/agent/ship/shiptest"
+	"github.com/slurmscope/slurmscope/internal/testenv/pyrostandin"
 )
 
 const seriesLabel = "test_series"
@@ -414,41 +413,30 @@ func TestProfileTime(t *testing.T) {
 	}
 }
 
-// windowMimic is a small HTTP server that answers pushes as Pyroscope does
-// at its ingestion window: connect's InvalidArgument (HTTP 400) with the
-// server's message for a profile outside it, its good profiles kept, and
-// a Date header from the same clock as the window. (Stand-in until the
-// Pyroscope stand-in itself has the window.)
-type windowMimic struct {
-	skew time.Duration
-	mu   sync.Mutex
-	kept []got
-	n400 int
-}
-
-func (m *windowMimic) Push(_ context.Context, req *connect.Request[pushv1.PushRequest]) (*connect.Response[pushv1.PushResponse], error) {
-	kept, err := judge(pyroscope.DefaultWindow, time.Now().Add(m.skew), req.Msg)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.kept = append(m.kept, kept...)
-	if err != nil {
-		m.n400++
-		return nil, connect.NewError(connect.CodeInvalidArgument, err)
-	}
-	return connect.NewResponse(&pushv1.PushResponse{}), nil
-}
-
-func startMimic(t *testing.T, skew time.Duration) (*windowMimic, *pyroscope.Client) {
+// startStandIn serves the Pyroscope stand-in with its clock skew off the
+// node's: its ingestion window and its responses' Date headers follow that
+// clock, as a real server's follow its own.
+func startStandIn(t *testing.T, skew time.Duration) (*pyrostandin.Server, *pyroscope.Client) {
 	t.Helper()
-	m := &windowMimic{skew: skew}
-	mux := http.NewServeMux()
-	mux.Handle(pushv1connect.NewPusherServiceHandler(m))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Date", time.Now().Add(skew).UTC().Format(http.TimeFormat))
-		mux.ServeHTTP(w, r)
-	}))
+	s := pyrostandin.New(pyrostandin.WithClock(func() time.Time { return time.Now().Add(skew) }))
+	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)
-	return m, newClient(t, pyroscope.Config{Config: httpclient.Config{URL: srv.URL}})
+	return s, newClient(t, pyroscope.Config{Config: httpclient.Config{URL: srv.URL}})
+}
+
+// keptBy lists the profiles of the requests the stand-in accepted, and
+// how many it refused.
+func keptBy(t *testing.T, s *pyrostandin.Server) (kept []got, refused int) {
+	t.Helper()
+	always := pyroscope.Window{OlderThan: 1e6 * time.Hour, NewerThan: 1e6 * time.Hour}
+	for _, req := range s.Accepted() {
+		k, err := judge(always, time.Now(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept = append(kept, k...)
+	}
+	return kept, s.Attempts() - s.AcceptedPushes()
 }
 
 // TestWindowOverHTTP: the agent's client and shipper against a server
@@ -458,7 +446,7 @@ func startMimic(t *testing.T, skew time.Duration) (*windowMimic, *pyroscope.Clie
 // holds its profiles instead of losing them.
 func TestWindowOverHTTP(t *testing.T) {
 	t.Run("spool waited 2h", func(t *testing.T) {
-		m, client := startMimic(t, 0)
+		srv, client := startStandIn(t, 0)
 		sh := pyroscope.NewShipper(openSpool(t), client, pyroscope.WithLogger(quiet))
 		now := time.Now()
 		ago := func(d time.Duration) []time.Time { return []time.Time{now.Add(-d)} }
@@ -477,8 +465,8 @@ func TestWindowOverHTTP(t *testing.T) {
 		waitFor(t, "the spool to drain", func() bool { return sh.Stats().SpoolEntries == 0 })
 		stop()
 		want := []got{{3, 0, now.Add(-20 * time.Minute)}, {4, 0, now.Add(-59 * time.Minute)}, {5, 0, now.Add(-time.Minute)}}
-		if fmt.Sprint(m.kept) != fmt.Sprint(want) || m.n400 != 0 {
-			t.Errorf("server kept %v after %d refusals, want %v after none", m.kept, m.n400, want)
+		if kept, refused := keptBy(t, srv); fmt.Sprint(kept) != fmt.Sprint(want) || refused != 0 {
+			t.Errorf("server kept %v after %d refusals, want %v after none", kept, refused, want)
 		}
 		st := sh.Stats()
 		if d := fmt.Sprint(nonzero(st.Dropped)); d != "map[too_old:2]" || st.TooOldProfiles != 4 || st.Pushed != 3 {
@@ -489,7 +477,7 @@ func TestWindowOverHTTP(t *testing.T) {
 		}
 	})
 	t.Run("node 20 min fast", func(t *testing.T) {
-		m, client := startMimic(t, -20*time.Minute)
+		srv, client := startStandIn(t, -20*time.Minute)
 		holds := make(chan time.Duration, 10)
 		// The hold never ends here: the test stops the shipper in it.
 		sh := pyroscope.NewShipper(openSpool(t), client, pyroscope.WithLogger(quiet), pyroscope.WithFlushTimeout(0),
@@ -511,8 +499,8 @@ func TestWindowOverHTTP(t *testing.T) {
 			t.Errorf("held for %v, want about %v", d, want)
 		}
 		st := sh.Stats()
-		if m.n400 != 1 || len(m.kept) != 0 || st.Held != 1 || st.SpoolEntries != 1 || len(nonzero(st.Dropped)) != 0 {
-			t.Errorf("%d refusals, kept %v, stats %+v; want one refusal and the request still spooled", m.n400, m.kept, st)
+		if kept, refused := keptBy(t, srv); refused != 1 || len(kept) != 0 || st.Held != 1 || st.SpoolEntries != 1 || len(nonzero(st.Dropped)) != 0 {
+			t.Errorf("%d refusals, kept %v, stats %+v; want one refusal and the request still spooled", refused, kept, st)
 		}
 		if (st.ClockSkew + 20*time.Minute).Abs() > 2*time.Second {
 			t.Errorf("skew %v, want about -20m", st.ClockSkew)

@@ -36,6 +36,9 @@ type JobInfo struct {
 	UID       int
 	Account   string
 	Partition string
+	// GRES is what the job holds, per node name; nil when the answer did
+	// not say (a slurmctld that does not print it).
+	GRES map[string][]GRES
 }
 
 // Controller asks slurmctld about a job.
@@ -53,6 +56,7 @@ var ErrNoSuchJob = errors.New("slurmctld does not know the job")
 type Commands struct {
 	Squeue   string // path or name of squeue; "" means "squeue"
 	Scontrol string // likewise
+	Slurmd   string // likewise, for NodeGRES
 	Timeout  time.Duration
 	// run is exec by default; tests replace it.
 	run func(ctx context.Context, name string, args ...string) ([]byte, error)
@@ -61,17 +65,25 @@ type Commands struct {
 var _ Controller = (*Commands)(nil)
 
 func (c *Commands) exec(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return c.execTo(ctx, false, name, args...)
+}
+
+// execTo runs a command and returns its stdout, or with both its stdout
+// and stderr (slurmd -G logs its answer).
+func (c *Commands) execTo(ctx context.Context, both bool, name string, args ...string) ([]byte, error) {
 	if c.run != nil {
 		return c.run(ctx, name, args...)
 	}
-	var stderr bytes.Buffer
+	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return out, fmt.Errorf("%s: %v: %s", name, err, strings.TrimSpace(stderr.String()))
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if both {
+		cmd.Stderr = &stdout
 	}
-	return out, nil
+	if err := cmd.Run(); err != nil {
+		return stdout.Bytes(), fmt.Errorf("%s: %v: %s", name, err, clip(strings.TrimSpace(stderr.String()+" "+stdout.String())))
+	}
+	return stdout.Bytes(), nil
 }
 
 // Job implements Controller.
@@ -101,7 +113,7 @@ func (c *Commands) Job(ctx context.Context, id string) (JobInfo, error) {
 	if scontrol == "" {
 		scontrol = "scontrol"
 	}
-	out, err2 := c.exec(ctx, scontrol, "show", "job", "-o", id)
+	out, err2 := c.exec(ctx, scontrol, "show", "job", "-d", "-o", id)
 	if err2 != nil {
 		return JobInfo{}, fmt.Errorf("slurmctld lookup of job %s: squeue: %v; scontrol: %w", id, err, err2)
 	}
@@ -141,12 +153,14 @@ func (n *number) UnmarshalJSON(b []byte) error {
 func ParseSqueueJSON(b []byte, id string) (JobInfo, error) {
 	var doc struct {
 		Jobs []struct {
-			JobID     number `json:"job_id"`
-			Name      string `json:"name"`
-			UserName  string `json:"user_name"`
-			UserID    number `json:"user_id"`
-			Account   string `json:"account"`
-			Partition string `json:"partition"`
+			JobID      number          `json:"job_id"`
+			Name       string          `json:"name"`
+			UserName   string          `json:"user_name"`
+			UserID     number          `json:"user_id"`
+			Account    string          `json:"account"`
+			Partition  string          `json:"partition"`
+			GRESDetail []string        `json:"gres_detail"`
+			Resources  json.RawMessage `json:"job_resources"`
 		} `json:"jobs"`
 	}
 	if err := json.Unmarshal(b, &doc); err != nil {
@@ -160,6 +174,11 @@ func ParseSqueueJSON(b []byte, id string) (JobInfo, error) {
 		if j.UserID.set {
 			info.UID = int(j.UserID.v)
 		}
+		gres, err := squeueGRES(j.GRESDetail, j.Resources)
+		if err != nil {
+			return JobInfo{}, fmt.Errorf("squeue --json, job %s: %w", id, err)
+		}
+		info.GRES = gres
 		return info, nil
 	}
 	return JobInfo{}, ErrNoSuchJob
@@ -174,7 +193,67 @@ var (
 	reScPartit = regexp.MustCompile(`\sPartition=(\S*)`)
 )
 
-// ParseScontrolOneLiner parses `scontrol show job -o <id>`. Job names are
+// squeueGRES pairs gres_detail, one entry per node of the allocation, with
+// the allocation's node names: job_resources.allocated_nodes (22.05 to
+// 23.11) or job_resources.nodes.allocation (24.05 and later). nil when
+// the answer has neither.
+func squeueGRES(detail []string, res json.RawMessage) (map[string][]GRES, error) {
+	if len(res) == 0 || string(res) == "null" {
+		return nil, nil
+	}
+	var r struct {
+		Allocated []struct {
+			Name string `json:"nodename"`
+		} `json:"allocated_nodes"`
+		Nodes json.RawMessage `json:"nodes"`
+	}
+	if err := json.Unmarshal(res, &r); err != nil {
+		return nil, fmt.Errorf("job_resources: %w", err)
+	}
+	var names []string
+	for _, n := range r.Allocated {
+		names = append(names, n.Name)
+	}
+	if len(names) == 0 && len(r.Nodes) > 0 && r.Nodes[0] == '{' {
+		var nodes struct {
+			Allocation []struct {
+				Name string `json:"name"`
+			} `json:"allocation"`
+		}
+		if err := json.Unmarshal(r.Nodes, &nodes); err != nil {
+			return nil, fmt.Errorf("job_resources.nodes: %w", err)
+		}
+		for _, n := range nodes.Allocation {
+			names = append(names, n.Name)
+		}
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	out := map[string][]GRES{}
+	if len(detail) == 0 { // the job holds no GRES anywhere
+		for _, n := range names {
+			out[n] = []GRES{}
+		}
+		return out, nil
+	}
+	if len(detail) != len(names) {
+		return nil, fmt.Errorf("gres_detail has %d entries for %d nodes", len(detail), len(names))
+	}
+	for i, d := range detail {
+		g, err := ParseGRESDetail(d)
+		if err != nil {
+			return nil, err
+		}
+		out[names[i]] = g
+	}
+	return out, nil
+}
+
+// reScNodeGRES matches the per-node lines of `scontrol show job -d`.
+var reScNodeGRES = regexp.MustCompile(`(?:^|\s)Nodes=(\S+) CPU_IDs=\S* Mem=\S* GRES=(\S*)`)
+
+// ParseScontrolOneLiner parses `scontrol show job -d -o <id>`. Job names are
 // not quoted in this format, so the name is taken as everything between
 // "JobName=" and the user/group fields that always follow it.
 func ParseScontrolOneLiner(b []byte, id string) (JobInfo, error) {
@@ -202,6 +281,34 @@ func ParseScontrolOneLiner(b []byte, id string) (JobInfo, error) {
 	}
 	if p := reScPartit.FindStringSubmatch(line); p != nil && p[1] != "(null)" {
 		info.Partition = p[1]
+	}
+	// The per-node lines sit between the owner's fields and MinCPUsNode=;
+	// the job name before them and the fields a user names after them
+	// (Comment, Command, WorkDir, ...) could imitate them.
+	head := line[reScName.FindStringIndex(line)[1]:]
+	if strings.Count(line, " UserId=") != 1 {
+		head = "" // the name imitates the owner's fields: where it ends is unknown
+	}
+	if i := strings.Index(head, " MinCPUsNode="); i >= 0 {
+		head = head[:i]
+	} else {
+		head = ""
+	}
+	if ms := reScNodeGRES.FindAllStringSubmatch(head, -1); ms != nil {
+		info.GRES = map[string][]GRES{}
+		for _, m := range ms {
+			hosts, err := ExpandHostlist(m[1])
+			if err != nil {
+				return JobInfo{}, fmt.Errorf("scontrol, job %s: %w", id, err)
+			}
+			g, err := ParseGRESDetail(m[2])
+			if err != nil {
+				return JobInfo{}, fmt.Errorf("scontrol, job %s: %w", id, err)
+			}
+			for _, h := range hosts {
+				info.GRES[h] = g
+			}
+		}
 	}
 	return info, nil
 }

@@ -24,15 +24,15 @@ import {
 } from '@grafana/data';
 import { FlameGraph } from '@grafana/flamegraph';
 import { Button, GlobalStyles, PortalContainer, ThemeContext } from '@grafana/ui';
-import { Component, ErrorInfo, memo, ReactNode, useCallback, useMemo, useRef, useState } from 'react';
+import React, { Component, ErrorInfo, memo, ReactNode, useCallback, useMemo, useRef, useState } from 'react';
 import { createRoot } from 'react-dom/client';
 import { Subscription } from 'rxjs';
 
-import { ConfigEditor } from '../../grafana-plugin/src/components/ConfigEditor';
-import { QueryEditor } from '../../grafana-plugin/src/components/QueryEditor';
-import { DataSource } from '../../grafana-plugin/src/datasource';
-import pluginJson from '../../grafana-plugin/src/plugin.json';
-import { QueryType, SlurmOptions, SlurmQuery, SlurmSecureOptions } from '../../grafana-plugin/src/types';
+import { ConfigEditor } from '../../src/components/ConfigEditor';
+import { QueryEditor } from '../../src/components/QueryEditor';
+import { DataSource } from '../../src/datasource';
+import pluginJson from '../../src/plugin.json';
+import { QueryType, SlurmOptions, SlurmQuery, SlurmSecureOptions } from '../../src/types';
 import { installServices, registerDataSource, requestLog } from './grafana';
 
 const theme = createTheme({ colors: { mode: 'dark' } });
@@ -148,6 +148,8 @@ const styles = {
   pre: css({ fontSize: theme.typography.bodySmall.fontSize, maxHeight: 240, overflow: 'auto', margin: theme.spacing(1, 0, 0) }),
   flame: css({ minHeight: 420, display: 'flex', flexDirection: 'column' }),
   row: css({ display: 'flex', gap: theme.spacing(2), alignItems: 'center' }),
+  // The editor alone, for the catalog screenshot: a margin of its own panel.
+  shot: css({ padding: theme.spacing(1), margin: theme.spacing(0, -1) }),
   error: css({ color: theme.colors.error.text }),
 };
 
@@ -282,17 +284,19 @@ function QuerySection() {
     <>
       <section className={cx(styles.panel, styles.query)} data-testid="harness-query-editor">
         <h2>QueryEditor</h2>
-        <Boundary name="QueryEditor">
-          <QueryEditor
-            datasource={ds}
-            query={query}
-            onChange={onChange}
-            onRunQuery={run}
-            range={range}
-            data={panelData}
-            app={CoreApp.PanelEditor}
-          />
-        </Boundary>
+        <div data-testid="harness-query-editor-ui" className={styles.shot}>
+          <Boundary name="QueryEditor">
+            <QueryEditor
+              datasource={ds}
+              query={query}
+              onChange={onChange}
+              onRunQuery={run}
+              range={range}
+              data={panelData}
+              app={CoreApp.PanelEditor}
+            />
+          </Boundary>
+        </div>
         <h3>query</h3>
         <pre className={styles.pre} data-testid="harness-query">
           {queryJSON}

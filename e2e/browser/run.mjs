@@ -366,6 +366,13 @@ async function shoot(page, name) {
   shots.push(file);
 }
 
+/** One element's box only (what plugin.json's screenshots show). */
+async function shootElement(locator, name) {
+  const file = path.join(out, name);
+  await locator.screenshot({ path: file, animations: 'disabled' });
+  shots.push(file);
+}
+
 // ------------------------------------------------------------------- main
 
 async function main() {
@@ -496,9 +503,13 @@ async function main() {
     return `filter ${JSON.stringify(q.filter)}`;
   });
 
-  await step('c2. invalid filter: the marker sits on slurm.job.usr', () =>
-    checkInvalid(page, 'slurm.job.user == "bob" && slurm.job.usr == "x"', 'slurm.job.usr', 1, 'filter-invalid.png')
-  );
+  await step('c2. invalid filter: the marker sits on slurm.job.usr', async () => {
+    const r = await checkInvalid(page, 'slurm.job.user == "bob" && slurm.job.usr == "x"', 'slurm.job.usr', 1, 'filter-invalid.png');
+    // The editor alone, with the backend's error in place: the catalog's
+    // first screenshot (a copy is src/img/screenshot-query-editor.png).
+    await shootElement(page.locator('[data-testid="harness-query-editor-ui"]'), 'catalog-query-editor.png');
+    return r;
+  });
 
   await step('c3. astral character before the error: marker at the UTF-16 index', () =>
     checkInvalid(page, 'slurm.job.name == "🚀" && slurm.job.usr == "x"', 'slurm.job.usr', 1, 'filter-unicode.png')
@@ -551,18 +562,17 @@ async function main() {
     return `suggested ${JSON.stringify(labels)}`;
   });
 
-  await step('d2. value autocompletion: slurm.job.user == " suggests the recorded users; Enter accepts bob', async () => {
-    // Continues after the accepted name: the caret is at its end.
-    await page.locator(FILTER_INPUT).pressSequentially(' == "');
+  await step('d2. value autocompletion: slurm.job.id == " suggests the recorded job ids; Enter accepts 4243', async () => {
+    await typeFilter(page, 'slurm.job.id == "');
     const list = page.locator(FILTER_SUGGESTIONS);
     await list.waitFor({ state: 'visible', timeout: 5000 });
     const options = list.getByRole('option');
     const labels = await options.evaluateAll((els) => els.map((el) => el.firstElementChild?.textContent ?? el.textContent));
-    assert(JSON.stringify(labels) === JSON.stringify(['alice', 'bob']), `value suggestions ${JSON.stringify(labels)}, want the recording's ["alice","bob"] (03b-label-values-slurm_job_user)`);
+    assert(JSON.stringify(labels) === JSON.stringify(['4242', '4243']), `value suggestions ${JSON.stringify(labels)}, want the recording's ["4242","4243"] (05a-select-series-by-job-id)`);
     await page.keyboard.press('ArrowDown');
     await shoot(page, 'autocomplete-values.png');
     await page.keyboard.press('Enter');
-    const want = 'slurm.job.user == "bob"';
+    const want = 'slurm.job.id == "4243"';
     await poll(async () => (await page.locator(FILTER_INPUT).inputValue()) === want, async () => `the textarea to read ${want}, not ${JSON.stringify(await page.locator(FILTER_INPUT).inputValue())}`);
     return want;
   });
@@ -600,7 +610,9 @@ async function main() {
       const d = ctx.getImageData(0, 0, c.width, c.height).data;
       let n = 0;
       for (let i = 3; i < d.length; i += 4 * 7) {
-        if (d[i] > 0) n++;
+        if (d[i] > 0) {
+          n++;
+        }
       }
       return { n, w: c.width, h: c.height };
     });
@@ -634,6 +646,8 @@ async function main() {
     assert(!samples || Math.abs(Number(samples[1]) * 1e9 - profile.total) <= profile.total * 0.01, `header ${JSON.stringify(line)}: sample count is not the recorded total`);
     await flame.scrollIntoViewIfNeeded();
     await shoot(page, 'flamegraph.png');
+    // The catalog's second screenshot (a copy is src/img/screenshot-flame-graph.png).
+    await shootElement(flame, 'catalog-flame-graph.png');
     return `header ${JSON.stringify(line)}; matmul_kernel_launch ${matmulNs / 1e9} s; ${rows.length} table rows`;
   });
 

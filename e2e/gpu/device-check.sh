@@ -4,8 +4,9 @@
 # Builds the agent, runs it (metrics only) for about DEVCHECK_SECONDS (60 s)
 # beside a PyTorch matmul loop in a simulated SLURM job cgroup, prints the
 # job's GPU series as the agent serves them, and exits non-zero if the job's
-# GPU utilisation series is missing. Without python3 + torch (or CUDA) the
-# job only holds the GPU (an idle allocation), whose series must appear too.
+# GPU utilisation series is missing, or if the job, which no slurmd granted
+# anything, is allocated the GPU its CUDA_VISIBLE_DEVICES names. Without
+# python3 + torch (or CUDA) the job runs sleep: only the latter is checked.
 #
 # It reads NVML only: it never calls nvidia-smi and never changes GPU or MIG
 # settings. Run as root from anywhere in the repository; needs no network.
@@ -82,7 +83,7 @@ fetch() {
 }
 
 agent_args=(run --cpu-profiling="${DEVCHECK_CPU_PROFILING:-false}" --gpu-interval "$GPU_INTERVAL"
-	--node-name "$NODE" --metrics-addr 127.0.0.1:0 --output-dir "$work/profiles")
+	--node-name "$NODE" --metrics-addr 127.0.0.1:0 --output-dir "$work/profiles" --slurm-cgroup-v2-parent "/$SLICE")
 [[ -n ${NVML_LIBRARY:-} ]] && agent_args+=(--nvml-library "$NVML_LIBRARY")
 log "starting: $agent ${agent_args[*]}"
 "$agent" "${agent_args[@]}" >"$work/agent.log" 2>&1 &
@@ -248,19 +249,27 @@ echo
 [[ $mode == matmul ]] && sed 's/^/    load: /' "$work/load.log"
 
 fail=0
-if $mig_only; then
-	grep -q "^slurmscope_job_gpu_allocated{.*$jobsel" <<<"$job_lines" ||
-		{ log "FAIL: no slurmscope_job_gpu_allocated series for job $JOB_ID on MIG instance $alloc" && fail=1; }
+# The simulated job has no slurmd: Slurm granted it nothing, so its
+# CUDA_VISIBLE_DEVICES must not allocate it the GPU (the agent reads grants
+# from slurmstepd's device cgroup or slurmctld; e2e/hostile_test.go checks
+# real grants with a real slurmd). Its use of the GPU is NVML's and shows.
+if grep -q "^slurmscope_job_gpu_allocated{.*$jobsel" <<<"$job_lines"; then
+	log "FAIL: job $JOB_ID is allocated a GPU from its environment alone (CUDA_VISIBLE_DEVICES=$alloc)"
+	fail=1
+fi
+grep -q '^slurmscope_gpu_allocation_errors_total{.*reason="grant_unknown".*} [1-9]' <<<"$metrics" ||
+	{ log "FAIL: the job without a Slurm grant is not counted as grant_unknown" && fail=1; }
+if [[ $mode == idle ]]; then
+	log "idle job: no process on the GPU, so no use series to check"
+elif $mig_only; then
 	grep -q "^slurmscope_job_gpu_memory_used_bytes{.*$jobsel" <<<"$job_lines" ||
-		{ log "FAIL: no slurmscope_job_gpu_memory_used_bytes series for job $JOB_ID" && fail=1; }
+		{ log "FAIL: no slurmscope_job_gpu_memory_used_bytes series for job $JOB_ID on MIG instance $alloc" && fail=1; }
 else
 	if ! grep -q "^slurmscope_job_gpu_utilization_ratio{.*$jobsel" <<<"$job_lines"; then
 		log "FAIL: no slurmscope_job_gpu_utilization_ratio series for job $JOB_ID (seen during the run: $seen_util)"
 		fail=1
 	fi
-	grep -q "^slurmscope_job_gpu_allocated{.*$jobsel" <<<"$job_lines" ||
-		{ log "FAIL: no slurmscope_job_gpu_allocated series for job $JOB_ID (CUDA_VISIBLE_DEVICES=$alloc)" && fail=1; }
-	if [[ $mode == matmul && $fail == 0 ]]; then
+	if [[ $fail == 0 ]]; then
 		if awk -v a="${max_util:-0}" 'BEGIN { exit !(a > 0) }'; then
 			log "highest job GPU utilisation seen: $max_util"
 		else

@@ -114,7 +114,7 @@ base=$(rate "$work/base.log")
 
 out=$work/profiles
 "$agent" run --output-dir "$out" --upload-interval 10s --node-name "$NODE" --gpu-inject-lib "$lib" \
-	--metrics-addr 127.0.0.1:0 >"$work/agent.log" 2>&1 &
+	--slurm-cgroup-v2-parent "/$SLICE" --metrics-addr 127.0.0.1:0 >"$work/agent.log" 2>&1 &
 agent_pid=$!
 for _ in $(seq 120); do
 	kill -0 "$agent_pid" 2>/dev/null || { cat "$work/agent.log" >&2; die "the agent exited at start"; }

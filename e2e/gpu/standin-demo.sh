@@ -61,7 +61,7 @@ lib=$bin/libslurmscope_inject.so
 
 # --- the agent ----------------------------------------------------------------
 "$agent" run --output-dir "$out" --upload-interval 5s --node-name "$NODE" --gpu-inject-lib "$lib" \
-	--gpu-metrics=false --metrics-addr 127.0.0.1:0 >"$work/agent.log" 2>&1 &
+	--slurm-cgroup-v2-parent "/$SLICE" --gpu-metrics=false --metrics-addr 127.0.0.1:0 >"$work/agent.log" 2>&1 &
 agent_pid=$!
 for _ in $(seq 120); do
 	kill -0 "$agent_pid" 2>/dev/null || {

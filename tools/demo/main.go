@@ -1,11 +1,14 @@
 // Command demo shows slurmscope end to end on one machine, with no server:
 // it starts a throwaway SLURM (munged, slurmctld and two slurmd, from
-// internal/testenv/slurmtest), submits three CPU-bound jobs as two users, profiles them
-// with the real agent, and prints what the agent saw and the top functions
-// of each job. SLURM is stopped and its cgroups removed at the end, also
-// on Ctrl-C.
+// internal/testenv/slurmtest) that constrains jobs to their CPUs and memory,
+// submits three CPU-bound jobs and one that holds cores it does not use, as
+// two users, profiles them with the real agent, which also reads their
+// cgroups, and prints what the agent saw, the top functions of each job and
+// each job's findings (computed by the datasource's engine from a local
+// Debian Prometheus scraping the agent). SLURM and Prometheus are stopped
+// and SLURM's cgroups removed at the end, also on Ctrl-C.
 //
-//	sudo go run ./tools/demo [--duration 20s] [--out ./slurmscope-demo-out] [--cgroup v2]
+//	sudo go run ./tools/demo [--duration 20s] [--out ./slurmscope-demo-out] [--cgroup auto]
 package main
 
 import (
@@ -19,11 +22,17 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/filter"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
+	"github.com/slurmscope/slurmscope/internal/testenv/promtest"
 	"github.com/slurmscope/slurmscope/internal/testenv/slurmtest"
+	"github.com/slurmscope/slurmscope/schema"
 )
 
 // trainName has quotes and non-ASCII on purpose: job names are user input.
@@ -66,16 +75,21 @@ func run() int {
 	flag.DurationVar(&o.duration, "duration", 20*time.Second, "how long to profile the jobs")
 	flag.DurationVar(&o.interval, "interval", 5*time.Second, "the agent's --upload-interval")
 	flag.StringVar(&o.out, "out", "slurmscope-demo-out", "where the agent writes its profiles (cleared of an earlier demo's)")
-	flag.StringVar(&cgroup, "cgroup", "v2", "SLURM's cgroup plugin: v1 or v2")
+	flag.StringVar(&cgroup, "cgroup", "auto", "SLURM's cgroup plugin: v1, v2, or auto: v2 where its hierarchy has the cpuset and memory controllers (so that Slurm can constrain jobs, which findings are judged against), else v1")
 	flag.BoolVar(&o.keep, "keep", false, "keep SLURM's work dir (configs, logs) afterwards")
 	flag.Parse()
 	switch cgroup {
+	case "auto":
+		o.mode = slurmtest.V1
+		if slurmtest.CanConstrain(slurmtest.V2) {
+			o.mode = slurmtest.V2
+		}
 	case "v1":
 		o.mode = slurmtest.V1
 	case "v2":
 		o.mode = slurmtest.V2
 	default:
-		fmt.Fprintf(os.Stderr, "demo: --cgroup must be v1 or v2, not %q\n", cgroup)
+		fmt.Fprintf(os.Stderr, "demo: --cgroup must be auto, v1 or v2, not %q\n", cgroup)
 		return 2
 	}
 	if o.duration < o.interval {
@@ -134,8 +148,13 @@ func demo(ctx context.Context, o options) (err error) {
 	}
 	agent := filepath.Join(bin, "slurmscope-agent")
 
-	step("starting SLURM (cgroup %s; logs in %s)", o.mode, filepath.Join(work, "log"))
-	c, err := slurmtest.Start(ctx, slurmtest.Options{Mode: o.mode, WorkDir: work})
+	constrain := slurmtest.CanConstrain(o.mode)
+	how := "jobs confined to the CPUs and memory they asked for"
+	if !constrain {
+		how = "this host's cgroup " + o.mode.String() + " has no cpuset and memory controllers for Slurm: findings on cores and memory need --cgroup v1"
+	}
+	step("starting SLURM (cgroup %s, %s; logs in %s)", o.mode, how, filepath.Join(work, "log"))
+	c, err := slurmtest.Start(ctx, slurmtest.Options{Mode: o.mode, WorkDir: work, Constrain: constrain})
 	if err != nil {
 		return err
 	}
@@ -152,29 +171,51 @@ func demo(ctx context.Context, o options) (err error) {
 	}()
 	fmt.Printf("  nodes %s on this host, users %s\n", strings.Join(c.NodeNames(), ", "), "ssalice, ssbob")
 
-	step("starting the agent: slurmscope-agent run --output-dir %s --upload-interval %v", o.out, o.interval)
+	step("starting the agent: slurmscope-agent run --output-dir %s --upload-interval %v --host-metrics-interval 2s", o.out, o.interval)
 	ag, err := startAgent(agent, filepath.Join(work, "log", "agent.log"),
-		"run", "--output-dir", out, "--upload-interval", o.interval.String(), "--metrics-addr", "")
+		"run", "--output-dir", out, "--upload-interval", o.interval.String(), "--metrics-addr", "127.0.0.1:0", "--host-metrics-interval", "2s")
 	if err != nil {
 		return err
 	}
 	defer ag.kill()
+
+	step("starting Prometheus (Debian's), scraping the agent's /metrics every 2s")
+	promDir := filepath.Join(work, "prometheus")
+	if err := os.MkdirAll(promDir, 0o755); err != nil {
+		return err
+	}
+	prom, err := promtest.Run(promDir, fmt.Sprintf("global:\n  scrape_interval: 2s\n  scrape_timeout: 2s\nscrape_configs:\n  - job_name: slurmscope-agent\n    static_configs:\n      - targets: [%q]\n", ag.metricsAddr()),
+		"--log.level=warn")
+	if err != nil {
+		return err
+	}
+	defer prom.Stop()
+	fmt.Printf("  %s\n", prom.URL)
+	submitted := time.Now()
 
 	// Jobs outlast the profiling window, so `jobs` below still sees them.
 	secs := int((o.duration + 2*o.interval).Seconds())
 	if err := os.WriteFile(filepath.Join(c.JobDir(), "train.py"), []byte(trainPy), 0o644); err != nil {
 		return err
 	}
-	jobs := []struct{ user, name, node, script string }{
-		{"ssalice", "cpusplit", "node-a", fmt.Sprintf("exec %s %d\n", filepath.Join(bin, "cpusplit"), secs)},
-		{"ssbob", "gosplit", "node-b", fmt.Sprintf("exec %s %d\n", filepath.Join(bin, "gosplit"), secs)},
+	// Each asks for its cores and memory, as on a cluster (where a job
+	// without --mem would hold a whole node's).
+	jobs := []struct {
+		user, name, node, script string
+		res                      []string
+	}{
+		{"ssalice", "cpusplit", "node-a", fmt.Sprintf("exec %s %d\n", filepath.Join(bin, "cpusplit"), secs), []string{"-c", "1", "--mem=100M"}},
+		{"ssbob", "gosplit", "node-b", fmt.Sprintf("exec %s %d\n", filepath.Join(bin, "gosplit"), secs), []string{"-c", "1", "--mem=100M"}},
 		{"ssalice", trainName, "", fmt.Sprintf(
 			"if command -v python3 >/dev/null; then exec python3 -X perf train.py %d; fi\n"+
-				"end=$(( $(date +%%s) + %d )); while [ $(date +%%s) -lt $end ]; do :; done\n", secs, secs)},
+				"end=$(( $(date +%%s) + %d )); while [ $(date +%%s) -lt $end ]; do :; done\n", secs, secs), []string{"-c", "1", "--mem=200M"}},
+		// Holds two cores and 300 MB and uses neither.
+		{"ssbob", "idle-cores", "node-a", fmt.Sprintf("exec sleep %d\n", secs), []string{"-c", "2", "--mem=300M"}},
 	}
 	step("submitting jobs")
+	var ids []string
 	for _, j := range jobs {
-		args := []string{"-J", j.name}
+		args := append([]string{"-J", j.name}, j.res...)
 		if j.node != "" {
 			args = append(args, "-w", j.node)
 		}
@@ -186,7 +227,8 @@ func demo(ctx context.Context, o options) (err error) {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("  job %-3s %-18s user %-8s on %s\n", id, j.name, j.user, strings.Join(js[0].Nodes, ","))
+		ids = append(ids, id)
+		fmt.Printf("  job %-3s %-18s user %-8s on %-7s %s\n", id, j.name, j.user, strings.Join(js[0].Nodes, ","), strings.Join(j.res, " "))
 	}
 
 	step("profiling for %v", o.duration)
@@ -199,6 +241,12 @@ func demo(ctx context.Context, o options) (err error) {
 		return err
 	}
 
+	step("each job's findings, from its cgroups' metrics in Prometheus (what `slurmscope job <id> --prometheus-url %s` prints first)", prom.URL)
+	fmt.Printf("  (both nodes are this host: their jobs share its %d CPUs, so a CPU-bound job gets less than the core it holds)\n", runtime.NumCPU())
+	if err := printFindings(ctx, prom.URL, ids, query.Range{From: submitted.Add(-10 * time.Second), To: time.Now(), Step: 2 * time.Second}); err != nil {
+		return err
+	}
+
 	step("stopping the agent (SIGTERM writes the last interval)")
 	if err := ag.stop(); err != nil {
 		return err
@@ -207,6 +255,45 @@ func demo(ctx context.Context, o options) (err error) {
 
 	step("slurmscope-agent top --dir %s -n 6", o.out)
 	return show(ctx, agent, "top", "--dir", out, "-n", "6")
+}
+
+// printFindings asks the datasource's engine for each job's findings.
+func printFindings(ctx context.Context, promURL string, ids []string, r query.Range) error {
+	p, err := backends.NewPrometheus(backends.Config{URL: promURL})
+	if err != nil {
+		return err
+	}
+	e := &query.Engine{Metrics: p}
+	for _, id := range ids {
+		scope := query.Scope{Filter: filter.Equal(schema.JobID, id)}
+		jobs, err := e.Usage(ctx, scope, r)
+		if err != nil {
+			return err
+		}
+		if len(jobs) == 0 {
+			fmt.Printf("  job %s: no host metrics yet\n", id)
+			continue
+		}
+		j := jobs[0]
+		var used, cores, peak, limit float64
+		for _, n := range j.Nodes {
+			used, cores = used+n.UsedCores, cores+n.Cores
+			peak, limit = max(peak, n.MemPeak), max(limit, n.MemLimit)
+		}
+		fmt.Printf("  job %s (%s, %s): %.2f of %.0f cores busy, memory peak %.1f MiB of %.0f MiB\n",
+			id, j.Name, j.User, used, cores, peak/(1<<20), limit/(1<<20))
+		fs, err := e.Findings(ctx, scope, r, "")
+		if err != nil {
+			return err
+		}
+		if len(fs) == 0 {
+			fmt.Println("    no findings")
+		}
+		for _, f := range fs {
+			fmt.Printf("    %-8s %s: %s\n             %s\n", strings.ToUpper(string(f.Severity)), f.Kind, f.Summary, f.Advice)
+		}
+	}
+	return nil
 }
 
 func step(format string, args ...any) {
@@ -281,6 +368,17 @@ type agentProc struct {
 	cmd  *exec.Cmd
 	log  string
 	done chan error
+}
+
+var servingRE = regexp.MustCompile(`msg="serving metrics" addr=(\S+)`)
+
+// metricsAddr is where the agent said it serves /metrics.
+func (a *agentProc) metricsAddr() string {
+	b, _ := os.ReadFile(a.log)
+	if m := servingRE.FindSubmatch(b); m != nil {
+		return string(m[1])
+	}
+	return ""
 }
 
 // startAgent starts the agent in its own process group (so the terminal's

@@ -49,10 +49,25 @@ procs = {
     # v1 slurmstepd as seen on a real node: freezer at job level, devices at step level.
     503: (b"slurmstepd", 0, b"6:freezer:/slurm/uid_1002/job_5000\n5:devices:/slurm/uid_1002/job_5000/step_batch\n0::/\n", b"", 2999),
     502: (b"worker", 1002, b"12:pids:/\n10:devices:/slurm_node-c/uid_1002/job_5001/step_0/task_3\n0::/\n", None, 3100),
-    # Slurm 26.05 SLUID directory: the id comes from the job.
+    # Slurm 26.05 SLUID directory: the id comes from slurmstepd's title.
     600: (b"train", 1001, HYBRID + V2 + b"s0W5FQ2XKD8Y3M/step_0/user/task_0\n",
           env(SLURM_JOB_ID="6000", SLURM_JOB_NAME="sluid-job"), 4000),
     601: (b"slurmstepd", 0, HYBRID + V2 + b"s0W5FQ2XKD8Y3M/step_0/slurm\n", b"", 3999),
+    # A SLUID job whose task claims job 4242: slurmstepd says 6100.
+    610: (b"liar", 1002, HYBRID + V2 + b"s1A2B3C4D5E6F7/step_0/user/task_0\n",
+          env(SLURM_JOB_ID="4242", SLURM_JOB_NAME="sluid-liar"), 4100),
+    611: (b"slurmstepd", 0, HYBRID + V2 + b"s1A2B3C4D5E6F7/step_0/slurm\n", b"", 4099),
+    # Two SLUID jobs whose slurmstepds both name job 6200: one keeps its SLUID.
+    620: (b"slurmstepd", 0, HYBRID + V2 + b"s2AAAAAAAAAAAA/step_batch/slurm\n", b"", 4199),
+    621: (b"twin", 1001, HYBRID + V2 + b"s2AAAAAAAAAAAA/step_batch/user/task_0\n",
+          env(SLURM_JOB_ID="6200", SLURM_JOB_NAME="twin"), 4200),
+    622: (b"slurmstepd", 0, HYBRID + V2 + b"s2BBBBBBBBBBBB/step_batch/slurm\n", b"", 4201),
+    623: (b"twin", 1002, HYBRID + V2 + b"s2BBBBBBBBBBBB/step_batch/user/task_0\n",
+          env(SLURM_JOB_ID="6200", SLURM_JOB_NAME="twin"), 4202),
+    # The slurm leaf holding a process that is not root's: not believed.
+    630: (b"slurmstepd", 1001, HYBRID + V2 + b"s3CCCCCCCCCCCC/step_0/slurm\n", b"", 4299),
+    631: (b"task", 1001, HYBRID + V2 + b"s3CCCCCCCCCCCC/step_0/user/task_0\n",
+          env(SLURM_JOB_ID="6300", SLURM_JOB_NAME="unknown"), 4300),
     # Hostile names and malformed paths.
     700: (b"evil", 1001, HYBRID + V2 + b"job_7000/step_batch/user/task_0\n",
           env(SLURM_JOB_ID="7000", SLURM_JOB_NAME=b'evil\nname\xff"} or {a="b'), 5000),
@@ -64,9 +79,28 @@ procs = {
     # Array task 8001 of array 8000.
     800: (b"array", 1002, HYBRID + V2 + b"job_8001/step_batch/user/task_0\n",
           env(SLURM_JOB_ID="8001", SLURM_ARRAY_JOB_ID="8000", SLURM_ARRAY_TASK_ID="1", SLURM_JOB_NAME="arr"), 6000),
+    # alice's look-alike of bob's job 4242, built in her systemd user
+    # manager's delegated subtree: in no job, however many processes.
+    950: (b"mallory", 1002, HYBRID + b"0::/user.slice/user-1002.slice/user@1002.service/app.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n",
+          env(SLURM_JOB_ID="4242", SLURM_JOB_NAME="hijack"), 8000),
+    951: (b"mallory", 1002, HYBRID + b"0::/user.slice/user-1002.slice/user@1002.service/app.slice/slurmstepd.scope/job_4242/step_0/user/task_1\n",
+          env(SLURM_JOB_ID="4242", SLURM_JOB_NAME="hijack"), 8001),
+    952: (b"mallory", 1002, HYBRID + b"0::/user.slice/user-1002.slice/user@1002.service/app.slice/slurmstepd.scope/job_4242/step_0/user/task_2\n",
+          env(SLURM_JOB_ID="4242", SLURM_JOB_NAME="hijack"), 8002),
+    953: (b"mallory", 1002, HYBRID + b"0::/user.slice/user-1002.slice/user@1002.service/app.slice/slurmstepd.scope/job_4242/step_0/user/task_3\n",
+          env(SLURM_JOB_ID="4242", SLURM_JOB_NAME="hijack"), 8003),
+    954: (b"mallory", 1002, HYBRID + b"0::/user.slice/user-1002.slice/user@1002.service/app.slice/slurmstepd.scope/job_4242/step_0/user/task_4\n",
+          env(SLURM_JOB_ID="4242", SLURM_JOB_NAME="hijack"), 8004),
     # A task that rewrote SLURM_JOB_ID to another job: its metadata is ignored.
     900: (b"liar", 1001, HYBRID + V2 + b"job_9000/step_0/user/task_0\n",
           env(SLURM_JOB_ID="4242", SLURM_JOB_NAME="liar"), 7000),
+}
+
+# What slurmstepd writes over its command line; other processes have none.
+cmdlines = {
+    300: b"slurmstepd: [4242.batch]\0", 310: b"slurmstepd: [4242.0]\0\0\0", 401: b"slurmstepd: [4300.0]\0",
+    503: b"slurmstepd: [5000.batch]\0", 601: b"slurmstepd: [6000.0]\0\0\0", 611: b"slurmstepd: [6100.0]\0",
+    620: b"slurmstepd: [6200.batch]\0", 622: b"slurmstepd: [6200.batch]\0", 630: b"slurmstepd: [6300.0]\0",
 }
 
 def status(comm, uid):
@@ -88,6 +122,7 @@ for pid, (comm, uid, cg, envb, start) in procs.items():
     open(os.path.join(d, "cgroup"), "wb").write(cg)
     if envb is not None:
         open(os.path.join(d, "environ"), "wb").write(envb)
+    open(os.path.join(d, "cmdline"), "wb").write(cmdlines.get(pid, comm + b"\0"))
 # A process that exited between listing and reading: only a cgroup file.
 os.makedirs(os.path.join(ROOT, "704"))
 open(os.path.join(ROOT, "704", "cgroup"), "wb").write(HYBRID + V2 + b"job_4242/step_0/user/task_2\n")

@@ -5,9 +5,11 @@
 package gputest
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +17,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/slurmscope/slurmscope/agent/attribution"
+	"github.com/slurmscope/slurmscope/agent/gpu"
 )
 
 // Scenario is the stand-in's input; see nvmlstub/README.md.
@@ -197,4 +202,72 @@ func build() (string, string) {
 		return "", err.Error()
 	}
 	return lib, ""
+}
+
+// Grants is a stand-in for what Slurm gave each job (the agent reads the
+// real grant from the job's device cgroup or slurmctld: gpu.SlurmGrants):
+// the device numbers of its GPUs and MIG instances, by job id. A job
+// absent from the map has no known grant.
+type Grants map[string][]gpu.DevNum
+
+var _ gpu.Grants = Grants(nil)
+
+// Grant implements gpu.Grants.
+func (g Grants) Grant(_ context.Context, j *attribution.Job, _ []gpu.DevNum) (map[gpu.DevNum]bool, string, bool, error) {
+	devs, ok := g[j.ID]
+	if !ok {
+		return nil, "", false, nil
+	}
+	out := map[gpu.DevNum]bool{}
+	for _, d := range devs {
+		out[d] = true
+	}
+	return out, "stand-in", true, nil
+}
+
+// The NVIDIA driver numbers /dev/nvidia<N> 195:N; the MIG capability files
+// get a major of their own, which the stand-in fixes at capsMajor.
+const (
+	gpuMajor  = 195
+	capsMajor = 237
+)
+
+// GPUDev is the device number of /dev/nvidia<minor>.
+func GPUDev(minor int) gpu.DevNum { return gpu.DevNum{Major: gpuMajor, Minor: uint32(minor)} }
+
+// MIGDev is the device number of /dev/nvidia-caps/nvidia-cap<capMinor>.
+func MIGDev(capMinor int) gpu.DevNum { return gpu.DevNum{Major: capsMajor, Minor: uint32(capMinor)} }
+
+// MIGAccess is one line of the driver's mig-minors table: the access
+// capability minor of GPU instance GI of the GPU with minor GPU.
+type MIGAccess struct{ GPU, GI, Minor int }
+
+// Devices returns device files for a node without a driver: the
+// mig-minors table written to dir, and a Lookup that numbers the paths
+// under /dev as GPUDev and MIGDev do (tests cannot make device nodes).
+func Devices(t testing.TB, dir string, mig ...MIGAccess) gpu.Devices {
+	t.Helper()
+	var b strings.Builder
+	for _, m := range mig {
+		fmt.Fprintf(&b, "gpu%d/gi%d/access %d\ngpu%d/gi%d/ci0/access %d\n", m.GPU, m.GI, m.Minor, m.GPU, m.GI, m.Minor+1)
+	}
+	b.WriteString("config 1\nmonitor 2\n")
+	table := filepath.Join(dir, "mig-minors")
+	if err := os.WriteFile(table, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return gpu.Devices{Root: "/dev", MIGMinors: table, Lookup: Lookup}
+}
+
+// Lookup numbers the stand-in device files: /dev/nvidia<N> as GPUDev(N),
+// /dev/nvidia-caps/nvidia-cap<M> as MIGDev(M).
+func Lookup(path string) (gpu.DevNum, error) {
+	var n int
+	if _, err := fmt.Sscanf(path, "/dev/nvidia-caps/nvidia-cap%d", &n); err == nil {
+		return MIGDev(n), nil
+	}
+	if _, err := fmt.Sscanf(path, "/dev/nvidia%d", &n); err == nil {
+		return GPUDev(n), nil
+	}
+	return gpu.DevNum{}, fmt.Errorf("no stand-in device %s", path)
 }

@@ -138,7 +138,7 @@ func TestResourcesRelay(t *testing.T) {
 	})
 
 	t.Run("values through the replay", func(t *testing.T) {
-		status, _, out := do(t, "GET", base+"values?attribute=slurm.job.user&from="+recFrom+"&to="+recTo, "", nil)
+		status, _, out := do(t, "GET", base+"values?attribute=slurm.job.id&from="+recFrom+"&to="+recTo, "", nil)
 		if status != 200 {
 			t.Fatalf("status %d: %s", status, out)
 		}
@@ -146,8 +146,8 @@ func TestResourcesRelay(t *testing.T) {
 		if err := json.Unmarshal(out, &v); err != nil {
 			t.Fatal(err)
 		}
-		if !slices.Equal(v.Values, []string{"alice", "bob"}) {
-			t.Errorf("values %v, want [alice bob]", v.Values)
+		if !slices.Equal(v.Values, []string{"4242", "4243"}) {
+			t.Errorf("values %v, want [4242 4243] (05a-select-series-by-job-id)", v.Values)
 		}
 	})
 
@@ -304,23 +304,24 @@ func TestUnknownPyroscopeCallIsLoud(t *testing.T) {
 	api, pyro := harness(t)
 
 	t.Run("method not replayed", func(t *testing.T) {
-		b, _ := proto.Marshal(&querierv1.SelectSeriesRequest{LabelSelector: "{}"})
-		status, hdr, out := do(t, "POST", pyro.URL+"/querier.v1.QuerierService/SelectSeries", "application/proto", b)
+		b, _ := proto.Marshal(&querierv1.SelectMergeProfileRequest{LabelSelector: "{}"})
+		status, hdr, out := do(t, "POST", pyro.URL+"/querier.v1.QuerierService/SelectMergeProfile", "application/proto", b)
 		var ce struct{ Code, Message string }
 		if err := json.Unmarshal(out, &ce); err != nil {
 			t.Fatalf("not a Connect error body: %s", out)
 		}
 		if status != http.StatusNotImplemented || hdr.Get("Content-Type") != "application/json" ||
-			ce.Code != "unimplemented" || !strings.Contains(ce.Message, "SelectSeries") {
+			ce.Code != "unimplemented" || !strings.Contains(ce.Message, "SelectMergeProfile") {
 			t.Errorf("status %d, %+v", status, ce)
 		}
 	})
 
 	t.Run("through the datasource", func(t *testing.T) {
-		// A profileSeries query makes the datasource call SelectSeries.
+		// A profileSeries query of job 4242 makes the datasource call
+		// SelectSeries with arguments nobody recorded.
 		status, resp, raw := dsQuery(t, api, map[string]any{"queryType": "profileSeries", "filter": `slurm.job.id == "4242"`})
 		r := resp.Responses["A"]
-		if status != http.StatusBadRequest || r.Error == nil || !strings.Contains(r.Error.Error(), "501") || !strings.Contains(r.Error.Error(), "SelectSeries") {
+		if status == http.StatusOK || r.Error == nil || !strings.Contains(r.Error.Error(), "404") || !strings.Contains(r.Error.Error(), "no recording for") || !strings.Contains(r.Error.Error(), "SelectSeries") {
 			t.Errorf("status %d: %s", status, raw)
 		}
 	})

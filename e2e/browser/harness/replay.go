@@ -24,7 +24,9 @@ import (
 // e2e/browser/README.md). A call it has no recording for fails loudly:
 // an unknown method with 501 unimplemented, SelectMergeStacktraces with
 // arguments nobody recorded with 404 not_found, each naming what was
-// asked. LabelValues of a label without a recording answers no values.
+// asked. LabelValues of a label without a recording answers no values, and
+// so does SelectSeries of everything grouped by one label without a
+// recording (the datasource's /values reads values that way).
 //
 // Time ranges are not compared: the recordings are replayed for any range.
 
@@ -49,6 +51,8 @@ var recorded = []struct {
 	{"LabelValues", "03a-label-values-slurm_job_id.request.json", "03a-label-values-slurm_job_id.response.json", "testdata"},
 	{"LabelValues", "03b-label-values-slurm_job_user.request.json", "03b-label-values-slurm_job_user.response.json", "testdata"},
 	{"LabelValues", "03c-label-values-host_name.request.json", "03c-label-values-host_name.response.json", "testdata"},
+	{"SelectSeries", "05a-select-series-by-job-id.request.json", "05a-select-series-by-job-id.response.json", "testdata"},
+	{"SelectSeries", "05b-select-series-by-host-name.request.json", "05b-select-series-by-host-name.response.json", "testdata"},
 	{"SelectMergeStacktraces", "04a-merge-stacktraces-job4242.request.json", "04a-merge-stacktraces-job4242.response.json", "fixtures"},
 	{"SelectMergeStacktraces", "04b-merge-stacktraces-job4242-node-a.request.json", "04b-merge-stacktraces-job4242-node-a.response.json", "fixtures"},
 	{"SelectMergeStacktraces", "04c-merge-stacktraces-job4242-max-nodes-3.request.json", "04c-merge-stacktraces-job4242-max-nodes-3.response.json", "fixtures"},
@@ -61,6 +65,8 @@ func newMessages(method string) (req, resp proto.Message, ok bool) {
 		return &querierv1.ProfileTypesRequest{}, &querierv1.ProfileTypesResponse{}, true
 	case "LabelValues":
 		return &typesv1.LabelValuesRequest{}, &typesv1.LabelValuesResponse{}, true
+	case "SelectSeries":
+		return &querierv1.SelectSeriesRequest{}, &querierv1.SelectSeriesResponse{}, true
 	case "SelectMergeStacktraces":
 		return &querierv1.SelectMergeStacktracesRequest{}, &querierv1.SelectMergeStacktracesResponse{}, true
 	}
@@ -112,13 +118,13 @@ func (rp *Replay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	method, ok := strings.CutPrefix(r.URL.Path, service)
 	if !ok || r.Method != http.MethodPost {
 		connectError(w, http.StatusNotImplemented, "unimplemented",
-			fmt.Sprintf("%s %s: not a Connect unary call of %s (the replay knows ProfileTypes, LabelValues and SelectMergeStacktraces)", r.Method, r.URL.Path, strings.Trim(service, "/")))
+			fmt.Sprintf("%s %s: not a Connect unary call of %s (the replay knows ProfileTypes, LabelValues, SelectSeries and SelectMergeStacktraces)", r.Method, r.URL.Path, strings.Trim(service, "/")))
 		return
 	}
 	req, _, known := newMessages(method)
 	if !known {
 		connectError(w, http.StatusNotImplemented, "unimplemented",
-			fmt.Sprintf("method %s%s is not replayed (the replay knows ProfileTypes, LabelValues and SelectMergeStacktraces)", service, method))
+			fmt.Sprintf("method %s%s is not replayed (the replay knows ProfileTypes, LabelValues, SelectSeries and SelectMergeStacktraces)", service, method))
 		return
 	}
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
@@ -145,6 +151,12 @@ func (rp *Replay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// another label is no mistake: it gets what Pyroscope answers for
 		// a label without data, no values.
 		rec = &recording{name: "no recording: no values", resp: &typesv1.LabelValuesResponse{}}
+	}
+	if q, ok := req.(*querierv1.SelectSeriesRequest); ok && rec == nil && sameSelector(q.LabelSelector, "{}") && len(q.GroupBy) == 1 {
+		// Likewise the values of a label nobody recorded (what /values
+		// asks: everything, grouped by one label): no series. Any other
+		// SelectSeries without a recording fails loudly below.
+		rec = &recording{name: "no recording: no series", resp: &querierv1.SelectSeriesResponse{}}
 	}
 	if rec == nil {
 		connectError(w, http.StatusNotFound, "not_found", fmt.Sprintf("%s: no recording for %s", method, why))
@@ -175,6 +187,10 @@ func (rp *Replay) find(method string, req proto.Message) (rec *recording, why st
 		// Matched on the label only: the recordings used the matcher {}, so
 		// the values are not narrowed by a filter.
 		why = fmt.Sprintf("label %q (matchers %q)", q.Name, q.Matchers)
+	case *querierv1.SelectSeriesRequest:
+		// Matched on the group-by labels and the selector: the recordings
+		// are of the selector {}.
+		why = fmt.Sprintf("profile type %q, selector %s, group by %q", q.ProfileTypeID, q.LabelSelector, q.GroupBy)
 	case *querierv1.SelectMergeStacktracesRequest:
 		why = fmt.Sprintf("profile type %q, selector %s, max_nodes %d", q.ProfileTypeID, q.LabelSelector, q.GetMaxNodes())
 	}
@@ -188,6 +204,11 @@ func (rp *Replay) find(method string, req proto.Message) (rec *recording, why st
 			return r, why
 		case *typesv1.LabelValuesRequest:
 			if r.req.(*typesv1.LabelValuesRequest).Name == q.Name {
+				return r, why
+			}
+		case *querierv1.SelectSeriesRequest:
+			rq := r.req.(*querierv1.SelectSeriesRequest)
+			if rq.ProfileTypeID == q.ProfileTypeID && sameSelector(rq.LabelSelector, q.LabelSelector) && slices.Equal(rq.GroupBy, q.GroupBy) {
 				return r, why
 			}
 		case *querierv1.SelectMergeStacktracesRequest:

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/filter"
+	"github.com/slurmscope/slurmscope/internal/printable"
 )
 
 func init() {
@@ -39,7 +40,7 @@ the problems, as line:column, on stderr.
 	}
 	t, ok := filter.ParseTarget(*target)
 	if !ok {
-		fmt.Fprintf(stderr, "slurmscope filter: unknown target %q: want pyroscope or prometheus\n", *target)
+		fmt.Fprintf(stderr, "slurmscope filter: unknown target \"%s\": want pyroscope or prometheus\n", printable.String(*target, ""))
 		return 2
 	}
 	if fs.NArg() != 1 {
@@ -49,7 +50,7 @@ the problems, as line:column, on stderr.
 	}
 	f, err := filter.Compile(fs.Arg(0))
 	if err != nil {
-		for _, line := range strings.Split(err.Error(), "\n") {
+		for _, line := range printable.Lines(err.Error()) {
 			fmt.Fprintln(stderr, "slurmscope filter: "+line)
 		}
 		return 2

@@ -13,10 +13,12 @@ import (
 
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/findings"
+	"github.com/slurmscope/slurmscope/internal/printable"
 )
 
 func init() {
-	register("job", "summarise one job: nodes, GPUs, idle GPUs, top CPU functions and GPU kernels", jobCmd)
+	register("job", "summarise one job: findings, nodes, host and GPU use, idle GPUs, top CPU functions and GPU kernels", jobCmd)
 }
 
 func jobCmd(args []string, stdout, stderr io.Writer) int {
@@ -32,14 +34,21 @@ func jobCmd(args []string, stdout, stderr io.Writer) int {
 	parallel := fs.Int("parallel", query.DefaultParallel, "backend calls in flight at once")
 	maxCalls := fs.Int("max-calls", query.DefaultMaxCalls, "most Pyroscope calls one query may make")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	var th findings.Thresholds
+	th.Flags(fs)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `usage: slurmscope job <job id> [--pyroscope-url URL] [--prometheus-url URL] [--since 24h] [--json]
 
-Prints the job's nodes, per-GPU utilisation and memory (mean and max over
-the range), GPUs allocated to it that stayed idle, its top CPU functions
-and, where GPU kernel profiles exist, its top GPU kernels. It asks the
-same engine the Grafana datasource uses; a --since longer than
-Pyroscope's max_query_length is asked for a chunk at a time.
+Prints the job's findings first (idle GPUs, unused cores, memory requested
+far above its peak or close to its limit, OOM kills, GPU memory mostly
+unused, GPUs waiting for saturated CPUs; the thresholds are the flags
+below), then its nodes and what its cgroup on each said (CPU time, cores
+used and allocated, memory peak and limit, OOM kills), per-GPU utilisation
+and memory (mean and max over the range), GPUs allocated to it that stayed
+idle, its top CPU functions and, where GPU kernel profiles exist, its top
+GPU kernels. It asks the same engine the Grafana datasource uses; a
+--since longer than Pyroscope's max_query_length is asked for a chunk at
+a time.
 
 `)
 		fs.PrintDefaults()
@@ -84,7 +93,11 @@ Pyroscope's max_query_length is asked for a chunk at a time.
 		fmt.Fprintln(stderr, "slurmscope job: --max-query-length must be at least 1s, --parallel and --max-calls at least 1")
 		return 2
 	}
-	eng := &query.Engine{MaxQueryLength: *maxQuery, Parallel: *parallel, MaxCalls: *maxCalls}
+	if err := th.Validate(); err != nil {
+		fmt.Fprintf(stderr, "slurmscope job: thresholds: %v\n", err)
+		return 2
+	}
+	eng := &query.Engine{MaxQueryLength: *maxQuery, Parallel: *parallel, MaxCalls: *maxCalls, Thresholds: th}
 	if *pyroURL != "" {
 		p, err := backends.NewPyroscope(backends.Config{URL: *pyroURL, TenantID: *tenant, Timeout: *timeout})
 		if err != nil {
@@ -103,7 +116,8 @@ Pyroscope's max_query_length is asked for a chunk at a time.
 	}
 	rep, err := eng.Job(context.Background(), pos[0], query.Range{From: to.Add(-*since), To: to, Step: time.Minute})
 	if err != nil {
-		fmt.Fprintf(stderr, "slurmscope job: %v\n", err)
+		// A backend's message may quote what a job named itself.
+		fmt.Fprintf(stderr, "slurmscope job: %s\n", printable.String(err.Error(), ""))
 		return 1
 	}
 	if *asJSON {
@@ -130,15 +144,48 @@ func isJobID(s string) bool {
 	return true
 }
 
+// printJob writes the report for a terminal. Every name in it came from
+// a job or a backend (node, GPU and function names, label values, the
+// backends' warnings), so each goes through printable.String: a job
+// cannot send the reader's terminal an escape sequence or forge a line.
 func printJob(w io.Writer, r *query.JobReport) {
-	fmt.Fprintf(w, "job %s, %s to %s\n", r.JobID, r.From, r.To)
+	p := func(s string) string { return printable.String(s, `""`) }
+	fmt.Fprintf(w, "job %s, %s to %s\n", p(r.JobID), r.From, r.To)
 	for _, warn := range r.Warnings {
-		fmt.Fprintf(w, "note: %s\n", warn)
+		fmt.Fprintf(w, "note: %s\n", printable.String(warn, ""))
 	}
+	printFindings(w, r)
 	if len(r.Nodes) == 0 {
-		fmt.Fprintln(w, "nodes: none seen in the range")
+		fmt.Fprintln(w, "\nnodes: none seen in the range")
 	} else {
-		fmt.Fprintf(w, "nodes (%d): %s\n", len(r.Nodes), strings.Join(r.Nodes, ", "))
+		nodes := make([]string, len(r.Nodes))
+		for i, n := range r.Nodes {
+			nodes[i] = p(n)
+		}
+		fmt.Fprintf(w, "\nnodes (%d): %s\n", len(r.Nodes), strings.Join(nodes, ", "))
+	}
+	if len(r.Host) > 0 {
+		fmt.Fprintln(w, "\nhost (the job's cgroup on each node):")
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  HOST\tSEEN\tCPU TIME\tCORES USED\tALLOCATED\tMEM PEAK\tMEM LIMIT\tOOM KILLS\t")
+		for _, h := range r.Host {
+			used, alloc, peak, limit := "-", "-", "-", "-"
+			if h.UsedCores != nil {
+				used = fmt.Sprintf("%.2f", *h.UsedCores)
+			}
+			if h.AllocatedCores > 0 {
+				alloc = fmt.Sprintf("%.0f", h.AllocatedCores)
+			}
+			if h.MemPeakBytes > 0 {
+				peak = bytesIEC(h.MemPeakBytes)
+			}
+			if h.MemLimitBytes > 0 {
+				limit = bytesIEC(h.MemLimitBytes)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%.2fs\t%s\t%s\t%s\t%s\t%.0f\t\n", p(h.Host),
+				time.Duration(h.Seconds*float64(time.Second)).Round(time.Second), h.CPUSeconds, used, alloc, peak, limit, h.OOMKills)
+		}
+		tw.Flush()
 	}
 	if len(r.GPUs) > 0 {
 		fmt.Fprintln(w, "\nGPUs:")
@@ -149,7 +196,7 @@ func printJob(w io.Writer, r *query.JobReport) {
 			if g.MIGInstance != "" {
 				idx += "/mig" + g.MIGInstance
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%.1f%%\t%.1f%%\t%s\t%s\t\n", g.Host, idx, g.UUID,
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%.1f%%\t%.1f%%\t%s\t%s\t\n", p(g.Host), p(idx), p(g.UUID),
 				100*g.UtilMean, 100*g.UtilMax, bytesIEC(g.MemMeanBytes), bytesIEC(g.MemMaxBytes))
 		}
 		tw.Flush()
@@ -157,12 +204,28 @@ func printJob(w io.Writer, r *query.JobReport) {
 	if len(r.IdleGPUs) > 0 {
 		fmt.Fprintf(w, "\nidle allocated GPUs (%d):\n", len(r.IdleGPUs))
 		for _, g := range r.IdleGPUs {
-			fmt.Fprintf(w, "  %s GPU %s (%s)\n", g.Host, g.Index, g.UUID)
+			fmt.Fprintf(w, "  %s GPU %s (%s)\n", p(g.Host), p(g.Index), p(g.UUID))
 		}
 	}
 	printFuncs(w, fmt.Sprintf("top CPU functions (of %s CPU time)", seconds(r.CPUTotal)), r.TopCPU)
 	if r.GPUProfile != "" {
 		printFuncs(w, "top GPU kernels", r.TopKernels)
+	}
+}
+
+// printFindings is the report's first section, like jobstats' notes.
+func printFindings(w io.Writer, r *query.JobReport) {
+	if r.Findings == nil {
+		return // no Prometheus: the note above says so
+	}
+	if len(r.Findings) == 0 {
+		fmt.Fprintln(w, "\nfindings: none")
+		return
+	}
+	fmt.Fprintf(w, "\nfindings (%d):\n", len(r.Findings))
+	for _, f := range r.Findings {
+		fmt.Fprintf(w, "  %-8s %s: %s\n", strings.ToUpper(string(f.Severity)), f.Kind, printable.String(f.Summary, `""`))
+		fmt.Fprintf(w, "           %s\n", printable.String(f.Advice, ""))
 	}
 }
 
@@ -174,7 +237,7 @@ func printFuncs(w io.Writer, title string, fs []query.FuncStats) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  SELF\tTOTAL\tFUNCTION\t")
 	for _, f := range fs {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t\n", seconds(f.Self), seconds(f.Total), f.Name)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t\n", seconds(f.Self), seconds(f.Total), printable.String(f.Name, `""`))
 	}
 	tw.Flush()
 }

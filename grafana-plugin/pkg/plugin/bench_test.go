@@ -16,9 +16,9 @@ import (
 	"github.com/grafana/pyroscope/api/gen/proto/go/push/v1/pushv1connect"
 	typesv1 "github.com/grafana/pyroscope/api/gen/proto/go/types/v1"
 
-	"github.com/slurmscope/slurmscope/internal/testenv/pyrostandin"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
+	"github.com/slurmscope/slurmscope/internal/testenv/pyrostandin"
 	"github.com/slurmscope/slurmscope/schema"
 )
 

@@ -20,6 +20,7 @@ import (
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/filter"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/findings"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/promql"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -114,16 +115,31 @@ func (d *Datasource) scope(pc backend.PluginContext, f *filter.Filter) query.Sco
 		return s
 	}
 	s.Restricted = true
-	if u != nil {
-		s.Owner = u.Login
-	}
+	s.Owner = o.owner(u)
 	return s
+}
+
+// errAlertQuery refuses an alert rule's query while ownership is on.
+var errAlertQuery = errors.New("alert queries are refused while job ownership is on: Grafana evaluates alert rules as an org admin, " +
+	"so ownership cannot narrow them and every user's jobs would be visible to whoever writes the rule; " +
+	"an admin can allow them (allowAlertQueries in the datasource settings)")
+
+// fromAlert reports whether Grafana's alerting engine sent the request: it
+// sets the FromAlert header, which a browser's request cannot carry.
+func fromAlert(headers map[string]string) bool {
+	return headers[backend.FromAlertHeaderName] == "true"
 }
 
 // QueryData answers each query on its own: a failing query puts its error
 // in its own response and the others still answer.
 func (d *Datasource) QueryData(ctx context.Context, req *backend.QueryDataRequest) (*backend.QueryDataResponse, error) {
 	resp := backend.NewQueryDataResponse()
+	if o := d.settings.Ownership; o.Enabled && !o.AllowAlertQueries && fromAlert(req.Headers) {
+		for _, q := range req.Queries {
+			resp.Responses[q.RefID] = backend.ErrDataResponseWithSource(backend.StatusForbidden, backend.ErrorSourcePlugin, errAlertQuery.Error())
+		}
+		return resp, nil
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, q := range req.Queries {
@@ -250,7 +266,7 @@ func (d *Datasource) run(ctx context.Context, scope query.Scope, m Model, r quer
 		if err != nil {
 			return nil, badRequest{err}
 		}
-		if err := d.configErr(rank != query.ByGPUUtilization, rank == query.ByGPUUtilization); err != nil {
+		if err := d.configErr(!rank.FromMetrics(), rank.FromMetrics()); err != nil {
 			return nil, err
 		}
 		limit := m.Limit
@@ -275,9 +291,28 @@ func (d *Datasource) run(ctx context.Context, scope query.Scope, m Model, r quer
 			return nil, err
 		}
 		return data.Frames{valuesFrame(as[0].Name, vs)}, nil
+	case TypeFindings:
+		kind, err := findings.ParseKind(m.Finding)
+		if err != nil {
+			return nil, badRequest{err}
+		}
+		if m.Format != "" && m.Format != FormatTable && m.Format != FormatNumeric {
+			return nil, badRequest{fmt.Errorf("format %q: want %s or %s", m.Format, FormatTable, FormatNumeric)}
+		}
+		if err := d.configErr(false, true); err != nil {
+			return nil, err
+		}
+		fs, err := d.engine.Findings(ctx, scope, r, kind)
+		if err != nil {
+			return nil, err
+		}
+		if m.Format == FormatNumeric {
+			return findingNumbers(fs), nil
+		}
+		return data.Frames{findingsFrame(fs)}, nil
 	}
-	return nil, badRequest{fmt.Errorf("unknown queryType %q: want %s, %s, %s, %s or %s", m.QueryType,
-		TypeFlamegraph, TypeProfileSeries, TypeGPUMetric, TypeTopEntities, TypeAttributeValues)}
+	return nil, badRequest{fmt.Errorf("unknown queryType %q: want %s, %s, %s, %s, %s or %s", m.QueryType,
+		TypeFlamegraph, TypeProfileSeries, TypeGPUMetric, TypeTopEntities, TypeAttributeValues, TypeFindings)}
 }
 
 func gpuQuery(m Model) (query.GPUQuery, error) {
@@ -366,8 +401,15 @@ func (d *Datasource) CheckHealth(ctx context.Context, _ *backend.CheckHealthRequ
 		return &backend.CheckHealthResult{Status: backend.HealthStatusError,
 			Message: "Neither a Pyroscope URL nor a Prometheus URL is configured"}, nil
 	}
-	if o := d.settings.Ownership; o.Enabled && len(o.AllowTeams) > 0 {
-		msgs = append(msgs, "Note: team allow-lists are not enforced (Grafana does not tell plugins a user's teams); list users instead")
+	if o := d.settings.Ownership; o.Enabled {
+		if len(o.AllowTeams) > 0 {
+			msgs = append(msgs, "Note: team allow-lists are not enforced (Grafana does not tell plugins a user's teams); list users instead")
+		}
+		if o.AllowAlertQueries {
+			msgs = append(msgs, "Note: alert rules may query this datasource, and see every user's jobs: Grafana evaluates them as an org admin")
+		} else {
+			msgs = append(msgs, "Note: alert rules cannot query this datasource while job ownership is on")
+		}
 	}
 	return &backend.CheckHealthResult{Status: status, Message: strings.Join(msgs, "; ")}, nil
 }

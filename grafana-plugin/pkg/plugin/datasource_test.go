@@ -125,6 +125,8 @@ func TestOwnershipIsEnforcedOnEveryCall(t *testing.T) {
 			dataQuery("C", Model{QueryType: TypeGPUMetric, Filter: escape, GroupBy: []string{"slurm.job.user"}}),
 			dataQuery("D", Model{QueryType: TypeAttributeValues, Filter: escape, Attribute: "slurm.job.id"}),
 			dataQuery("E", Model{QueryType: TypeTopEntities, Filter: escape, Entity: "slurm.job.user"}),
+			dataQuery("F", Model{QueryType: TypeFindings, Filter: escape}),
+			dataQuery("G", Model{QueryType: TypeTopEntities, Filter: escape, Entity: "slurm.job.user", RankBy: "wastedCoreHours"}),
 		}})
 		if err != nil {
 			t.Fatal(err)
@@ -177,7 +179,9 @@ func TestGarbageQueries(t *testing.T) {
 		`{"queryType":"gpuMetric","window":"-5m"}`, `{"queryType":"gpuMetric","aggregation":"median"}`,
 		`{"queryType":"topEntities","rankBy":"x"}`, `{"queryType":"topEntities","entity":"uid"}`,
 		`{"queryType":"attributeValues"}`, `{"queryType":"profileSeries","groupBy":["nope"]}`,
-		`{"filter":"slurm.job.id ==="}`, `{"filter":"\xff"}`, `{"limit":-3,"queryType":"topEntities"}`}
+		`{"filter":"slurm.job.id ==="}`, `{"filter":"\xff"}`, `{"limit":-3,"queryType":"topEntities"}`,
+		`{"queryType":"findings","finding":"slow"}`, `{"queryType":"findings","format":"csv"}`,
+		`{"queryType":"topEntities","rankBy":"wastedGPUHours","entity":"gpu.uuid"}`}
 	var qs []backend.DataQuery
 	for i, g := range garbage {
 		q := dataQuery(string(rune('a'+i)), nil)
@@ -410,6 +414,119 @@ func TestFanOutSettings(t *testing.T) {
 	for _, bad := range []string{`{"pyroscopeMaxQueryLength": "soon"}`, `{"pyroscopeMaxQueryLength": "10ms"}`, `{"maxCallsPerQuery": -1}`} {
 		if _, err := ParseSettings(backend.DataSourceInstanceSettings{JSONData: []byte(bad)}); err == nil {
 			t.Errorf("%s accepted", bad)
+		}
+	}
+}
+
+// Finding thresholds come from jsonData, reach the engine, and bad ones
+// fail the settings with the name of the setting.
+func TestFindingSettings(t *testing.T) {
+	s, err := ParseSettings(backend.DataSourceInstanceSettings{JSONData: []byte(`{"findings": {"cpuEfficiencyBelow": 0.7}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := s.engine()
+	if th := e.Thresholds.WithDefaults(); th.CPUEfficiencyBelow != 0.7 || th.MemoryUsedAbove != 0.9 {
+		t.Errorf("engine thresholds %+v", th)
+	}
+	for _, bad := range []string{`{"findings": {"gpuIdleBelow": 2}}`, `{"findings": {"memoryUsedBelow": 0.95}}`} {
+		_, err := ParseSettings(backend.DataSourceInstanceSettings{JSONData: []byte(bad)})
+		if err == nil || !strings.Contains(err.Error(), "findings") {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+}
+
+// Grafana evaluates alert rules as an org admin (its scheduler's
+// identity), so ownership cannot narrow them: with ownership on, a query
+// Grafana's alerting sends (the FromAlert header) is refused, before any
+// backend is asked, unless the admin allowed alert queries. Without
+// ownership alerts query as before.
+func TestAlertQueriesWithOwnership(t *testing.T) {
+	admin := backend.PluginContext{User: &backend.User{Login: "admin", Role: "Admin"}}
+	alertReq := func() *backend.QueryDataRequest {
+		return &backend.QueryDataRequest{PluginContext: admin, Headers: map[string]string{backend.FromAlertHeaderName: "true"},
+			Queries: []backend.DataQuery{dataQuery("A", Model{QueryType: TypeGPUMetric}), dataQuery("B", Model{QueryType: TypeFlamegraph})}}
+	}
+	allowed := owned
+	allowed.Ownership.AllowAlertQueries = true
+	for _, tc := range []struct {
+		name    string
+		set     Settings
+		refused bool
+	}{{"ownership on", owned, true}, {"ownership on, alerts allowed", allowed, false}, {"ownership off", Settings{}, false}} {
+		p, m := &fakeProfiles{}, &fakeMetrics{}
+		resp, err := NewWith(tc.set, p, m).QueryData(context.Background(), alertReq())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for ref, r := range resp.Responses {
+			if refused := r.Error != nil && r.Status == backend.StatusForbidden && strings.Contains(r.Error.Error(), "allowAlertQueries"); refused != tc.refused {
+				t.Errorf("%s: %s answered %v %v, want refused %v", tc.name, ref, r.Status, r.Error, tc.refused)
+			}
+		}
+		if asked := len(p.sels) + len(m.exprs); (asked == 0) != tc.refused {
+			t.Errorf("%s: %d backend calls", tc.name, asked)
+		}
+	}
+	// The same admin's query from a browser (no header) is answered.
+	req := alertReq()
+	req.Headers = nil
+	resp, _ := NewWith(owned, &fakeProfiles{}, &fakeMetrics{}).QueryData(context.Background(), req)
+	if r := resp.Responses["A"]; r.Error != nil {
+		t.Errorf("a dashboard query refused: %v", r.Error)
+	}
+}
+
+// The admin chooses which user field ownership matches: the login, or
+// the email address in one domain, whose local part is the Slurm user.
+func TestOwnershipMatchesEmail(t *testing.T) {
+	set := Settings{Ownership: Ownership{Enabled: true, MatchField: MatchEmail, EmailDomain: "uni.example"}}
+	for _, tc := range []struct {
+		user  backend.User
+		owner string // "" sees nothing
+	}{
+		{backend.User{Login: "mallory", Email: "bob@uni.example", Role: "Viewer"}, "bob"},
+		{backend.User{Login: "bob", Email: "bob@elsewhere.example", Role: "Viewer"}, ""},
+		{backend.User{Login: "bob", Email: "", Role: "Viewer"}, ""},
+		{backend.User{Login: "bob", Email: "@uni.example", Role: "Viewer"}, ""},
+		{backend.User{Login: "x", Email: "carol@UNI.example", Role: "Editor"}, "carol"},
+	} {
+		p := &fakeProfiles{}
+		resp, err := NewWith(set, p, &fakeMetrics{}).QueryData(context.Background(), &backend.QueryDataRequest{
+			PluginContext: backend.PluginContext{User: &tc.user}, Queries: []backend.DataQuery{dataQuery("A", Model{QueryType: TypeFlamegraph})}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := resp.Responses["A"]
+		if tc.owner == "" {
+			if r.Error == nil || len(p.sels) != 0 {
+				t.Errorf("%+v: answered (%v), asked %v", tc.user, r.Error, p.sels)
+			}
+			continue
+		}
+		want := schema.JobUser.Label + `="` + tc.owner + `"`
+		if r.Error != nil || len(p.sels) == 0 || !strings.Contains(p.sels[0], want) {
+			t.Errorf("%+v: %v, asked %v, want %s", tc.user, r.Error, p.sels, want)
+		}
+	}
+}
+
+func TestOwnershipSettings(t *testing.T) {
+	for js, ok := range map[string]bool{
+		`{"jobOwnership":{"enabled":true}}`:                                                  true,
+		`{"jobOwnership":{"enabled":true,"matchField":"login","allowAlertQueries":true}}`:    true,
+		`{"jobOwnership":{"enabled":true,"matchField":"email","emailDomain":"uni.example"}}`: true,
+		`{"jobOwnership":{"enabled":true,"matchField":"email"}}`:                             false,
+		`{"jobOwnership":{"enabled":true,"matchField":"email","emailDomain":"@x"}}`:          false,
+		`{"jobOwnership":{"enabled":true,"matchField":"uid"}}`:                               false,
+	} {
+		s, err := ParseSettings(backend.DataSourceInstanceSettings{JSONData: []byte(js)})
+		if (err == nil) != ok {
+			t.Errorf("%s: %+v, %v", js, s.Ownership, err)
+		}
+		if err == nil && s.Ownership.MatchField == "" {
+			t.Errorf("%s: no match field", js)
 		}
 	}
 }

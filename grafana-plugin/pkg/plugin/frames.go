@@ -6,7 +6,9 @@ import (
 	"github.com/grafana/grafana-plugin-sdk-go/data"
 
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/findings"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/flame"
+	"github.com/slurmscope/slurmscope/schema"
 )
 
 // seriesFrames returns one frame per series (Grafana's "timeseries-multi"
@@ -51,6 +53,70 @@ func rankedFrame(name, entity, unit string, rs []query.Ranked) *data.Frame {
 	f := data.NewFrame(name, data.NewField(entity, nil, names), v)
 	f.Meta = &data.FrameMeta{PreferredVisualization: data.VisTypeTable}
 	return f
+}
+
+// Findings table columns: the job's attributes by their dotted names, then
+// the finding.
+var findingColumns = []string{"severity", "finding", schema.JobID.Name, schema.JobUser.Name, schema.JobName.Name,
+	"summary", "advice", "value", "threshold"}
+
+// findingsFrame is one row per finding, the most severe first.
+func findingsFrame(fs []findings.Finding) *data.Frame {
+	str := func(get func(f findings.Finding) string) []string {
+		out := make([]string, len(fs))
+		for i, f := range fs {
+			out[i] = get(f)
+		}
+		return out
+	}
+	num := func(get func(f findings.Finding) float64) []float64 {
+		out := make([]float64, len(fs))
+		for i, f := range fs {
+			out[i] = get(f)
+		}
+		return out
+	}
+	c := findingColumns
+	f := data.NewFrame("findings",
+		data.NewField(c[0], nil, str(func(f findings.Finding) string { return string(f.Severity) })),
+		data.NewField(c[1], nil, str(func(f findings.Finding) string { return string(f.Kind) })),
+		data.NewField(c[2], nil, str(func(f findings.Finding) string { return f.JobID })),
+		data.NewField(c[3], nil, str(func(f findings.Finding) string { return f.User })),
+		data.NewField(c[4], nil, str(func(f findings.Finding) string { return f.Name })),
+		data.NewField(c[5], nil, str(func(f findings.Finding) string { return f.Summary })),
+		data.NewField(c[6], nil, str(func(f findings.Finding) string { return f.Advice })),
+		data.NewField(c[7], nil, num(func(f findings.Finding) float64 { return f.Value })),
+		data.NewField(c[8], nil, num(func(f findings.Finding) float64 { return f.Threshold })),
+	)
+	f.Meta = &data.FrameMeta{PreferredVisualization: data.VisTypeTable}
+	return f
+}
+
+// FindingLabels are the labels of a finding's number: alert rules name
+// them in their summaries ({{ index $labels "slurm.job.id" }}).
+var FindingLabels = []string{schema.JobID.Name, schema.JobUser.Name, schema.JobName.Name, "finding", "severity"}
+
+// findingNumbers are Grafana's "numeric-multi" frames, which alert rules
+// evaluate: one per finding, its value labelled by its job. No finding
+// gives one empty frame of the same type ("no data", not an error).
+func findingNumbers(fs []findings.Finding) data.Frames {
+	meta := func() *data.FrameMeta {
+		return &data.FrameMeta{Type: data.FrameTypeNumericMulti, TypeVersion: data.FrameTypeVersion{0, 1}}
+	}
+	if len(fs) == 0 {
+		f := data.NewFrame("findings", data.NewField("value", nil, []float64{}))
+		f.Meta = meta()
+		return data.Frames{f}
+	}
+	out := make(data.Frames, 0, len(fs))
+	for _, x := range fs {
+		l := data.Labels{FindingLabels[0]: x.JobID, FindingLabels[1]: x.User, FindingLabels[2]: x.Name,
+			FindingLabels[3]: string(x.Kind), FindingLabels[4]: string(x.Severity)}
+		f := data.NewFrame("findings", data.NewField("value", l, []float64{x.Value}))
+		f.Meta = meta()
+		out = append(out, f)
+	}
+	return out
 }
 
 // valuesFrame lists attribute values, as template variables read them

@@ -7,6 +7,7 @@ import (
 
 	"github.com/grafana/grafana-plugin-sdk-go/data"
 
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/findings"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/flame"
 )
 
@@ -45,5 +46,45 @@ func TestFlameFrame(t *testing.T) {
 		if _, ok := FromFrame(bad); ok {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+func TestFindingFrames(t *testing.T) {
+	fs := []findings.Finding{
+		{Kind: findings.OOMKilled, Severity: findings.Critical, JobID: "7", User: "bob", Name: "a\"b",
+			Summary: "2 processes OOM-killed", Advice: "ask for more", Value: 2},
+		{Kind: findings.CPUUnderused, Severity: findings.Warning, JobID: "9", User: "alice", Name: "train",
+			Summary: "used 1.9 of 16 cores (12%)", Advice: "ask for fewer", Value: 0.11875, Threshold: 0.5},
+	}
+	tab := findingsFrame(fs)
+	if tab.Meta.PreferredVisualization != data.VisTypeTable || tab.Rows() != 2 || len(tab.Fields) != len(findingColumns) {
+		t.Fatalf("table: %d rows, %d fields, meta %+v", tab.Rows(), len(tab.Fields), tab.Meta)
+	}
+	var row []string
+	for _, f := range tab.Fields {
+		row = append(row, fmt.Sprint(f.At(1)))
+	}
+	want := []string{"warning", "cpuUnderused", "9", "alice", "train", "used 1.9 of 16 cores (12%)", "ask for fewer", "0.11875", "0.5"}
+	if !reflect.DeepEqual(row, want) {
+		t.Errorf("row %q, want %q", row, want)
+	}
+	nums := findingNumbers(fs)
+	if len(nums) != 2 {
+		t.Fatalf("%d numeric frames", len(nums))
+	}
+	for i, f := range nums {
+		if f.Meta.Type != data.FrameTypeNumericMulti || len(f.Fields) != 1 || f.Fields[0].Len() != 1 || f.Fields[0].At(0) != fs[i].Value {
+			t.Errorf("frame %d: %+v", i, f)
+		}
+		l := f.Fields[0].Labels
+		if l["slurm.job.id"] != fs[i].JobID || l["finding"] != string(fs[i].Kind) || l["slurm.job.name"] != fs[i].Name || len(l) != len(FindingLabels) {
+			t.Errorf("frame %d labels %v", i, l)
+		}
+	}
+	if empty := findingNumbers(nil); len(empty) != 1 || empty[0].Meta.Type != data.FrameTypeNumericMulti || empty[0].Rows() != 0 {
+		t.Errorf("no findings: %+v", empty)
+	}
+	if empty := findingsFrame(nil); empty.Rows() != 0 || len(empty.Fields) != len(findingColumns) {
+		t.Errorf("no findings, table: %+v", empty)
 	}
 }

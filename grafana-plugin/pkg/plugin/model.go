@@ -18,6 +18,16 @@ const (
 	TypeGPUMetric       = "gpuMetric"
 	TypeTopEntities     = "topEntities"
 	TypeAttributeValues = "attributeValues"
+	TypeFindings        = "findings"
+)
+
+// Formats of a findings query.
+const (
+	// FormatTable is one row per finding, for dashboards.
+	FormatTable = "table"
+	// FormatNumeric is one number per finding, labelled by its job, for
+	// alert rules: the finding's value (see findings.Finding.Value).
+	FormatNumeric = "numeric"
 )
 
 // Model is a query's JSON model. Fields apply to the query types noted.
@@ -43,6 +53,9 @@ type Model struct {
 	Limit  int    `json:"limit"`
 	// attributeValues: the attribute whose values are listed.
 	Attribute string `json:"attribute"`
+	// findings: one kind ("" is every kind), as a table or numbers.
+	Finding string `json:"finding"`
+	Format  string `json:"format"`
 }
 
 // DefaultMaxNodes is Pyroscope's default max_flamegraph_nodes.

@@ -3,6 +3,7 @@ package plugin
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/grafana/grafana-plugin-sdk-go/backend"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/findings"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -35,6 +37,9 @@ type Settings struct {
 	// time chunks (default 1024); a query over it fails with a message
 	// saying so.
 	MaxCallsPerQuery int `json:"maxCallsPerQuery"`
+	// Findings are the thresholds findings are judged by; unset ones take
+	// their defaults (findings.Defaults).
+	Findings findings.Thresholds `json:"findings"`
 }
 
 // BackendSettings is one backend's connection.
@@ -50,13 +55,35 @@ type BackendSettings struct {
 	TLSWithCACert bool   `json:"tlsWithCACert"`
 }
 
-// Ownership is the opt-in "users see only their own jobs".
+// Ownership is the opt-in "users see only their own jobs". It is only as
+// strong as the identity Grafana gives the plugin: a local Grafana user
+// may change their own login and email, so it needs users from a source
+// they cannot change (LDAP, OAuth, an auth proxy).
 type Ownership struct {
 	Enabled bool `json:"enabled"`
 	// Users and Teams (logins, team names) see every job, like admins.
 	AllowUsers []string `json:"allowUsers"`
 	AllowTeams []string `json:"allowTeams"`
+	// MatchField is the Grafana user's field that must equal
+	// slurm.job.user: MatchLogin (the default) or MatchEmail.
+	MatchField string `json:"matchField"`
+	// EmailDomain is, with MatchEmail, the one domain whose addresses
+	// name Slurm users: bob@EmailDomain sees bob's jobs; an address
+	// elsewhere sees none.
+	EmailDomain string `json:"emailDomain"`
+	// AllowAlertQueries lets alert rules query while ownership is on.
+	// Grafana evaluates alert rules as an org admin, so ownership cannot
+	// narrow them: whoever may write an alert rule on this datasource
+	// then sees every user's jobs through it. Off, alert queries are
+	// refused.
+	AllowAlertQueries bool `json:"allowAlertQueries"`
 }
+
+// Ownership match fields.
+const (
+	MatchLogin = "login"
+	MatchEmail = "email"
+)
 
 // Secret keys in secureJsonData, per backend: "<backend><Key>", e.g.
 // pyroscopeBasicAuthPassword, prometheusBearerToken, pyroscopeTlsCACert.
@@ -92,13 +119,19 @@ func ParseSettings(s backend.DataSourceInstanceSettings) (Settings, error) {
 	case out.MaxCallsPerQuery < 0:
 		return Settings{}, fmt.Errorf("datasource settings: maxCallsPerQuery %d is negative", out.MaxCallsPerQuery)
 	}
+	if err := out.Findings.WithDefaults().Validate(); err != nil {
+		return Settings{}, fmt.Errorf("datasource settings: findings: %w", err)
+	}
+	if err := out.Ownership.check(); err != nil {
+		return Settings{}, fmt.Errorf("datasource settings: jobOwnership: %w", err)
+	}
 	return out, nil
 }
 
 // engine is the query engine these settings ask for, without backends.
 func (s Settings) engine() *query.Engine {
 	return &query.Engine{MaxQueryLength: time.Duration(s.PyroscopeMaxQueryLength),
-		Parallel: s.MaxConcurrentCalls, MaxCalls: s.MaxCallsPerQuery}
+		Parallel: s.MaxConcurrentCalls, MaxCalls: s.MaxCallsPerQuery, Thresholds: s.Findings}
 }
 
 // backendConfig builds one backend's client configuration; name is
@@ -131,4 +164,36 @@ func (s Settings) backendConfig(name string, b BackendSettings, secrets map[stri
 		c.TLS.ClientCert, c.TLS.ClientKey = secrets[name+keyClientCert], secrets[name+keyClientKey]
 	}
 	return c, nil
+}
+
+func (o *Ownership) check() error {
+	switch o.MatchField {
+	case "":
+		o.MatchField = MatchLogin
+	case MatchLogin:
+	case MatchEmail:
+		d := o.EmailDomain
+		if d == "" || strings.ContainsAny(d, "@ \t\n") || strings.HasPrefix(d, ".") {
+			return fmt.Errorf("matchField email needs emailDomain, the domain of the addresses that name Slurm users (e.g. uni.example), got %q", d)
+		}
+	default:
+		return fmt.Errorf("matchField %q: want %s or %s", o.MatchField, MatchLogin, MatchEmail)
+	}
+	return nil
+}
+
+// owner is the Slurm user a Grafana user is, by the configured field; ""
+// when the user has none (and then sees nothing).
+func (o Ownership) owner(u *backend.User) string {
+	if u == nil {
+		return ""
+	}
+	if o.MatchField != MatchEmail {
+		return u.Login
+	}
+	local, domain, ok := strings.Cut(u.Email, "@")
+	if !ok || local == "" || !strings.EqualFold(domain, o.EmailDomain) {
+		return ""
+	}
+	return local
 }

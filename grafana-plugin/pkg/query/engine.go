@@ -20,6 +20,7 @@ import (
 
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/filter"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/findings"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/flame"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/promql"
 	"github.com/slurmscope/slurmscope/schema"
@@ -58,6 +59,8 @@ type Engine struct {
 	// MaxCalls caps the Pyroscope calls of one query (selectors × time
 	// chunks, per profile type); 0 means DefaultMaxCalls.
 	MaxCalls int
+	// Thresholds judge findings; zero fields take findings.Defaults.
+	Thresholds findings.Thresholds
 }
 
 // The engine's defaults: Pyroscope's max_query_length, and a fan-out that
@@ -363,12 +366,16 @@ func (e *Engine) series(ctx context.Context, scope Scope, profileType string, gr
 	return m.series(), nil
 }
 
-// GPUQuery is a GPU metric query.
+// GPUQuery is a metric query (GPU or host metrics).
 type GPUQuery struct {
 	Metric  promql.Metric
 	Agg     promql.Agg
 	GroupBy []schema.Attribute
 	Window  time.Duration
+	// Rate is the window a counter's per-second rate is taken over;
+	// GPUMetric sets it for counters: Window, or the step and at least a
+	// minute (two samples at the agent's slowest scrape).
+	Rate time.Duration
 }
 
 // Expr is the PromQL of q under scope ("" if nothing can match).
@@ -377,13 +384,19 @@ func (e *Engine) Expr(scope Scope, q GPUQuery) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return promql.Build(promql.Query{Metric: q.Metric, Selectors: sels, Agg: q.Agg, GroupBy: wireLabels(q.GroupBy), Window: q.Window}), nil
+	return promql.Build(promql.Query{Metric: q.Metric, Selectors: sels, Agg: q.Agg, GroupBy: wireLabels(q.GroupBy), Window: q.Window, Rate: q.Rate}), nil
 }
 
 // GPUMetric evaluates a GPU metric over the range, one series per group.
 func (e *Engine) GPUMetric(ctx context.Context, scope Scope, q GPUQuery, r Range) ([]Series, error) {
 	if e.Metrics == nil {
 		return nil, ErrNoPrometheus
+	}
+	if q.Metric.Counter && q.Rate == 0 {
+		q.Rate = q.Window
+		if q.Rate == 0 {
+			q.Rate = max(r.Step, time.Minute)
+		}
 	}
 	expr, err := e.Expr(scope, q)
 	if err != nil || expr == "" {

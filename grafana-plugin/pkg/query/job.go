@@ -10,6 +10,7 @@ import (
 
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/filter"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/findings"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/flame"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/promql"
 	"github.com/slurmscope/slurmscope/schema"
@@ -17,10 +18,14 @@ import (
 
 // JobReport is what `slurmscope job` prints.
 type JobReport struct {
-	JobID      string      `json:"job_id"`
-	From       string      `json:"from"`
-	To         string      `json:"to"`
-	Nodes      []string    `json:"nodes"`
+	JobID string `json:"job_id"`
+	From  string `json:"from"`
+	To    string `json:"to"`
+	// Findings come first, as the report prints them.
+	Findings []findings.Finding `json:"findings"`
+	Nodes    []string           `json:"nodes"`
+	// Host is what the job's cgroup on each node says.
+	Host       []HostStats `json:"host"`
 	GPUs       []GPUStats  `json:"gpus"`
 	IdleGPUs   []GPUStats  `json:"idle_allocated_gpus"`
 	CPUTotal   int64       `json:"cpu_total_ns"`
@@ -41,6 +46,20 @@ type GPUStats struct {
 	UtilMax      float64 `json:"utilization_max"`
 	MemMeanBytes float64 `json:"memory_used_mean_bytes"`
 	MemMaxBytes  float64 `json:"memory_used_max_bytes"`
+}
+
+// HostStats is the job's cgroup on one node over the range.
+type HostStats struct {
+	Host string `json:"host"`
+	// Seconds is how long the job was seen there.
+	Seconds    float64 `json:"seconds"`
+	CPUSeconds float64 `json:"cpu_seconds"`
+	// UsedCores is omitted where the CPU time is not known.
+	UsedCores      *float64 `json:"used_cores,omitempty"`
+	AllocatedCores float64  `json:"allocated_cores,omitempty"`
+	MemPeakBytes   float64  `json:"memory_peak_bytes,omitempty"`
+	MemLimitBytes  float64  `json:"memory_limit_bytes,omitempty"`
+	OOMKills       float64  `json:"oom_kills"`
 }
 
 // FuncStats is a function's (or kernel's) share of a profile.
@@ -114,6 +133,24 @@ func (e *Engine) Job(ctx context.Context, jobID string, r Range) (*JobReport, er
 			gpus, err := e.jobGPUs(ctx, scope, r)
 			rep.GPUs = gpus
 			return err
+		})
+		run(func() error {
+			jobs, err := e.Usage(ctx, scope, r)
+			if err != nil {
+				return err
+			}
+			rep.Findings = append([]findings.Finding{}, e.evaluate(jobs, "")...) // [], not null: judged, none found
+			for _, j := range jobs {
+				for _, n := range j.Nodes {
+					h := HostStats{Host: n.Host, Seconds: n.Seconds, CPUSeconds: n.CPUSeconds, AllocatedCores: n.Cores,
+						MemPeakBytes: n.MemPeak, MemLimitBytes: n.MemLimit, OOMKills: n.OOMKills}
+					if n.HasCPU {
+						h.UsedCores = &n.UsedCores
+					}
+					rep.Host = append(rep.Host, h)
+				}
+			}
+			return nil
 		})
 	}
 	wg.Wait()

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/filter"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/findings"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/promql"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -18,26 +19,45 @@ const (
 	ByCPUTime        Rank = "cpuTime"        // CPU profile totals, ns
 	ByGPUTime        Rank = "gpuTime"        // GPU kernel profile totals, ns
 	ByGPUUtilization Rank = "gpuUtilization" // mean job GPU utilisation, ratio
+	// Allocated and left unused in the range (findings.Waste), hours.
+	ByWastedCoreHours Rank = "wastedCoreHours"
+	ByWastedGPUHours  Rank = "wastedGPUHours"
 )
+
+// Ranks lists every rank.
+var Ranks = []Rank{ByCPUTime, ByGPUTime, ByGPUUtilization, ByWastedCoreHours, ByWastedGPUHours}
 
 // ParseRank accepts the ranks above; "" is CPU time.
 func ParseRank(s string) (Rank, error) {
-	switch Rank(s) {
-	case "":
+	if s == "" {
 		return ByCPUTime, nil
-	case ByCPUTime, ByGPUTime, ByGPUUtilization:
+	}
+	if slices.Contains(Ranks, Rank(s)) {
 		return Rank(s), nil
 	}
-	return "", fmt.Errorf("rank %q: want cpuTime, gpuTime or gpuUtilization", s)
+	return "", fmt.Errorf("rank %q: want cpuTime, gpuTime, gpuUtilization, wastedCoreHours or wastedGPUHours", s)
 }
 
 // Unit is the Grafana unit of the rank's values.
 func (r Rank) Unit() string {
-	if r == ByGPUUtilization {
+	switch r {
+	case ByGPUUtilization:
 		return "percentunit"
+	case ByWastedCoreHours, ByWastedGPUHours:
+		return "h"
 	}
 	return "ns"
 }
+
+// FromMetrics says whether the rank is answered by Prometheus (else by
+// Pyroscope).
+func (r Rank) FromMetrics() bool {
+	return r == ByGPUUtilization || r == ByWastedCoreHours || r == ByWastedGPUHours
+}
+
+// wasteEntities are the attributes waste can be summed by: those of a
+// job's cgroup series.
+var wasteEntities = append([]schema.Attribute{schema.HostName}, schema.JobKey...)
 
 // Ranked is one entity and its value.
 type Ranked struct {
@@ -90,8 +110,33 @@ func (e *Engine) TopEntities(ctx context.Context, scope Scope, entity schema.Att
 				totals[p.Labels[entity.Label]] += s.V
 			}
 		}
+	case ByWastedCoreHours, ByWastedGPUHours:
+		if !slices.Contains(wasteEntities, entity) {
+			return nil, fmt.Errorf("rank %s sums jobs' waste by job, user, name or node, not by %s", rank, entity.Name)
+		}
+		jobs, err := e.Usage(ctx, scope, r)
+		if err != nil {
+			return nil, err
+		}
+		for _, j := range jobs {
+			for _, n := range j.Nodes {
+				// One node at a time, so that waste can be summed by node.
+				part := findings.Job{ID: j.ID, User: j.User, Name: j.Name, Nodes: []findings.Node{n}}
+				for _, g := range j.GPUs {
+					if g.Host == n.Host {
+						part.GPUs = append(part.GPUs, g)
+					}
+				}
+				core, gpu := findings.Waste(part, e.Thresholds)
+				v := core
+				if rank == ByWastedGPUHours {
+					v = gpu
+				}
+				totals[wasteKey(entity, j, n)] += v
+			}
+		}
 	default:
-		return nil, fmt.Errorf("rank %q: want cpuTime, gpuTime or gpuUtilization", rank)
+		return nil, fmt.Errorf("rank %q: want cpuTime, gpuTime, gpuUtilization, wastedCoreHours or wastedGPUHours", rank)
 	}
 	out := make([]Ranked, 0, len(totals))
 	for v, t := range totals {
@@ -110,6 +155,18 @@ func (e *Engine) TopEntities(ctx context.Context, scope Scope, entity schema.Att
 		out = out[:limit]
 	}
 	return out, nil
+}
+
+func wasteKey(entity schema.Attribute, j findings.Job, n findings.Node) string {
+	switch entity {
+	case schema.HostName:
+		return n.Host
+	case schema.JobUser:
+		return j.User
+	case schema.JobName:
+		return j.Name
+	}
+	return j.ID
 }
 
 func mustMetric(name string) promql.Metric {

@@ -481,3 +481,21 @@ func TestPushInvalidUTF8(t *testing.T) {
 		}
 	}
 }
+
+// The agent reads a server's clock from its responses' Date headers (to
+// drop what its ingestion window no longer takes): the stand-in's answers,
+// push and query, errors and refusals included, carry its own clock's.
+func TestDateIsTheServersClock(t *testing.T) {
+	srv := httptest.NewServer(New(WithClock(func() time.Time { return now })).Handler())
+	defer srv.Close()
+	for _, path := range []string{"/push.v1.PusherService/Push", "/querier.v1.QuerierService/LabelNames"} {
+		resp, err := http.Post(srv.URL+path, "application/json", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got, want := resp.Header.Get("Date"), now.Format(http.TimeFormat); got != want {
+			t.Errorf("%s: Date %q, want %q (the stand-in's clock, not the host's)", path, got, want)
+		}
+	}
+}

@@ -243,6 +243,10 @@ func (s *Server) gate(next http.Handler) http.Handler {
 		mode := s.mode
 		s.attempts++
 		s.mu.Unlock()
+		// A real server's Date is its own clock, which the agent reads to
+		// see how far the node's clock is off; net/http would send the
+		// host's time, so the stand-in sends its clock's (WithClock).
+		w.Header().Set("Date", s.limits.now().UTC().Format(http.TimeFormat))
 		switch mode {
 		case Down, Status503:
 			// What a load balancer says: plain text, no Connect error body.

@@ -20,6 +20,10 @@ type Job struct {
 	ID   string
 	Leaf string // .../job_<id>/step_0/user/task_0
 	base string
+	// Parent is the cgroup its slurmstepd.scope sits in, "/<slice>": the
+	// agent takes only that place for Slurm's with
+	// --slurm-cgroup-v2-parent (its default is slurmd's, /system.slice).
+	Parent string
 }
 
 // Create makes <cgroup2>/<slice>/slurmstepd.scope/job_<id>/step_0/user/task_0.
@@ -37,7 +41,7 @@ func Create(slice, jobID string) (*Job, error) {
 	if err := os.MkdirAll(leaf, 0o755); err != nil {
 		return nil, fmt.Errorf("simjob: %w", err)
 	}
-	return &Job{ID: jobID, Leaf: leaf, base: base}, nil
+	return &Job{ID: jobID, Leaf: leaf, base: base, Parent: "/" + strings.Trim(slice, "/")}, nil
 }
 
 // Add moves a process into the job.

@@ -46,12 +46,24 @@ func (c *Cluster) writeConfig() error {
 	w("ProctrackType=proctrack/cgroup")
 	w("TaskPlugin=task/cgroup")
 	w("SelectType=select/cons_tres")
-	w("SelectTypeParameters=CR_Core")
+	if c.opts.Constrain {
+		// Memory is a consumable resource only with CR_Core_Memory: then
+		// a job's --mem becomes its cgroup's limit.
+		w("SelectTypeParameters=CR_Core_Memory")
+	} else {
+		w("SelectTypeParameters=CR_Core")
+	}
 	// Contain creates the extern step, which real clusters mostly have.
 	w("PrologFlags=Contain")
 	// Several slurmds share this host's CPUs; take the configured counts.
 	w("SlurmdParameters=config_overrides")
-	w("JobAcctGatherType=jobacct_gather/none")
+	if c.opts.Constrain {
+		// jobacct_gather/cgroup is what makes Slurm create the v1
+		// cpuacct cgroups (a job's CPU time); production clusters run it.
+		w("JobAcctGatherType=jobacct_gather/cgroup")
+	} else {
+		w("JobAcctGatherType=jobacct_gather/none")
+	}
 	w("AccountingStorageType=accounting_storage/none")
 	w("JobCompType=jobcomp/none")
 	w("MpiDefault=none")
@@ -60,27 +72,84 @@ func (c *Cluster) writeConfig() error {
 	w("InactiveLimit=0")
 	w("KillWait=2")
 	w("MinJobAge=30")
+	if len(c.opts.GRES) > 0 {
+		w("GresTypes=gpu")
+	}
 	for i, n := range c.opts.Nodes {
-		w("NodeName=%s NodeHostname=%s NodeAddr=127.0.0.1 Port=%d CPUs=%d RealMemory=1000 State=UNKNOWN", n, c.host, ports[1+i], c.opts.CPUs)
+		w("NodeName=%s NodeHostname=%s NodeAddr=127.0.0.1 Port=%d CPUs=%d RealMemory=1000%s State=UNKNOWN", n, c.host, ports[1+i], c.opts.CPUs, gresCounts(c.opts.GRES, n))
 	}
 	w("PartitionName=%s Nodes=ALL Default=YES MaxTime=INFINITE State=UP", Partition)
 	if err := os.WriteFile(c.conf, []byte(b.String()), 0o644); err != nil {
 		return err
 	}
+	if err := os.WriteFile(filepath.Join(filepath.Dir(c.conf), "gres.conf"), []byte(gresConf(c.opts.GRES)), 0o644); err != nil {
+		return err
+	}
 	return os.WriteFile(filepath.Join(filepath.Dir(c.conf), "cgroup.conf"), []byte(c.cgroupConf()), 0o644)
 }
 
+// GRES is one GPU of a node in gres.conf: a whole GPU (one file, File=) or
+// a MIG instance (the parent GPU's file and the instance's capability
+// files, MultipleFiles=). Slurm numbers a node's records in the order
+// given here: that is the index scontrol prints as IDX.
+type GRES struct {
+	Node  string
+	Type  string // e.g. "h100", "3g.40gb"
+	Files []string
+}
+
+// gresCounts is the " Gres=gpu:<type>:<n>,..." of a NodeName line.
+func gresCounts(gres []GRES, node string) string {
+	var types []string
+	n := map[string]int{}
+	for _, g := range gres {
+		if g.Node != node {
+			continue
+		}
+		if n[g.Type] == 0 {
+			types = append(types, g.Type)
+		}
+		n[g.Type]++
+	}
+	if len(types) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, t := range types {
+		parts = append(parts, fmt.Sprintf("gpu:%s:%d", t, n[t]))
+	}
+	return " Gres=" + strings.Join(parts, ",")
+}
+
+func gresConf(gres []GRES) string {
+	var b strings.Builder
+	b.WriteString("# Written by slurmscope internal/testenv/slurmtest.\n")
+	for _, g := range gres {
+		key := "File"
+		if len(g.Files) > 1 {
+			key = "MultipleFiles"
+		}
+		fmt.Fprintf(&b, "NodeName=%s Name=gpu Type=%s %s=%s\n", g.Node, g.Type, key, strings.Join(g.Files, ","))
+	}
+	return b.String()
+}
+
 func (c *Cluster) cgroupConf() string {
+	// No memory limits unless asked for, which a small CI VM could trip
+	// over.
+	constrain := "no"
+	if c.opts.Constrain {
+		constrain = "yes"
+	}
 	if c.opts.Mode == V1 {
 		// ConstrainDevices gives the devices controller per-task
-		// directories (task_<n>); no memory limits, which a small CI VM
-		// could trip over.
+		// directories (task_<n>).
 		return "# Written by slurmscope internal/testenv/slurmtest.\n" +
 			"CgroupPlugin=cgroup/v1\n" +
 			"CgroupAutomount=no\n" +
 			"CgroupMountpoint=" + c.opts.CgroupRoot + "\n" +
-			"ConstrainCores=no\n" +
-			"ConstrainRAMSpace=no\n" +
+			"ConstrainCores=" + constrain + "\n" +
+			"ConstrainRAMSpace=" + constrain + "\n" +
 			"ConstrainDevices=yes\n"
 	}
 	// No systemd here, so slurmd makes its scope itself (IgnoreSystemd).
@@ -91,8 +160,8 @@ func (c *Cluster) cgroupConf() string {
 		"CgroupAutomount=no\n" +
 		"CgroupMountpoint=" + c.cg2Mount + "\n" +
 		"IgnoreSystemd=yes\n" +
-		"ConstrainCores=no\n" +
-		"ConstrainRAMSpace=no\n" +
+		"ConstrainCores=" + constrain + "\n" +
+		"ConstrainRAMSpace=" + constrain + "\n" +
 		"ConstrainDevices=yes\n"
 }
 

@@ -33,6 +33,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -94,10 +95,18 @@ type Options struct {
 	// ShimSource is the path of internal/testenv/cgv2shim/cgv2shim.c. Default: found
 	// relative to this source file's package in the module.
 	ShimSource string
+	// Constrain makes task/cgroup confine each job to the CPUs and memory
+	// it was allocated (cgroup.conf ConstrainCores=yes, ConstrainRAMSpace=yes),
+	// as production clusters do; a job's --mem is then its memory limit.
+	// With V2 it needs the cpuset and memory controllers in the unified
+	// hierarchy, which a hybrid host does not have (see CanConstrain).
+	Constrain bool
 	// Log receives progress lines. Default io.Discard.
 	Log io.Writer
 	// StartTimeout bounds each wait during Start. Default 30s.
 	StartTimeout time.Duration
+	// GRES are GPU records for gres.conf; see GRES. None by default.
+	GRES []GRES
 }
 
 // Cluster is a running local SLURM.
@@ -154,6 +163,9 @@ type daemon struct {
 func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	if o.Mode != V1 && o.Mode != V2 {
 		return nil, fmt.Errorf("slurmtest: Options.Mode must be V1 or V2, got %v", o.Mode)
+	}
+	if o.Constrain && !CanConstrain(o.Mode) {
+		return nil, fmt.Errorf("slurmtest: Options.Constrain with %s needs the cpuset and memory controllers there, which this host does not have", o.Mode)
 	}
 	if o.WorkDir == "" {
 		return nil, errors.New("slurmtest: Options.WorkDir is required")
@@ -282,6 +294,28 @@ func CheckPrerequisites(mode Mode) error {
 		return fmt.Errorf("slurmtest: prerequisites for %s missing: %s (Debian: apt-get install slurm-wlm munge gcc)", mode, strings.Join(missing, "; "))
 	}
 	return nil
+}
+
+// CanConstrain reports whether this host lets Slurm constrain jobs' CPUs
+// and memory under mode: v1 with its cpuset and memory controllers mounted,
+// v2 with both in the unified hierarchy's cgroup.controllers.
+func CanConstrain(mode Mode) bool {
+	m, err := cgroupMounts()
+	if err != nil {
+		return false
+	}
+	if mode == V1 {
+		return m.v1["cpuset"] != "" && m.v1["memory"] != ""
+	}
+	if m.v2 == "" {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join(m.v2, "cgroup.controllers"))
+	if err != nil {
+		return false
+	}
+	ctl := strings.Fields(string(b))
+	return slices.Contains(ctl, "cpuset") && slices.Contains(ctl, "memory")
 }
 
 // NodeNames returns the SLURM node names, one slurmd each.

@@ -109,7 +109,7 @@ func bench(duration, interval time.Duration, rate int) error {
 	out := filepath.Join(work, "out")
 	metricsAddr := "127.0.0.1:19810"
 	a := exec.Command(agent, "run", "--output-dir", out, "--upload-interval", interval.String(),
-		"--sample-rate", strconv.Itoa(rate), "--metrics-addr", metricsAddr, "--node-name", "bench")
+		"--sample-rate", strconv.Itoa(rate), "--metrics-addr", metricsAddr, "--node-name", "bench", "--slurm-cgroup-v2-parent", job.Parent)
 	a.Stderr = os.Stderr
 	busy0, err := busyCPU()
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/slurmscope/slurmscope/agent/attribution"
+	"github.com/slurmscope/slurmscope/agent/cgroup"
 	"github.com/slurmscope/slurmscope/agent/cpu"
 	"github.com/slurmscope/slurmscope/agent/gpu"
 	"github.com/slurmscope/slurmscope/agent/gpu/gputest"
@@ -60,6 +63,9 @@ type job struct {
 type node struct {
 	name     string
 	procRoot string
+	// cgroups mirrors the jobs' cgroup directories, as slurmd makes them,
+	// owned by whoever runs the bench.
+	cgroups  *cgroup.Tree
 	scenario string
 	gpus     int
 	boot     time.Time
@@ -79,7 +85,8 @@ var jobNames = []string{"train-llama", "finetune-bert", "train-resnet", "eval", 
 
 func newNode(dir string, gpus int, seed uint64, start time.Time) (*node, error) {
 	n := &node{name: "node-0001", procRoot: filepath.Join(dir, "proc"), scenario: filepath.Join(dir, "scenario.json"),
-		gpus: gpus, boot: start.Add(-24 * time.Hour), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		cgroups: &cgroup.Tree{Root: filepath.Join(dir, "cgroup"), Owner: os.Getuid()},
+		gpus:    gpus, boot: start.Add(-24 * time.Hour), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		nextPID: 10000, nextJob: 700000, users: map[int]string{}, lastTick: start}
 	if err := os.MkdirAll(n.procRoot, 0o755); err != nil {
 		return nil, err
@@ -241,11 +248,15 @@ func (n *node) startJob(j *job, t time.Time) error {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
+		cg := fmt.Sprintf("system.slice/slurmstepd.scope/job_%s/step_%s/user/task_0", j.id, tk.step)
+		if err := os.MkdirAll(filepath.Join(n.cgroups.Root, "unified", cg), 0o755); err != nil {
+			return err
+		}
 		env := fmt.Sprintf("PATH=/usr/bin\x00SLURM_JOB_ID=%s\x00SLURM_JOB_NAME=%s\x00SLURM_JOB_ACCOUNT=%s\x00SLURM_JOB_PARTITION=gpu\x00%s=%s\x00%s=%s\x00",
 			j.id, j.name, j.account, gpu.EnvJobGPUs, strings.Join(idx, ","), gpu.EnvVisibleGPUs, strings.Join(vis, ","))
 		for name, body := range map[string]string{
 			"stat":    fmt.Sprintf("%d (%s) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 %d 0 0\n", tk.pid, tk.comm, tk.start),
-			"cgroup":  fmt.Sprintf("0::/system.slice/slurmstepd.scope/job_%s/step_%s/user/task_0\n", j.id, tk.step),
+			"cgroup":  "0::/" + cg + "\n",
 			"status":  fmt.Sprintf("Name:\t%s\nUid:\t%d\t%d\t%d\t%d\n", tk.comm, j.uid, j.uid, j.uid, j.uid),
 			"environ": env,
 		} {
@@ -255,6 +266,20 @@ func (n *node) startJob(j *job, t time.Time) error {
 		}
 	}
 	return nil
+}
+
+// Grant is Slurm's grant of the simulated jobs: their GPUs' device files.
+func (n *node) Grant(_ context.Context, j *attribution.Job, _ []gpu.DevNum) (map[gpu.DevNum]bool, string, bool, error) {
+	for _, sj := range n.jobs {
+		if sj.id == j.ID {
+			out := map[gpu.DevNum]bool{}
+			for _, g := range sj.gpus {
+				out[gputest.GPUDev(g)] = true
+			}
+			return out, "simulation", true, nil
+		}
+	}
+	return nil, "", false, nil
 }
 
 // writeScenario tells the NVML stand-in what the GPUs do now: busy ones

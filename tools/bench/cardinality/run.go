@@ -88,8 +88,9 @@ func run(c config, out io.Writer) error {
 	os.Setenv(gputest.EnvScenario, n.scenario)
 	quiet := slog.New(slog.DiscardHandler)
 	fs := procfs.New(n.procRoot)
-	res := attribution.New(attribution.Options{Proc: fs, Users: users.Passwd(n.users), HostName: n.name, Now: clk.Now})
-	coll, err := gpu.New(gpu.Options{LibraryPath: lib, HostName: n.name, Jobs: res, Proc: fs, Log: quiet, Now: clk.Now})
+	res := attribution.New(attribution.Options{Proc: fs, Users: users.Passwd(n.users), HostName: n.name, Now: clk.Now, Cgroups: n.cgroups})
+	coll, err := gpu.New(gpu.Options{LibraryPath: lib, HostName: n.name, Jobs: res, Proc: fs, Log: quiet, Now: clk.Now,
+		Grants: n, Devices: gpu.Devices{Root: "/dev", Lookup: gputest.Lookup}})
 	if err != nil {
 		return err
 	}

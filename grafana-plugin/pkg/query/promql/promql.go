@@ -40,9 +40,13 @@ func (l Level) String() string {
 type Metric struct {
 	Name  string
 	Level Level
-	Unit  string // Grafana unit id
+	// Unit is the Grafana unit id of what a query shows: for a counter,
+	// its per-second rate (bytes/s; CPU seconds per second are cores).
+	Unit string
 	// Agg is the aggregation that merges it across GPUs sensibly.
 	Agg Agg
+	// Counter metrics are shown as per-second rates.
+	Counter bool
 }
 
 // Metrics the query editor offers: the schema's metrics that have a merge
@@ -50,17 +54,29 @@ type Metric struct {
 var Metrics = func() []Metric {
 	var out []Metric
 	for _, m := range schema.Metrics {
-		if m.Merge == "" {
-			continue
+		if m.Merge != "" {
+			out = append(out, Of(m))
 		}
-		lv := GPU
-		if slices.Contains(m.Scopes(), schema.ScopeJob) {
-			lv = Job
-		}
-		out = append(out, Metric{Name: m.Name, Level: lv, Unit: grafanaUnit(m.Unit), Agg: Agg(m.Merge)})
 	}
 	return out
 }()
+
+// Of is the schema's metric m, as the engine queries it (also those the
+// editor does not offer).
+func Of(m schema.Metric) Metric {
+	lv := GPU
+	if slices.Contains(m.Scopes(), schema.ScopeJob) {
+		lv = Job
+	}
+	unit := grafanaUnit(m.Unit)
+	if m.Type == schema.Counter {
+		unit = "short" // cores, kills per second
+		if m.Unit == "bytes" {
+			unit = "Bps"
+		}
+	}
+	return Metric{Name: m.Name, Level: lv, Unit: unit, Agg: Agg(m.Merge), Counter: m.Type == schema.Counter}
+}
 
 // grafanaUnit maps a Prometheus base unit to Grafana's unit id.
 func grafanaUnit(u string) string {
@@ -136,6 +152,9 @@ type Query struct {
 	// Window, when set, reduces each series over the trailing window at
 	// every step (the average GPU utilisation over 30 minutes).
 	Window time.Duration
+	// Rate, when set, takes a counter's per-second rate over that window
+	// instead (Window is then not applied): CPU seconds become cores.
+	Rate time.Duration
 }
 
 // gpuJoin are the labels a GPU metric and the allocation share.
@@ -192,6 +211,9 @@ func (q Query) one(s filter.Selector) string {
 }
 
 func (q Query) window(expr string) string {
+	if q.Rate > 0 {
+		return fmt.Sprintf("rate(%s[%s])", expr, Duration(q.Rate))
+	}
 	if q.Window <= 0 {
 		return expr
 	}

@@ -42,6 +42,12 @@ func TestBuild(t *testing.T) {
 			`avg by (slurm_job_id) ((slurmscope_gpu_sm_active_ratio{host_name="n1"} * on (host_name, gpu_uuid, gpu_mig_instance) group_right () ` +
 				`max by (gpu_index, host_name, gpu_uuid, gpu_mig_instance, slurm_job_id, slurm_job_user, slurm_job_name) ` +
 				`(slurmscope_job_gpu_allocated{slurm_job_user="bob", host_name="n1"} == 1)))`},
+		{"a counter as a rate", Query{Metric: Of(schema.HostCPUUsage.Step), Agg: Sum, GroupBy: []string{schema.JobStep.Label}, Rate: time.Minute,
+			Selectors: []filter.Selector{sel(eq(schema.JobID, "7"))}},
+			`sum by (slurm_job_step) (rate(slurmscope_job_step_cpu_usage_seconds_total{slurm_job_id="7"}[60s]))`},
+		{"a metric the editor does not offer", Query{Metric: Of(schema.JobLastSeen), Agg: Min, GroupBy: []string{schema.JobID.Label}, Window: time.Hour,
+			Selectors: []filter.Selector{{}}},
+			`min by (slurm_job_id) (min_over_time(slurmscope_job_last_seen_timestamp_seconds[3600s]))`},
 	} {
 		if got := Build(tc.q); got != tc.want {
 			t.Errorf("%s:\n got %s\nwant %s", tc.name, got, tc.want)

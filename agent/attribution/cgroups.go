@@ -1,0 +1,37 @@
+package attribution
+
+import "sort"
+
+// JobCgroup is the cgroup directory Slurm made for a job of this node.
+type JobCgroup struct {
+	Job     *Job
+	Version int // 1 or 2
+	// Dir is the job's own directory (job_<id>, or its SLUID), relative
+	// to its hierarchy's mount, as its members' /proc/<pid>/cgroup gave it.
+	Dir string
+}
+
+// JobCgroups returns the cgroup directory of every job of this node that
+// has a live member, from the paths its members were attributed by. It
+// reads nothing, and holds the lock only to copy.
+func (r *Resolver) JobCgroups() []JobCgroup {
+	r.mu.RLock()
+	var out []JobCgroup
+	for _, j := range r.jobs {
+		best, dir, version := -1, "", 0
+		for pid, m := range j.members {
+			if m.foreign || (best >= 0 && pid > best) {
+				continue
+			}
+			if d := m.loc.JobDir(); d != "" {
+				best, dir, version = pid, d, m.loc.Version
+			}
+		}
+		if dir != "" {
+			out = append(out, JobCgroup{Job: j.snap.Load(), Version: version, Dir: dir})
+		}
+	}
+	r.mu.RUnlock()
+	sort.Slice(out, func(a, b int) bool { return out[a].Dir < out[b].Dir })
+	return out
+}

@@ -1,0 +1,24 @@
+package printable
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestString(t *testing.T) {
+	for in, want := range map[string]string{
+		"a b": "a b", "x\ny": `x\ny`, "\x1b[31m": `\x1b[31m`, "✓": "✓", "\xff": `\xff`, `a\b`: `a\\b`, "": "-",
+		"tab\there": `tab\there`, "bell\a": `bell\a`, "\u202eevil": `\u202eevil`, "\u0085next": `\u0085next`,
+		"ok (1.0)": "ok (1.0)", "C1 \u009b[2J": `C1 \u009b[2J`,
+	} {
+		if got := String(in, "-"); got != want {
+			t.Errorf("String(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestLines(t *testing.T) {
+	if got := Lines("1:2: bad\n\x1b]0;x\x07"); !slices.Equal(got, []string{"1:2: bad", `\x1b]0;x\a`}) {
+		t.Errorf("Lines = %q", got)
+	}
+}
