@@ -79,8 +79,8 @@ func pythonJobs(py interp, b stackBins, all bool) []*stackJob {
 		return jobs
 	}
 	return append(jobs,
-		&stackJob{name: py.name + "/threads", argv: []string{py.path, pyWorkload("threads.py"), "1.5"}, check: checkPyThreads},
-		&stackJob{name: py.name + "/recursion", argv: []string{py.path, pyWorkload("recurse.py"), "1"}, check: checkPyRecursion},
+		&stackJob{name: py.name + "/threads", argv: []string{py.path, pyWorkload("threads.py"), "1"}, check: checkPyThreads},
+		&stackJob{name: py.name + "/recursion", argv: []string{py.path, pyWorkload("recurse.py"), "0.7"}, check: checkPyRecursion},
 		&stackJob{name: py.name + "/asyncio", argv: []string{py.path, pyWorkload("asyncio_prog.py"), "1"}, check: checkPyAsyncio},
 		// About 0.15 s of CPU each: the 16 workers live about 1.5 s
 		// (more on a loaded host).
