@@ -414,8 +414,10 @@ func running(ss []sample, file string) []sample {
 // checkPySplit: a 70/30 split between two pure-Python functions, within 5
 // points, with at least 90% of the script's samples under them, at the
 // right file and lines, under main and <module>.
-func checkPySplit(t *testing.T, ss []sample) {
-	script := pyWorkload("split.py")
+func checkPySplit(t *testing.T, ss []sample) { checkPySplitOf(t, ss, pyWorkload("split.py")) }
+
+// checkPySplitOf is checkPySplit of a copy of split.py at script.
+func checkPySplitOf(t *testing.T, ss []sample, script string) {
 	defs := defLines(t, script)
 	run := running(ss, script)
 	var a, b, bad int64
