@@ -114,8 +114,25 @@ export interface SlurmOptions extends DataSourceJsonData {
     /** Alert rules may query (and see every job: Grafana evaluates them as an org admin). */
     allowAlertQueries?: boolean;
   };
-  /** Finding thresholds (Go: findings.Thresholds); unset ones take the backend's defaults. Set by provisioning. */
-  findings?: Partial<Record<string, number>>;
+  /** Pyroscope's max_query_length, a Prometheus duration ("24h", "1d"); longer ranges go in chunks of it. */
+  pyroscopeMaxQueryLength?: string;
+  /** Backend calls one query has in flight. */
+  maxConcurrentCalls?: number;
+  /** Pyroscope calls one query may make (selectors × time chunks). */
+  maxCallsPerQuery?: number;
+  /** Finding thresholds; unset ones take the backend's defaults. */
+  findings?: FindingThresholds;
+}
+
+/** Shares in (0, 1] that findings are judged by (Go: findings.Thresholds). */
+export interface FindingThresholds {
+  cpuEfficiencyBelow?: number;
+  memoryUsedBelow?: number;
+  memoryUsedAbove?: number;
+  gpuIdleBelow?: number;
+  gpuMemoryUsedBelow?: number;
+  gpuUtilizationBelow?: number;
+  cpuSaturatedAbove?: number;
 }
 
 /** secureJsonData keys, per backend: `${backend}${SecretKey}` (Go: settings.go). */

@@ -308,6 +308,117 @@ describe('ConfigEditor', () => {
     expect(own.queryByLabelText(lbl('Email domain'))).not.toBeInTheDocument();
   });
 
+  it('query limits: typed values go to jsonData, clearing removes the key', async () => {
+    const { user, latest } = setup(baseOptions({ jsonData: { tenantId: 't', maxCallsPerQuery: 2048 } }));
+    const limits = within(section('Query limits'));
+    const length = limits.getByLabelText(lbl('Pyroscope max query length'));
+    const concurrent = limits.getByLabelText(lbl('Max concurrent calls'));
+    const calls = limits.getByLabelText(lbl('Max calls per query'));
+    // Placeholders are the backend's defaults; a stored value shows as itself.
+    expect(length).toHaveAttribute('placeholder', '24h');
+    expect(concurrent).toHaveAttribute('placeholder', '8');
+    expect(calls).toHaveValue('2048');
+    expect(limits.getByText(/queried in chunks of it/)).toBeInTheDocument();
+
+    await user.type(length, '1d12h');
+    await user.type(concurrent, '16');
+    expect(latest().jsonData).toEqual({
+      tenantId: 't',
+      maxCallsPerQuery: 2048,
+      pyroscopeMaxQueryLength: '1d12h',
+      maxConcurrentCalls: 16,
+    });
+
+    await user.clear(calls);
+    await user.clear(length);
+    expect(latest().jsonData).toEqual({ tenantId: 't', maxConcurrentCalls: 16 });
+    expect('pyroscopeMaxQueryLength' in latest().jsonData).toBe(false);
+  });
+
+  it('query limits: an invalid duration or count shows its error and is not stored', async () => {
+    const { user, latest } = setup();
+    const limits = within(section('Query limits'));
+    const length = limits.getByLabelText(lbl('Pyroscope max query length'));
+    // paste: one input event, so no valid prefix ('30m') is stored on the way.
+    await user.click(length);
+    await user.paste('30m1h');
+    expect(limits.getByText(/Must be a duration of at least 1s/)).toBeInTheDocument();
+    await user.clear(length);
+    await user.paste('500ms');
+    expect(limits.getByText(/Must be a duration of at least 1s/)).toBeInTheDocument();
+    await user.type(limits.getByLabelText(lbl('Max concurrent calls')), '0');
+    expect(limits.getByText('Must be a whole number greater than 0')).toBeInTheDocument();
+    expect(latest().jsonData).toEqual({});
+
+    await user.clear(length);
+    await user.paste('90m');
+    expect(limits.queryByText(/Must be a duration of at least 1s/)).not.toBeInTheDocument();
+    expect(latest().jsonData).toEqual({ pyroscopeMaxQueryLength: '90m' });
+  });
+
+  it('findings thresholds: percentages typed, ratios stored, clearing removes the key', async () => {
+    const initial = baseOptions({ jsonData: { findings: { gpuIdleBelow: 0.05 } } });
+    const { user, latest } = setup(initial);
+    const f = within(section('Findings thresholds'));
+    expect(f.getByLabelText(lbl('GPU idle below (%)'))).toHaveValue('5');
+    expect(f.getByLabelText(lbl('CPU efficiency below (%)'))).toHaveAttribute('placeholder', '50');
+    expect(f.getByLabelText(lbl('GPU idle below (%)'))).toHaveAttribute('placeholder', '1');
+    expect(f.getByText(/is a cpuUnderused finding\. Default 50%\./)).toBeInTheDocument();
+
+    await user.type(f.getByLabelText(lbl('CPU efficiency below (%)')), '29');
+    await user.type(f.getByLabelText(lbl('Memory used above (%)')), '95.5');
+    expect(latest().jsonData.findings).toEqual({ gpuIdleBelow: 0.05, cpuEfficiencyBelow: 0.29, memoryUsedAbove: 0.955 });
+
+    await user.clear(f.getByLabelText(lbl('GPU idle below (%)')));
+    expect(latest().jsonData.findings).toEqual({ cpuEfficiencyBelow: 0.29, memoryUsedAbove: 0.955 });
+    await user.clear(f.getByLabelText(lbl('CPU efficiency below (%)')));
+    await user.clear(f.getByLabelText(lbl('Memory used above (%)')));
+    expect(latest().jsonData).toEqual({});
+  });
+
+  it('findings thresholds: out of range, or memory used below not under above, shows errors', async () => {
+    const { user } = setup();
+    const f = within(section('Findings thresholds'));
+    await user.type(f.getByLabelText(lbl('GPU idle below (%)')), '101');
+    expect(f.getByText('Must be a percentage above 0 and at most 100')).toBeInTheDocument();
+    await user.clear(f.getByLabelText(lbl('GPU idle below (%)')));
+    expect(f.queryByText('Must be a percentage above 0 and at most 100')).not.toBeInTheDocument();
+
+    // Against the default memory used above, 90%.
+    await user.type(f.getByLabelText(lbl('Memory used below (%)')), '92');
+    expect(f.getByText('Must be under "memory used above" (90%)')).toBeInTheDocument();
+    expect(f.getByText('Must be over "memory used below" (92%)')).toBeInTheDocument();
+    await user.type(f.getByLabelText(lbl('Memory used above (%)')), '93');
+    expect(f.queryByText(/Must be under "memory used above"/)).not.toBeInTheDocument();
+  });
+
+  it.each([
+    ['Query limits', 'Pyroscope max query length', '1m1h', '2h'],
+    ['Query limits', 'Max calls per query', '-3', '3'],
+    ['Findings thresholds', 'CPU saturated above (%)', '0', '80'],
+    ['Findings thresholds', 'Memory used above (%)', '10', '30'],
+  ])('%s: an invalid %s (%j) fails the registered validator until fixed', async (name, label, bad, good) => {
+    let validator: (() => boolean | Promise<boolean>) | undefined;
+    const validation = {
+      registerValidation: (v: () => boolean | Promise<boolean>) => {
+        validator = v;
+        return () => {
+          validator = undefined;
+        };
+      },
+      validate: async () => true,
+      isValid: () => true,
+    } as unknown as NonNullable<Props['validation']>;
+    const { user } = setup(baseOptions({ url: 'http://pyroscope:4040' }), { validation });
+    const input = within(section(name)).getByLabelText(lbl(label));
+    expect(await validator?.()).toBe(true);
+    await user.type(input, bad);
+    expect(await validator?.()).toBe(false);
+    await user.clear(input);
+    await user.type(input, good);
+    expect(await validator?.()).toBe(true);
+  });
+
   it('registers a validator that fails while a URL is malformed', async () => {
     let validator: (() => boolean | Promise<boolean>) | undefined;
     const validation = {

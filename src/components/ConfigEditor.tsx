@@ -1,5 +1,6 @@
 // The datasource's settings page: one section per backend (Pyroscope for
-// profiles, Prometheus for GPU metrics), general settings and job ownership.
+// profiles, Prometheus for GPU metrics), general settings, job ownership,
+// query limits and findings thresholds.
 // jsonData mirrors pkg/plugin/settings.go; secrets go only to secureJsonData.
 import React, { ChangeEvent, ReactNode, useEffect, useId, useRef, useState } from 'react';
 
@@ -30,7 +31,7 @@ import {
   DEFAULT_TIMEOUT_SECONDS,
   Settings,
   normalizeList,
-  parseTimeout,
+  parsePositiveInt,
   resetSecret,
   setBackend,
   setJsonData,
@@ -38,6 +39,7 @@ import {
   setSecret,
   urlError,
 } from './config';
+import { LimitsSection } from './LimitsSection';
 
 export type Props = DataSourcePluginOptionsEditorProps<SlurmOptions, SlurmSecureOptions>;
 
@@ -60,12 +62,14 @@ const authOptions: Array<SelectableValue<AuthKind>> = [
 export function ConfigEditor({ options, onOptionsChange, validation }: Props) {
   const { jsonData } = options;
   const [timeoutText, setTimeoutText] = useState(jsonData.timeoutSeconds ? String(jsonData.timeoutSeconds) : '');
+  const [limitsInvalid, setLimitsInvalid] = useState(false);
   const id = useId();
 
-  const timeoutInvalid = parseTimeout(timeoutText) === null;
+  const timeoutInvalid = parsePositiveInt(timeoutText) === null;
   const own = jsonData.jobOwnership;
   const hasErrors =
     timeoutInvalid ||
+    limitsInvalid ||
     // The backend refuses email matching without the domain that names Slurm users.
     (!!own?.enabled && own.matchField === 'email' && !own.emailDomain) ||
     // Only malformed URLs block saving; an empty one just leaves that backend off.
@@ -81,7 +85,7 @@ export function ConfigEditor({ options, onOptionsChange, validation }: Props) {
   const onTimeout = (e: ChangeEvent<HTMLInputElement>) => {
     const text = e.currentTarget.value;
     setTimeoutText(text);
-    const n = parseTimeout(text);
+    const n = parsePositiveInt(text);
     if (n !== null) {
       onOptionsChange(setJsonData(options, { timeoutSeconds: n }));
     }
@@ -212,6 +216,8 @@ export function ConfigEditor({ options, onOptionsChange, validation }: Props) {
           </>
         )}
       </FieldSet>
+
+      <LimitsSection options={options} onOptionsChange={onOptionsChange} onInvalidChange={setLimitsInvalid} />
     </div>
   );
 }

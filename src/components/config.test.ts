@@ -2,11 +2,18 @@ import {
   Settings,
   isHttpUrl,
   normalizeList,
-  parseTimeout,
+  parseDurationMs,
+  parseMaxQueryLength,
+  parsePercent,
+  parsePositiveInt,
+  percentText,
   resetSecret,
   setBackend,
+  setLimit,
   setOwnership,
   setSecret,
+  setThreshold,
+  thresholdErrors,
   urlError,
 } from './config';
 
@@ -35,7 +42,7 @@ describe('isHttpUrl / urlError', () => {
   });
 });
 
-describe('parseTimeout', () => {
+describe('parsePositiveInt', () => {
   it.each([
     ['', undefined],
     ['  ', undefined],
@@ -48,7 +55,134 @@ describe('parseTimeout', () => {
     ['abc', null],
     ['99999999999999999999', null],
   ])('%j -> %s', (text, want) => {
-    expect(parseTimeout(text)).toBe(want);
+    expect(parsePositiveInt(text)).toBe(want);
+  });
+});
+
+describe('parseDurationMs', () => {
+  // Each as Go's model.ParseDuration (prometheus/common v0.73.1) answers it.
+  it.each([
+    ['24h', 86400000],
+    ['1d', 86400000],
+    ['90m', 5400000],
+    ['1h30m', 5400000],
+    ['01h', 3600000],
+    ['1y2w3d4h5m6s7ms', 33019506007],
+    ['0', 0],
+    ['0s', 0],
+    ['500ms', 500],
+    ['292y', 9208512000000],
+    // time.Duration's largest, 2^63-1 ns, and a millisecond more.
+    ['9223372036854ms', 9223372036854],
+    ['106751d23h47m16s854ms', 9223372036854],
+    ['106751d23h47m16s855ms', null],
+    ['9223372036855ms', null],
+    ['293y', null],
+    ['99999999999999999999999s', null],
+    ['', null],
+    ['00', null],
+    ['1', null],
+    ['h', null],
+    ['1m1h', null],
+    ['1h1h', null],
+    ['1.5h', null],
+    ['-1h', null],
+    ['1H', null],
+    ['1mo', null],
+    ['24 h', null],
+    ['1h ', null],
+    [' 1h', null],
+  ])('%j -> %s', (s, want) => {
+    expect(parseDurationMs(s)).toBe(want);
+  });
+});
+
+describe('parseMaxQueryLength', () => {
+  it.each([
+    ['', undefined],
+    ['  ', undefined],
+    ['24h', '24h'],
+    [' 1d ', '1d'],
+    ['1h30m', '1h30m'],
+    ['1s', '1s'],
+    // settings.go refuses a length under a second; 0 is not stored.
+    ['999ms', null],
+    ['0', null],
+    ['0s', null],
+    ['24', null],
+    ['1m1h', null],
+  ])('%j -> %s', (text, want) => {
+    expect(parseMaxQueryLength(text)).toBe(want);
+  });
+});
+
+describe('parsePercent / percentText', () => {
+  it.each([
+    ['', undefined],
+    ['50', 0.5],
+    [' 29 ', 0.29],
+    ['12.5', 0.125],
+    ['0.1', 0.001],
+    ['.5', 0.005],
+    ['7.', 0.07],
+    ['100', 1],
+    ['0', null],
+    ['0.0', null],
+    ['100.01', null],
+    ['-5', null],
+    ['1e1', null],
+    ['5%', null],
+    ['1,5', null],
+    ['abc', null],
+  ])('%j -> %s', (text, want) => {
+    expect(parsePercent(text)).toBe(want);
+  });
+
+  it.each([
+    [undefined, ''],
+    [0.29, '29'],
+    [0.125, '12.5'],
+    [0.01, '1'],
+    [0.001, '0.1'],
+    [1, '100'],
+    [1.5, '150'],
+  ])('%s shows as %j', (ratio, want) => {
+    expect(percentText(ratio)).toBe(want);
+  });
+});
+
+describe('thresholdErrors', () => {
+  it('accepts empty and in-range fields', () => {
+    expect(thresholdErrors({})).toEqual({});
+    expect(thresholdErrors({ cpuEfficiencyBelow: '', gpuIdleBelow: '5', memoryUsedAbove: '100' })).toEqual({});
+  });
+
+  it('flags each share out of (0, 100]', () => {
+    expect(thresholdErrors({ gpuIdleBelow: '0', cpuSaturatedAbove: '101', memoryUsedAbove: 'x' })).toEqual({
+      gpuIdleBelow: 'Must be a percentage above 0 and at most 100',
+      cpuSaturatedAbove: 'Must be a percentage above 0 and at most 100',
+      memoryUsedAbove: 'Must be a percentage above 0 and at most 100',
+    });
+  });
+
+  it('wants memory used below under memory used above, an unset one at its default (25%, 90%)', () => {
+    expect(thresholdErrors({ memoryUsedBelow: '50', memoryUsedAbove: '60' })).toEqual({});
+    expect(thresholdErrors({ memoryUsedBelow: '60', memoryUsedAbove: '60' })).toEqual({
+      memoryUsedBelow: 'Must be under "memory used above" (60%)',
+      memoryUsedAbove: 'Must be over "memory used below" (60%)',
+    });
+    expect(thresholdErrors({ memoryUsedBelow: '95' })).toEqual({
+      memoryUsedBelow: 'Must be under "memory used above" (90%)',
+      memoryUsedAbove: 'Must be over "memory used below" (95%)',
+    });
+    expect(thresholdErrors({ memoryUsedAbove: '20' })).toEqual({
+      memoryUsedBelow: 'Must be under "memory used above" (20%)',
+      memoryUsedAbove: 'Must be over "memory used below" (25%)',
+    });
+    // An invalid field is its own error, not the pair's.
+    expect(thresholdErrors({ memoryUsedBelow: '0', memoryUsedAbove: '20' })).toEqual({
+      memoryUsedBelow: 'Must be a percentage above 0 and at most 100',
+    });
   });
 });
 
@@ -74,6 +208,28 @@ describe('updates', () => {
       allowUsers: ['a'],
       allowTeams: ['t'],
     });
+  });
+
+  it('setLimit sets a key, and removes it for undefined', () => {
+    const o = opts({ jsonData: { tenantId: 't', maxCallsPerQuery: 5 } });
+    expect(setLimit(o, 'pyroscopeMaxQueryLength', '1d').jsonData).toEqual({
+      tenantId: 't',
+      maxCallsPerQuery: 5,
+      pyroscopeMaxQueryLength: '1d',
+    });
+    const n = setLimit(o, 'maxCallsPerQuery', undefined);
+    expect(n.jsonData).toEqual({ tenantId: 't' });
+    expect('maxCallsPerQuery' in n.jsonData).toBe(false);
+    expect(o.jsonData.maxCallsPerQuery).toBe(5);
+  });
+
+  it('setThreshold merges into findings and drops findings when the last one goes', () => {
+    const o = opts({ jsonData: { findings: { gpuIdleBelow: 0.05 } } });
+    const n = setThreshold(o, 'cpuEfficiencyBelow', 0.4);
+    expect(n.jsonData).toEqual({ findings: { gpuIdleBelow: 0.05, cpuEfficiencyBelow: 0.4 } });
+    expect(setThreshold(n, 'gpuIdleBelow', undefined).jsonData).toEqual({ findings: { cpuEfficiencyBelow: 0.4 } });
+    expect(setThreshold(o, 'gpuIdleBelow', undefined).jsonData).toEqual({});
+    expect(o.jsonData.findings).toEqual({ gpuIdleBelow: 0.05 });
   });
 
   it('setSecret and resetSecret touch only secureJsonData / secureJsonFields', () => {
