@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"runtime"
 	"sync"
@@ -332,9 +333,12 @@ func (w *Walker) unload(id procfs.ID, python bool) {
 	if w.loader != nil && w.loader.Loaded(id.PID, id.Start) {
 		w.loader.RemoveProcess(id.PID)
 	}
-	if python && w.tracker != nil {
-		if ns, ok := w.tracker.Start(uint32(id.PID)); ok && procfs.StartFromBoottime(ns) == id.Start {
-			w.tracker.Forget(uint32(id.PID), ns)
+	// The tracker keys processes as BPF does, by a 32-bit tgid; a pid
+	// out of that range is no process it knows.
+	if python && w.tracker != nil && id.PID > 0 && int64(id.PID) <= math.MaxUint32 {
+		pid := uint32(id.PID) // #nosec G115 -- range checked above
+		if ns, ok := w.tracker.Start(pid); ok && procfs.StartFromBoottime(ns) == id.Start {
+			w.tracker.Forget(pid, ns)
 		}
 	}
 }
