@@ -102,11 +102,14 @@ type declinedImage struct {
 
 // proc is what the Walker keeps of a profiled process.
 type proc struct {
-	id         procfs.ID
-	pyStart    uint64    // start_boottime (ns) as the tracker knows it; 0: none
-	pending    bool      // in the sync queue
-	synced     bool      // loaded at least once
-	lastSync   time.Time // when a sync was last queued
+	id       procfs.ID
+	pyStart  uint64    // start_boottime (ns) as the tracker knows it; 0: none
+	pending  bool      // in the sync queue
+	synced   bool      // loaded at least once
+	lastSync time.Time // when a sync was last queued
+	// syncMM is the address space (mm) of the announce that last queued a
+	// sync: an announce of another one (an exec since) queues at once.
+	syncMM     uint64
 	backoff    time.Duration
 	nextResync time.Time
 	dead       time.Time // when it was found gone; zero while it runs
@@ -447,9 +450,12 @@ func (w *Walker) handle(ev python.Event, now time.Time) {
 	w.m.announces++
 	p := w.procLocked(id)
 	queue := false
-	if ev.Flags&python.EventNative != 0 && w.loader != nil && !p.pending && now.Sub(p.lastSync) >= announceSync {
-		// No tables in BPF: new, or exec'd since it was loaded.
-		p.pending, p.lastSync, queue = true, now, true
+	if ev.Flags&python.EventNative != 0 && w.loader != nil && !p.pending && (now.Sub(p.lastSync) >= announceSync || ev.MM != p.syncMM) {
+		// No tables in BPF: new, or exec'd since it was loaded. An exec
+		// within the second (a job's fork, then exec of its program) must
+		// not wait out the limit: its first image's tables are of no use,
+		// and a short program would run its whole life unloaded.
+		p.pending, p.lastSync, p.syncMM, queue = true, now, ev.MM, true
 	}
 	if w.tracker != nil {
 		p.pyStart = ev.StartBoottime
