@@ -16,7 +16,7 @@ step() { printf '\n=== %s\n' "$*"; }
 step "generated eBPF objects are reproducible (clang-14)"
 agent/cpu/regen-check.sh
 agent/gputrace/regen-check.sh
-agent/python/walktest/regen-check.sh
+agent/stackwalk/regen-check.sh
 agent/unwind/unwindtest/regen-check.sh
 
 step "go vet"

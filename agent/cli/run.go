@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,7 +35,9 @@ import (
 	"github.com/slurmscope/slurmscope/agent/slurm"
 	"github.com/slurmscope/slurmscope/agent/source"
 	"github.com/slurmscope/slurmscope/agent/spool"
+	"github.com/slurmscope/slurmscope/agent/stackwalk"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
+	"github.com/slurmscope/slurmscope/agent/unwind"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -69,6 +72,9 @@ type runFlags struct {
 	rw             remotewrite.Config
 	rwSpoolDir     string
 	rwSpoolMax     int64
+	unwind         string
+	pythonFrames   bool
+	unwindBudget   int64
 }
 
 // profileKinds are the profile types the agent runs, each its own package
@@ -93,6 +99,9 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.interval, "upload-interval", 15*time.Second, "how often profiles are built and sent")
 	fs.DurationVar(&f.rescanInterval, "rescan-interval", time.Second, "how often new processes are attributed (short-lived processes need it shorter)")
 	fs.BoolVar(&f.allProcesses, "all-processes", false, "also profile processes that are in no job (labelled by executable)")
+	fs.StringVar(&f.unwind, "unwind", "auto", "user stacks: auto (from the .eh_frame unwind tables of each mapped file, frame pointers where a file has none; x86-64) or fp (frame pointers only)")
+	fs.BoolVar(&f.pythonFrames, "python-frames", true, "show the Python functions of CPython 3.9-3.13 processes in CPU and GPU stacks")
+	fs.Int64Var(&f.unwindBudget, "unwind-table-bytes", unwind.DefaultMaxTableBytes, "bound of the unwind tables in kernel memory; the least recently used are evicted past it (their frames fall back to frame pointers)")
 	fs.StringVar(&f.outputDir, "output-dir", "", "write profiles as DIR/<job id>/<type>-<unix>.pb.gz (default /var/lib/slurmscope/profiles when no --pyroscope-url)")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", DefaultMetricsAddr,
 		"address for /metrics; empty disables it. It names every user's jobs: serve it beyond this host (e.g. :9810) only behind --web.config.file's TLS and basic auth")
@@ -136,6 +145,14 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "run: %v\n", err)
 			return 2
 		}
+	}
+	if f.unwind != "auto" && f.unwind != "fp" {
+		fmt.Fprintf(stderr, "run: --unwind %q: want auto or fp\n", f.unwind)
+		return 2
+	}
+	if f.unwindBudget <= 0 {
+		fmt.Fprintln(stderr, "run: --unwind-table-bytes must be positive")
+		return 2
 	}
 	if f.interval < time.Second {
 		fmt.Fprintf(stderr, "run: --upload-interval %v is shorter than 1s\n", f.interval)
@@ -334,7 +351,34 @@ func newProfiler(f runFlags, res *attribution.Resolver, coll *gpu.Collector, reg
 		f.gpuKernels.Devices = coll.CUDADevice
 	}
 	proc := procfs.New(f.attr.procRoot)
-	env := source.Env{Proc: proc, SysRoot: f.sysRoot, ExcludePID: os.Getpid(), Reg: reg, Log: log}
+	// One stack capture for every source's probe: the unwind tables and
+	// the CPython state of the processes the agent profiles.
+	// A process the probes meet before a rescan is admitted at once, as a
+	// rescan would (the daemon exists once the sources do).
+	var d atomic.Pointer[daemon.Daemon]
+	sym := symbolize.New(symbolize.Options{Proc: proc})
+	walker, err := stackwalk.New(stackwalk.Options{Proc: proc, Tables: f.unwind == "auto", Python: f.pythonFrames,
+		Remapped:      sym.Refresh,
+		MaxTableBytes: f.unwindBudget, ExitGrace: 2*f.interval + time.Minute, Log: log,
+		Profiled: func(id procfs.ID) bool {
+			if dm := d.Load(); dm != nil {
+				return dm.Admit(id)
+			}
+			// Before the daemon starts: its first scan admits the process.
+			p, ok := res.Cached(id)
+			if !ok {
+				var err error
+				if p, err = res.Resolve(id.PID); err != nil {
+					return false
+				}
+			}
+			return p.ID == id && !p.Foreign && (p.InJob() || f.allProcesses)
+		}})
+	if err != nil {
+		return nil, fmt.Errorf("starting the stack unwinder (needs root, BTF, Linux 5.17 or later): %w", err)
+	}
+	p.closers = append(p.closers, walker.Close)
+	env := source.Env{Proc: proc, SysRoot: f.sysRoot, ExcludePID: os.Getpid(), Stacks: walker, Reg: reg, Log: log}
 	var sources []source.Source
 	var names []string
 	for _, k := range f.kinds {
@@ -353,8 +397,12 @@ func newProfiler(f runFlags, res *attribution.Resolver, coll *gpu.Collector, reg
 		names = append(names, s.Info().Name)
 	}
 	if len(sources) == 0 {
+		p.close()
 		return nil, nil
 	}
+	reg.MustRegister(walker.Collectors()...)
+	log.Info("capturing user stacks", "unwind", map[bool]string{true: "tables", false: "frame pointers"}[walker.Tables()],
+		"frame_pointers_because", walker.FramePointerReason(), "python_frames", walker.PythonFrames())
 	var sinks sink.Multi
 	if f.pyro.URL != "" {
 		client, err := pyroscope.NewClient(f.pyro)
@@ -382,9 +430,10 @@ func newProfiler(f runFlags, res *attribution.Resolver, coll *gpu.Collector, reg
 		}
 		sinks = append(sinks, &sink.Dir{Root: f.outputDir})
 	}
-	sym := symbolize.New(symbolize.Options{Proc: proc})
-	cfg := daemon.Config{Interval: f.interval, RescanInterval: f.rescanInterval, AllProcesses: f.allProcesses, Log: log}
+	cfg := daemon.Config{Interval: f.interval, RescanInterval: f.rescanInterval, AllProcesses: f.allProcesses, Log: log,
+		Watchers: []source.ProcessAttacher{walker}}
 	p.d = daemon.New(cfg, sources, sym, res, sinks)
+	d.Store(p.d)
 	reg.MustRegister(p.d.Collectors()...)
 	p.info = []any{"node", res.HostName(), "sources", names, "interval", f.interval,
 		"output_dir", f.outputDir, "pyroscope", f.pyro.URL}

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/slurmscope/slurmscope/agent/promschema"
+	"github.com/slurmscope/slurmscope/agent/python"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -12,6 +13,7 @@ type metrics struct {
 	unattributed *prometheus.CounterVec
 	lost         *prometheus.CounterVec
 	cpus         prometheus.Gauge
+	pyWalks      *prometheus.CounterVec
 }
 
 func newMetrics() metrics {
@@ -20,12 +22,15 @@ func newMetrics() metrics {
 		unattributed: promschema.CounterVec(schema.AgentCPUSamplesUnattributed),
 		lost:         promschema.CounterVec(schema.AgentCPUSamplesLost),
 		cpus:         promschema.Gauge(schema.AgentSampledCPUs),
+		pyWalks:      promschema.CounterVec(schema.AgentPythonWalks),
 	}
 }
 
 // own are the metrics the source exports itself; the daemon exports
 // samples and unattributed (source.Info).
-func (m metrics) own() []prometheus.Collector { return []prometheus.Collector{m.lost, m.cpus} }
+func (m metrics) own() []prometheus.Collector {
+	return []prometheus.Collector{m.lost, m.cpus, m.pyWalks}
+}
 
 // observe turns the sampler's running totals into counter increments.
 func (m metrics) observe(prev, cur Stats) {
@@ -37,6 +42,12 @@ func (m metrics) observe(prev, cur Stats) {
 	add("map_full", prev.LostMapFull, cur.LostMapFull)
 	add("stack_error", prev.KernelStackErrors+prev.UserStackErrors, cur.KernelStackErrors+cur.UserStackErrors)
 	add("stack_map_full", prev.KernelStackMapFull+prev.UserStackMapFull, cur.KernelStackMapFull+cur.UserStackMapFull)
+	add("python_stack_map_full", prev.PythonStackMapFull, cur.PythonStackMapFull)
+	for i := range cur.PythonWalks {
+		if c, p := cur.PythonWalks[i], prev.PythonWalks[i]; c > p && python.Status(i) != python.StatusNotPython {
+			m.pyWalks.WithLabelValues(python.Status(i).String()).Add(float64(c - p))
+		}
+	}
 	m.cpus.Set(float64(cur.AttachedCPUs))
 }
 

@@ -29,7 +29,7 @@ func TestSourceSamples(t *testing.T) {
 	p := procfs.ID{PID: 7, Start: 99}
 	d := &fakeDrainer{samples: []Sample{{Proc: p, Kernel: []uint64{1}, User: []uint64{2, 3}, Count: 4}},
 		stats: []Stats{{AttachedCPUs: 2}, {AttachedCPUs: 2}, {AttachedCPUs: 2}}}
-	s := NewSource(d, 100)
+	s := NewSource(d, 100, nil)
 	if info := s.Info(); info.Period != 1e7 || info.Type.Name != "process_cpu" || info.Counted != 0 {
 		t.Errorf("info %+v", info)
 	}

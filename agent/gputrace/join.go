@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/agent/python"
 )
 
 // The joiner matches launch events (stack, correlation id) with completed
@@ -57,6 +58,8 @@ type stackTable struct {
 type stackSlot struct {
 	key    string
 	frames []uint64
+	py     []python.Frame // the launching thread's Python frames, if any
+	pyCut  bool           // py was cut at its outer end
 	refs   int
 }
 
@@ -64,20 +67,40 @@ func newStackTable() *stackTable {
 	return &stackTable{ids: map[string]stackID{}, slots: make([]stackSlot, 1)}
 }
 
-func (t *stackTable) intern(frames []uint64) stackID {
+func (t *stackTable) intern(frames []uint64, py []python.Frame, pyCut bool) stackID {
 	if len(frames) == 0 {
 		return noStack
 	}
-	buf := make([]byte, 8*len(frames))
+	buf := make([]byte, 8*len(frames), 8*len(frames)+1)
 	for i, pc := range frames {
 		binary.LittleEndian.PutUint64(buf[8*i:], pc)
+	}
+	// The Python frames are part of the stack's identity: one native
+	// stack (the eval loop) runs many Python ones.
+	if len(py) > 0 {
+		buf = append(buf, 0xff)
+		if pyCut {
+			buf = append(buf, 1)
+		}
+		for _, f := range py {
+			buf = binary.AppendUvarint(buf, uint64(len(f.Function)))
+			buf = append(buf, f.Function...)
+			buf = binary.AppendUvarint(buf, uint64(len(f.File)))
+			buf = append(buf, f.File...)
+			buf = binary.AppendVarint(buf, int64(f.Line))
+			if f.Entry {
+				buf = append(buf, 1)
+			} else {
+				buf = append(buf, 0)
+			}
+		}
 	}
 	key := string(buf)
 	if id, ok := t.ids[key]; ok {
 		t.slots[id].refs++
 		return id
 	}
-	s := stackSlot{key: key, frames: slices.Clone(frames), refs: 1}
+	s := stackSlot{key: key, frames: slices.Clone(frames), py: slices.Clone(py), pyCut: pyCut, refs: 1}
 	var id stackID
 	if n := len(t.free); n > 0 {
 		id = t.free[n-1]
@@ -110,8 +133,11 @@ func (t *stackTable) unref(id stackID) {
 }
 
 func (t *stackTable) frames(id stackID) []uint64 { return t.slots[id].frames }
-func (t *stackTable) key(id stackID) string      { return t.slots[id].key }
-func (t *stackTable) live() int                  { return len(t.ids) }
+func (t *stackTable) python(id stackID) ([]python.Frame, bool) {
+	return t.slots[id].py, t.slots[id].pyCut
+}
+func (t *stackTable) key(id stackID) string { return t.slots[id].key }
+func (t *stackTable) live() int             { return len(t.ids) }
 
 type pendingLaunch struct {
 	proc   *procState
@@ -265,7 +291,7 @@ func (j *joiner) launch(e launchEvent, now time.Time) {
 		// process does that. The newer launch wins.
 		j.removeLaunch(old)
 	}
-	l := &pendingLaunch{proc: p, cid: e.correlationID, stack: j.stacks.intern(e.stack), flags: e.flags, at: now}
+	l := &pendingLaunch{proc: p, cid: e.correlationID, stack: j.stacks.intern(e.stack, e.python, e.pyTruncated), flags: e.flags, at: now}
 	if e.flags&FlagNested != 0 {
 		// Same call stack as the enclosing launch on this thread; the record
 		// may carry either id, so matching one retires both.
@@ -427,6 +453,11 @@ type Sample struct {
 	// frame is inside the injection library's launch marker). nil when
 	// Unsampled. Samples may share the slice: treat it as read only.
 	User []uint64
+	// Python are the launching thread's Python frames, innermost first,
+	// for the daemon to splice into User (nil: none); PythonTruncated: cut
+	// at the outer end.
+	Python          []python.Frame
+	PythonTruncated bool
 	// Unsampled: no launch of this kernel (in this process and interval)
 	// had its stack captured; put the time under UnsampledFrame.
 	Unsampled bool
@@ -550,6 +581,7 @@ func (j *joiner) drainProc(out []Sample, p *procState) []Sample {
 			s.Unsampled = true
 		} else {
 			s.User = j.stacks.frames(k.stack)
+			s.Python, s.PythonTruncated = j.stacks.python(k.stack)
 		}
 		if n, ok := p.names[k.nameID]; ok {
 			s.Kernel, s.KernelRaw = n.demangled, n.raw
@@ -574,6 +606,9 @@ func compareSamples(a, b Sample) int {
 		cmp.Compare(a.Device, b.Device),
 		cmp.Compare(a.GPUInstance, b.GPUInstance),
 		slices.Compare(a.User, b.User),
+		slices.CompareFunc(a.Python, b.Python, func(x, y python.Frame) int {
+			return cmp.Or(cmp.Compare(x.Function, y.Function), cmp.Compare(x.File, y.File), cmp.Compare(x.Line, y.Line))
+		}),
 	)
 }
 

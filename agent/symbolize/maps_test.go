@@ -71,3 +71,24 @@ func TestVaddrMultipleExecSegments(t *testing.T) {
 		}
 	}
 }
+
+// TestReReadKeepsResolvedFiles: re-reading a process's mappings keeps the
+// file each unchanged mapping was resolved to (a re-read while the process
+// exits could no longer open it), and retries the ones that failed.
+func TestReReadKeepsResolvedFiles(t *testing.T) {
+	s := New(Options{Proc: procfs.New(filepath.Join("testdata", "proc"))})
+	p := s.loadProcess(4242)
+	if len(p.maps) < 2 {
+		t.Fatalf("fixture maps: %+v", p.maps)
+	}
+	ok := &fileRef{id: fileIdentity{size: 1}}
+	p.maps[0].file = ok
+	p.maps[1].file = &fileRef{err: ErrOpenFile}
+	s.readMaps(p)
+	if p.maps[0].file != ok {
+		t.Errorf("mapping %s lost its resolved file on a re-read", p.maps[0].Path)
+	}
+	if p.maps[1].file != nil {
+		t.Errorf("mapping %s kept its failure across a re-read: %+v", p.maps[1].Path, p.maps[1].file)
+	}
+}

@@ -45,9 +45,20 @@ func (s *Symbolizer) readMaps(p *process) {
 		}
 		return
 	}
+	// A mapping that did not change keeps the file it was resolved to: a
+	// re-read (a dlopen, a reload of the unwinder's tables) while the
+	// process exits could no longer open it, and would lose its symbols
+	// for the samples still to come.
+	known := make(map[procfs.Mapping]*fileRef, len(p.maps))
+	for _, m := range p.maps {
+		if m.file != nil && m.file.err == "" {
+			known[m.Mapping] = m.file
+		}
+	}
 	p.maps = make([]mapping, len(maps))
 	for i := range maps {
 		p.maps[i].Mapping = maps[i]
+		p.maps[i].file = known[maps[i]]
 	}
 	p.mapsErr = false
 	p.badAddrs = nil

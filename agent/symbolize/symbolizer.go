@@ -239,6 +239,22 @@ func (s *Symbolizer) Prepare(id procfs.ID) {
 	}
 }
 
+// Refresh re-reads a live process's mappings and loads the files it maps
+// since it was prepared (a library it dlopened, a new image after exec), so
+// that its samples there can still be symbolised after it exits.
+func (s *Symbolizer) Refresh(id procfs.ID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.process(id)
+	if p == nil {
+		return
+	}
+	s.readMaps(p)
+	for i := range p.maps {
+		s.objFor(p, &p.maps[i])
+	}
+}
+
 // Forget drops the cached table of an exited process (of whatever process
 // has its pid when id.Start is 0). Parsed files stay cached: other
 // processes likely map them.
