@@ -412,8 +412,11 @@ func running(ss []sample, file string) []sample {
 }
 
 // checkPySplit: a 70/30 split between two pure-Python functions, within 5
-// points, with at least 90% of the script's samples under them, at the
-// right file and lines, under main and <module>.
+// points, with at least 80% of the script's samples under them, at the
+// right file and lines, under main and <module>. Not 90%: a process's
+// first 0.1-0.3 s of CPU (more under load) run before the agent has found
+// its interpreter and are native only, and the script runs 2 s of CPU
+// (88% and 87.5% seen on a loaded host).
 func checkPySplit(t *testing.T, ss []sample) { checkPySplitOf(t, ss, pyWorkload("split.py")) }
 
 // checkPySplitOf is checkPySplit of a copy of split.py at script.
@@ -452,8 +455,8 @@ func checkPySplitOf(t *testing.T, ss []sample, script string) {
 	if share := float64(a) / float64(a+b); share < 0.65 || share > 0.75 {
 		t.Errorf("hot_a %.1f%% of the two, want 70 +- 5", 100*share)
 	}
-	if under < 0.9 {
-		t.Errorf("%.1f%% of the samples under hot_a/hot_b, want >= 90%%", 100*under)
+	if under < 0.8 {
+		t.Errorf("%.1f%% of the samples under hot_a/hot_b, want >= 80%%", 100*under)
 		logTop(t, "the script's samples not under hot_a/hot_b", where(run, func(s sample) bool { return !s.has("hot_a") && !s.has("hot_b") }))
 	}
 }
