@@ -132,6 +132,13 @@ func (p *agentProc) stop(t *testing.T) {
 	select {
 	case <-p.done:
 	case <-time.After(60 * time.Second):
+		// Its goroutines, to show where it hangs.
+		p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.done:
+			p.exited = true
+		case <-time.After(10 * time.Second):
+		}
 		t.Fatalf("agent did not exit within a minute of SIGTERM:\n%s", p.log.String())
 	}
 	p.exited = true

@@ -281,10 +281,27 @@ var (
 	AgentBPFRuns                   = counter("agent_bpf_runs_total", "", "Runs of the sampling program (needs kernel.bpf_stats_enabled=1).")
 	// AgentCPUMapsFull names the job that filled the sampler's kernel maps,
 	// which every job shares: the one with the most distinct keys in a
-	// generation that dropped samples (map_full) or stacks (stack_map_full).
+	// generation that dropped samples (map_full) or stacks (stack_map_full,
+	// python stack map full).
 	AgentCPUMapsFull = Metric{Name: MetricPrefix + "agent_cpu_maps_full_total", Type: Counter, Attributes: []Attribute{JobID}, Labels: []string{"map"},
-		Help: "Sampler generations whose counts (map=counts) or stacks (map=stacks) map was full, by the job with the most distinct keys in them (slurm_job_id empty: processes in no job)."}
+		Help: "Sampler generations whose counts (map=counts), native stacks (map=stacks) or Python stacks (map=python_stacks) map was full, by the job with the most distinct keys in them (slurm_job_id empty: processes in no job)."}
 	AgentSymbolizeErrors = counter("agent_symbolize_errors_total", "", "Frames or files left unsymbolised, by reason: no_symbol, no_mapping, read_maps, open_file, not_regular, owner, link, file_identity, too_large (a size or count over the file's real size or a hard cap), parse_elf, panic, over_budget, work_limit, stalled_io, perf_map, kallsyms, kallsyms_hidden, kernel_no_symbol.", "reason")
+	// The user-stack capture (agent/stackwalk): the table unwinder and the
+	// CPython walk.
+	AgentUnwindMode       = Metric{Name: MetricPrefix + "agent_unwind_mode_info", Type: Gauge, Labels: []string{"mode", "reason"}, Help: "1, labelled with how native user frames are unwound: mode tables (reason none) or frame_pointer, with why: flag (--unwind=fp), arch (not x86-64), no_bpf_loop (the kernel is older than 5.17)."}
+	AgentUnwindWalks      = counter("agent_unwind_walks_total", "", "User stacks walked by the table unwinder, by how the walk ended (end_of_stack, frame_limit, no_row, unsupported, read_error, bad_cfa, loop_limit).", "end")
+	AgentUnwindFrames     = counter("agent_unwind_frames_total", "", "Frames the table unwinder walked, by how: table, frame_pointer (a file without a table), unknown_mapping (code mapped since the process was loaded), evicted_table (over the table budget), signal; and walks of processes not loaded (unloaded_process: frame pointers only) or forked (forked: through the parent's tables).", "how")
+	AgentUnwindTableBytes = Metric{Name: MetricPrefix + "agent_unwind_table_bytes", Unit: "bytes", Type: Gauge, Help: "Bytes of unwind tables loaded into BPF maps."}
+	AgentUnwindBudget     = Metric{Name: MetricPrefix + "agent_unwind_table_budget_bytes", Unit: "bytes", Type: Gauge, Help: "The bound on unwind table bytes; over it the least recently used tables are evicted."}
+	AgentUnwindProcesses  = Metric{Name: MetricPrefix + "agent_unwind_processes", Type: Gauge, Help: "Processes whose unwind tables are loaded."}
+	AgentUnwindFiles      = counter("agent_unwind_files_total", "", "Mapped files looked at for unwind tables, by result: built, frame_pointer (no unwind information), error (unreadable or malformed: frame pointers), over_budget, open_error.", "result")
+	AgentUnwindSyncs      = counter("agent_unwind_syncs_total", "", "Processes loaded (or loaded again) into the unwinder, by result.", "result")
+	AgentPythonWalks      = counter("agent_python_walks_total", "", "CPython frame walks of CPU samples of CPython processes, by outcome (ok, no_thread_state, thread_read, threads_max, frame_read).", "status")
+	AgentPythonProcesses  = counter("agent_python_processes_total", "", "Processes set up for the CPython walk, by version (3.11) or forked (from a set-up parent).", "version")
+	AgentPythonSkipped    = counter("agent_python_skipped_total", "", "Looks at processes that left them to native stacks, by reason (not_python, unknown_version, unsupported, bad_interpreter, not_initialized, open, maps, memory, bpf_map).", "reason")
+	AgentPythonFrames     = counter("agent_python_frames_total", "", "Python frames resolved, by result: resolved, gone (its code object was freed before it was read), read_budget (the process's read budget was spent), truncated (stacks cut at 64 frames).", "result")
+	AgentPythonCodeBytes  = Metric{Name: MetricPrefix + "agent_python_code_cache_bytes", Unit: "bytes", Type: Gauge, Help: "Bytes of the cache of CPython code objects (names, files, line tables)."}
+
 	// Attribution (agent/attribution): what a user could not make it believe.
 	AgentCgroupRefused  = counter("agent_cgroup_refused_total", "", "Processes put in no job because their Slurm-looking cgroup path is not Slurm's, by reason (outside_slurm_tree: not where slurmd makes its tree; not_root_owned; unverified: its directories could not be checked).", "reason")
 	AgentJobIDConflicts = counter("agent_job_id_conflicts_total", "", "SLUID jobs left with their SLUID as id because their slurmstepd named a job another job of the node holds, or their slurmstepds disagreed.")
@@ -340,6 +357,8 @@ var Metrics = []Metric{
 	AgentBPFRunTime, AgentBPFRuns, AgentCPUMapsFull, AgentSymbolizeErrors, AgentCgroupRefused, AgentJobIDConflicts,
 	AgentMemoryBudget, AgentMemoryBudgetUsed, AgentMemoryBudgetEvictions, AgentMemoryBudgetEvictedBytes,
 	AgentMemoryBudgetRefused, AgentJobFileReadsDeferred,
+	AgentUnwindMode, AgentUnwindWalks, AgentUnwindFrames, AgentUnwindTableBytes, AgentUnwindBudget, AgentUnwindProcesses, AgentUnwindFiles,
+	AgentUnwindSyncs, AgentPythonWalks, AgentPythonProcesses, AgentPythonSkipped, AgentPythonFrames, AgentPythonCodeBytes,
 	PyroscopePushes, PyroscopePushedBytes, PyroscopePushRetries, PyroscopeDroppedRequests, PyroscopeSpoolRequests, PyroscopeSpoolBytes,
 	PyroscopeTooOldProfiles, PyroscopeHeldRequests, PyroscopeClockSkew,
 	RemoteWriteRequestsSent, RemoteWriteSamplesSent, RemoteWriteSentBytes, RemoteWriteRetries, RemoteWriteDroppedRequests,

@@ -1,7 +1,8 @@
 // Package bpf is what the agent's eBPF programs share: the C headers under
-// include/ (types, UAPI constants, registers, and the stack unwinders to
-// come), which bpf2go finds through -I../bpf/include, and Load, the one way
-// their Go halves load a program.
+// include/ (types, UAPI constants, registers, and stack.h, the user-stack
+// capture of every probe: the table unwinder and the CPython walk), which
+// bpf2go finds through -I../bpf/include, and Load, the one way their Go
+// halves load a program.
 package bpf
 
 import (
@@ -19,6 +20,13 @@ import (
 // verifier rejection comes with the verifier's whole log: that is the only
 // way to tell why a kernel refused the program.
 func Load(spec *ebpf.CollectionSpec, consts map[string]any, objs any) error {
+	return LoadWith(spec, consts, nil, objs)
+}
+
+// LoadWith is Load with maps created elsewhere standing in for the
+// program's own of the same names (ebpf.CollectionOptions.MapReplacements):
+// the stack capture's maps, which every probe shares (agent/stackwalk).
+func LoadWith(spec *ebpf.CollectionSpec, consts map[string]any, maps map[string]*ebpf.Map, objs any) error {
 	for name, v := range consts {
 		sv, ok := spec.Variables[name]
 		if !ok {
@@ -31,7 +39,7 @@ func Load(spec *ebpf.CollectionSpec, consts map[string]any, objs any) error {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return err
 	}
-	if err := spec.LoadAndAssign(objs, nil); err != nil {
+	if err := spec.LoadAndAssign(objs, &ebpf.CollectionOptions{MapReplacements: maps}); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
 			return fmt.Errorf("load: %+v", verr)

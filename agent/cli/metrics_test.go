@@ -31,6 +31,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/remotewrite"
 	"github.com/slurmscope/slurmscope/agent/source"
 	"github.com/slurmscope/slurmscope/agent/spool"
+	"github.com/slurmscope/slurmscope/agent/stackwalk"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
 	"github.com/slurmscope/slurmscope/agent/users"
 	"github.com/slurmscope/slurmscope/schema"
@@ -66,7 +67,7 @@ func TestAgentExportsTheSchemasMetrics(t *testing.T) {
 	// Collectors that describe their metrics up front: every family, even
 	// a vector that has no series yet.
 	var described []prometheus.Collector
-	cpuSrc := cpu.NewSource(nil, 97)
+	cpuSrc := cpu.NewSource(nil, 97, nil)
 	gpuSrc := gputrace.NewSource(nil, procfs.FS{}, nil, nil)
 	d := daemon.New(daemon.Config{}, []source.Source{cpuSrc, gpuSrc}, nil, nil, nil)
 	described = append(described, d.Collectors()...)
@@ -75,6 +76,14 @@ func TestAgentExportsTheSchemasMetrics(t *testing.T) {
 	described = append(described, cpu.ProgramMetrics(func() (uint64, uint64, bool) { return 1, 1, true })...)
 	described = append(described, budget.NewCollector(budget.New(budget.Options{}), budget.NewWork(budget.WorkOptions{})))
 	described = append(described, symbolize.New(symbolize.Options{}).Collector())
+	// The stack capture with neither tables nor Python frames loads
+	// nothing, and describes the same metrics.
+	walker, err := stackwalk.New(stackwalk.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer walker.Close()
+	described = append(described, walker.Collectors()...)
 	describe := func(c prometheus.Collector) {
 		ch := make(chan *prometheus.Desc, 64)
 		go func() { c.Describe(ch); close(ch) }()

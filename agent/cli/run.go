@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -37,7 +38,9 @@ import (
 	"github.com/slurmscope/slurmscope/agent/slurm"
 	"github.com/slurmscope/slurmscope/agent/source"
 	"github.com/slurmscope/slurmscope/agent/spool"
+	"github.com/slurmscope/slurmscope/agent/stackwalk"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
+	"github.com/slurmscope/slurmscope/agent/unwind"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -74,6 +77,9 @@ type runFlags struct {
 	rwSpoolMax     int64
 	budget         budget.Options
 	work           budget.WorkOptions
+	unwind         string
+	pythonFrames   bool
+	unwindBudget   int64
 }
 
 // profileKinds are the profile types the agent runs, each its own package
@@ -98,6 +104,9 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.interval, "upload-interval", 15*time.Second, "how often profiles are built and sent")
 	fs.DurationVar(&f.rescanInterval, "rescan-interval", time.Second, "how often new processes are attributed (short-lived processes need it shorter)")
 	fs.BoolVar(&f.allProcesses, "all-processes", false, "also profile processes that are in no job (labelled by executable)")
+	fs.StringVar(&f.unwind, "unwind", "auto", "user stacks: auto (from the .eh_frame unwind tables of each mapped file, frame pointers where a file has none; x86-64) or fp (frame pointers only)")
+	fs.BoolVar(&f.pythonFrames, "python-frames", true, "show the Python functions of CPython 3.9-3.13 processes in CPU and GPU stacks")
+	fs.Int64Var(&f.unwindBudget, "unwind-table-bytes", unwind.DefaultMaxTableBytes, "bound of the unwind tables in kernel memory; the least recently used are evicted past it (their frames fall back to frame pointers)")
 	fs.StringVar(&f.outputDir, "output-dir", "", "write profiles as DIR/<job id>/<type>-<unix>.pb.gz (default /var/lib/slurmscope/profiles when no --pyroscope-url)")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", DefaultMetricsAddr,
 		"address for /metrics; empty disables it. It names every user's jobs: serve it beyond this host (e.g. :9810) only behind --web.config.file's TLS and basic auth")
@@ -149,6 +158,14 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "run: %v\n", err)
 			return 2
 		}
+	}
+	if f.unwind != "auto" && f.unwind != "fp" {
+		fmt.Fprintf(stderr, "run: --unwind %q: want auto or fp\n", f.unwind)
+		return 2
+	}
+	if f.unwindBudget <= 0 {
+		fmt.Fprintln(stderr, "run: --unwind-table-bytes must be positive")
+		return 2
 	}
 	if f.interval < time.Second {
 		fmt.Fprintf(stderr, "run: --upload-interval %v is shorter than 1s\n", f.interval)
@@ -354,8 +371,36 @@ func newProfiler(f runFlags, res *attribution.Resolver, coll *gpu.Collector, reg
 	bud, work := memoryBudget(f, proc, log)
 	reg.MustRegister(budget.NewCollector(bud, work))
 	owner, job := owners(res)
+	// One stack capture for every source's probe: the unwind tables and
+	// the CPython state of the processes the agent profiles.
+	// A process the probes meet before a rescan is admitted at once, as a
+	// rescan would (the daemon exists once the sources do).
+	var d atomic.Pointer[daemon.Daemon]
+	sym := symbolize.New(symbolize.Options{Proc: proc, Budget: bud, Work: work, Owner: owner})
+	reg.MustRegister(sym.Collector())
+	walker, err := stackwalk.New(stackwalk.Options{Proc: proc, Tables: f.unwind == "auto", Python: f.pythonFrames,
+		Remapped:      sym.Refresh,
+		MaxTableBytes: f.unwindBudget, ExitGrace: 2*f.interval + time.Minute, Log: log,
+		Profiled: func(id procfs.ID) bool {
+			if dm := d.Load(); dm != nil {
+				return dm.Admit(id)
+			}
+			// Before the daemon starts: its first scan admits the process.
+			p, ok := res.Cached(id)
+			if !ok {
+				var err error
+				if p, err = res.Resolve(id.PID); err != nil {
+					return false
+				}
+			}
+			return p.ID == id && !p.Foreign && (p.InJob() || f.allProcesses)
+		}})
+	if err != nil {
+		return nil, fmt.Errorf("starting the stack unwinder (needs root, BTF, Linux 5.17 or later): %w", err)
+	}
+	p.closers = append(p.closers, walker.Close)
 	env := source.Env{Proc: proc, SysRoot: f.sysRoot, ExcludePID: os.Getpid(), Interval: f.interval,
-		Budget: bud, Owner: owner, Job: job, Reg: reg, Log: log}
+		Budget: bud, Owner: owner, Job: job, Stacks: walker, Reg: reg, Log: log}
 	var sources []source.Source
 	var names []string
 	for _, k := range f.kinds {
@@ -374,8 +419,12 @@ func newProfiler(f runFlags, res *attribution.Resolver, coll *gpu.Collector, reg
 		names = append(names, s.Info().Name)
 	}
 	if len(sources) == 0 {
+		p.close()
 		return nil, nil
 	}
+	reg.MustRegister(walker.Collectors()...)
+	log.Info("capturing user stacks", "unwind", map[bool]string{true: "tables", false: "frame pointers"}[walker.Tables()],
+		"frame_pointers_because", walker.FramePointerReason(), "python_frames", walker.PythonFrames())
 	var sinks sink.Multi
 	if f.pyro.URL != "" {
 		client, err := pyroscope.NewClient(f.pyro)
@@ -403,10 +452,10 @@ func newProfiler(f runFlags, res *attribution.Resolver, coll *gpu.Collector, reg
 		}
 		sinks = append(sinks, &sink.Dir{Root: f.outputDir})
 	}
-	sym := symbolize.New(symbolize.Options{Proc: proc, Budget: bud, Work: work, Owner: owner})
-	reg.MustRegister(sym.Collector())
-	cfg := daemon.Config{Interval: f.interval, RescanInterval: f.rescanInterval, AllProcesses: f.allProcesses, Log: log}
+	cfg := daemon.Config{Interval: f.interval, RescanInterval: f.rescanInterval, AllProcesses: f.allProcesses, Log: log,
+		Watchers: []source.ProcessAttacher{walker}}
 	p.d = daemon.New(cfg, sources, sym, res, sinks)
+	d.Store(p.d)
 	reg.MustRegister(p.d.Collectors()...)
 	p.info = []any{"node", res.HostName(), "sources", names, "interval", f.interval,
 		"output_dir", f.outputDir, "pyroscope", f.pyro.URL}

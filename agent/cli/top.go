@@ -26,9 +26,10 @@ func topCmd(args []string, stdout, stderr io.Writer) int {
 	job := fs.String("job", "", "only this job (its subdirectory name, e.g. 12 or "+sink.NoJobDir+")")
 	n := fs.Int("n", 15, "functions to list per job")
 	asJSON := fs.Bool("json", false, "print one JSON object per job")
+	cum := fs.Bool("cum", false, "order by cumulative time (anywhere on the stack), listing callers such as main too")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: slurmscope-agent top --dir DIR [--job ID] [-n 15] [--json]")
-		fmt.Fprintln(stderr, "\nMerges the CPU profiles the agent wrote per job and lists the functions with the most self CPU time.")
+		fmt.Fprintln(stderr, "usage: slurmscope-agent top --dir DIR [--job ID] [-n 15] [--cum] [--json]")
+		fmt.Fprintln(stderr, "\nMerges the CPU profiles the agent wrote per job and lists the functions with the most self CPU time (--cum: the most time anywhere on the stack).")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -65,9 +66,9 @@ func topCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if *asJSON {
-		err = writeTopJSON(stdout, jobs, *n)
+		err = writeTopJSON(stdout, jobs, *n, *cum)
 	} else {
-		err = writeTopText(stdout, jobs, *n)
+		err = writeTopText(stdout, jobs, *n, *cum)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "top: %v\n", err)
@@ -85,7 +86,15 @@ func pct(part, total int64) float64 {
 
 func seconds(ns int64) float64 { return float64(ns) / 1e9 }
 
-func writeTopText(w io.Writer, jobs []*sink.Job, n int) error {
+// topRows is a job's n top functions, by self or by cumulative time.
+func topRows(j *sink.Job, n int, cum bool) []sink.Func {
+	if cum {
+		return j.TopCum(n)
+	}
+	return j.Top(n)
+}
+
+func writeTopText(w io.Writer, jobs []*sink.Job, n int, cum bool) error {
 	for i, j := range jobs {
 		if i > 0 {
 			fmt.Fprintln(w)
@@ -117,7 +126,7 @@ func writeTopText(w io.Writer, jobs []*sink.Job, n int) error {
 			fmt.Fprintf(w, " (labelled %s %s)", schema.JobID.Label, printable.String(id, ""))
 		}
 		fmt.Fprintln(w)
-		rows := j.Top(n)
+		rows := topRows(j, n, cum)
 		if len(rows) == 0 {
 			continue
 		}
@@ -156,7 +165,7 @@ type topFnJSON struct {
 	CumPercent  float64 `json:"cum_percent"`
 }
 
-func writeTopJSON(w io.Writer, jobs []*sink.Job, n int) error {
+func writeTopJSON(w io.Writer, jobs []*sink.Job, n int, cum bool) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	for _, j := range jobs {
@@ -174,7 +183,7 @@ func writeTopJSON(w io.Writer, jobs []*sink.Job, n int) error {
 			out.Attributes[schema.ServiceName] = strings.Join(v, ",")
 		}
 		var sum int64
-		for _, r := range j.Top(n) {
+		for _, r := range topRows(j, n, cum) {
 			sum += r.Self
 			out.Functions = append(out.Functions, topFnJSON{
 				Name: r.Name, SelfSeconds: seconds(r.Self), SelfPercent: pct(r.Self, j.CPU),

@@ -184,6 +184,37 @@ func TestTopMergesPerJob(t *testing.T) {
 	}
 }
 
+// TestTopCum: --cum orders by time anywhere on the stack, so the callers
+// (main, which has no self time) are listed, and recursion counts once.
+func TestTopCum(t *testing.T) {
+	dir := writeTwoJobs(t)
+	out, errs := runTop(t, 0, "--dir", dir, "--job", "12", "--cum", "--json")
+	if errs != "" {
+		t.Errorf("stderr: %s", errs)
+	}
+	j := topJSONLines(t, out)["12"]
+	want := []topFnJSON{
+		{Name: "main", SelfSeconds: 0, SelfPercent: 0, SumPercent: 0, CumSeconds: 1, CumPercent: 100},
+		{Name: "hot_a", SelfSeconds: 0.6, SelfPercent: 60, SumPercent: 60, CumSeconds: 0.6, CumPercent: 60},
+		{Name: "fib", SelfSeconds: 0.2, SelfPercent: 20, SumPercent: 80, CumSeconds: 0.2, CumPercent: 20},
+		{Name: "hot_b", SelfSeconds: 0.2, SelfPercent: 20, SumPercent: 100, CumSeconds: 0.2, CumPercent: 20},
+	}
+	if len(j.Functions) != len(want) {
+		t.Fatalf("job 12 functions by cum: %+v, want %+v", j.Functions, want)
+	}
+	for i, w := range want {
+		g := j.Functions[i]
+		if g.Name != w.Name || !near(g.SelfSeconds, w.SelfSeconds) || !near(g.SumPercent, w.SumPercent) ||
+			!near(g.CumSeconds, w.CumSeconds) || !near(g.CumPercent, w.CumPercent) {
+			t.Errorf("job 12 function %d by cum: %+v, want %+v", i, g, w)
+		}
+	}
+	text, _ := runTop(t, 0, "--dir", dir, "--job", "12", "--cum", "-n", "1")
+	if !strings.Contains(text, "main") || strings.Contains(text, "hot_a") {
+		t.Errorf("--cum -n 1 lists main alone:\n%s", text)
+	}
+}
+
 func TestTopText(t *testing.T) {
 	dir := writeTwoJobs(t)
 	out, _ := runTop(t, 0, "--dir", dir, "-n", "1")

@@ -12,17 +12,13 @@ func commString(c [16]int8) string {
 	return string(b)
 }
 
-// trimStack cuts a stack map value at its first zero: the kernel zero-fills
-// the rest of the value when copying a shorter stack out. The second result
-// reports a stack that fills every slot, which is almost always one the
-// kernel truncated (perf keeps the innermost frames and drops the rest).
-func trimStack(frames []uint64) ([]uint64, bool) {
-	for i, pc := range frames {
-		if pc == 0 {
-			return frames[:i:i], false
-		}
-	}
-	return frames, len(frames) > 0
+// stackFrames returns the frames of a stacks map value (ips[0 .. len), a
+// copy) and whether the stack was cut at stackDepth frames: the unwinder
+// says so (end), and the kernel's frame-pointer walk keeps the innermost
+// frames of a deeper stack, which fills every slot.
+func stackFrames(st *samplerUnwindStack) ([]uint64, bool) {
+	n := min(int(st.Len), len(st.Ips))
+	return append([]uint64(nil), st.Ips[:n]...), st.End == endFrameLimit || n == len(st.Ips)
 }
 
 // sumPerCPU sums the per-CPU values of each BPF counter.

@@ -1,11 +1,12 @@
 package cpu
 
 import (
-	"slices"
 	"testing"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/slurmscope/slurmscope/agent/python"
 )
 
 func TestCommString(t *testing.T) {
@@ -31,24 +32,27 @@ func TestCommString(t *testing.T) {
 	}
 }
 
-func TestTrimStack(t *testing.T) {
-	full := make([]uint64, stackDepth)
-	for i := range full {
-		full[i] = uint64(i + 1)
+func TestStackFrames(t *testing.T) {
+	var st samplerUnwindStack
+	for i := range st.Ips {
+		st.Ips[i] = uint64(i + 1)
 	}
 	for _, tc := range []struct {
 		name      string
-		in        []uint64
-		want      []uint64
+		len, end  uint32
+		want      int
 		truncated bool
 	}{
-		{"zero padded", []uint64{3, 2, 1, 0, 0}, []uint64{3, 2, 1}, false},
-		{"empty", []uint64{0, 0}, []uint64{}, false},
-		{"full", full, full, true},
+		{"stale beyond len", 3, 0, 3, false},
+		{"empty", 0, 0, 0, false},
+		{"unwinder's frame limit", 127, endFrameLimit, 127, true},
+		{"kernel's full stack", 127, 0, 127, true},
+		{"len beyond the array", 500, 0, 127, true},
 	} {
-		got, truncated := trimStack(tc.in)
-		if !slices.Equal(got, tc.want) || truncated != tc.truncated {
-			t.Errorf("%s: trimStack = %v, %v", tc.name, got, truncated)
+		st.Len, st.End = tc.len, tc.end
+		got, truncated := stackFrames(&st)
+		if len(got) != tc.want || truncated != tc.truncated || (tc.want > 0 && got[0] != 1) {
+			t.Errorf("%s: stackFrames = %d frames, %v", tc.name, len(got), truncated)
 		}
 	}
 }
@@ -67,13 +71,13 @@ func TestObjectLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 	key, val := unsafe.Sizeof(samplerCountKey{}), unsafe.Sizeof(samplerCountVal{})
-	if key != 32 || val != 24 {
-		t.Errorf("count key/value are %d/%d bytes, want 32/24", key, val)
+	if key != 40 || val != 24 {
+		t.Errorf("count key/value are %d/%d bytes, want 40/24", key, val)
 	}
 	// No implicit padding: every key byte is a named field the program sets.
 	var k samplerCountKey
 	if unsafe.Offsetof(k.Pad) != 4 || unsafe.Offsetof(k.StartBoottimeNs) != 8 ||
-		unsafe.Offsetof(k.KernelStack) != 16 || unsafe.Offsetof(k.UserStack) != 24 {
+		unsafe.Offsetof(k.KernelStack) != 16 || unsafe.Offsetof(k.UserStack) != 24 || unsafe.Offsetof(k.PythonStack) != 32 {
 		t.Errorf("count key layout %+v", k)
 	}
 	for _, name := range []string{samplerMapCounts0, samplerMapCounts1} {
@@ -82,19 +86,36 @@ func TestObjectLayout(t *testing.T) {
 			t.Errorf("%s: key/value %d/%d bytes, Go has %d/%d", name, m.KeySize, m.ValueSize, key, val)
 		}
 	}
-	if n := len(samplerStack{}.Ips); n != stackDepth {
-		t.Errorf("struct stack has %d frames, Go reads %d", n, stackDepth)
+	if n := len(samplerUnwindStack{}.Ips); n != stackDepth {
+		t.Errorf("struct unwind_stack has %d frames, Go reads %d", n, stackDepth)
 	}
+	stackSize := uint32(unsafe.Sizeof(samplerUnwindStack{}))
 	for _, name := range []string{samplerMapStacks0, samplerMapStacks1} {
 		// A hash map keyed by the stack's 64-bit hash, not a STACK_TRACE map
 		// (whose bucket collisions lose stacks), and preallocated.
 		m := spec.Maps[name]
-		if m.Type != ebpf.Hash || m.KeySize != 8 || m.ValueSize != stackDepth*8 || m.Flags != 0 {
-			t.Errorf("%s: %s, key/value %d/%d bytes, flags %#x; want a preallocated Hash, 8/%d", name, m.Type, m.KeySize, m.ValueSize, m.Flags, stackDepth*8)
+		if m.Type != ebpf.Hash || m.KeySize != 8 || m.ValueSize != stackSize || m.Flags != 0 {
+			t.Errorf("%s: %s, key/value %d/%d bytes, flags %#x; want a preallocated Hash, 8/%d", name, m.Type, m.KeySize, m.ValueSize, m.Flags, stackSize)
 		}
 	}
-	if m := spec.Maps[samplerMapScratch]; m.Type != ebpf.PerCPUArray || m.MaxEntries != 1 || m.ValueSize != stackDepth*8 {
-		t.Errorf("scratch: %s with %d entries of %d bytes", m.Type, m.MaxEntries, m.ValueSize)
+	// python.RawStack is read straight from py_stacks and the py_new events.
+	if a, b := unsafe.Sizeof(python.RawStack{}), unsafe.Sizeof(samplerPyStack{}); a != b {
+		t.Errorf("python.RawStack is %d bytes, struct py_stack %d", a, b)
+	}
+	if a, b := unsafe.Sizeof(python.RawFrame{}), unsafe.Sizeof(samplerPyStack{}.Frames[0]); a != b || len(samplerPyStack{}.Frames) != python.MaxFrames {
+		t.Errorf("python.RawFrame is %d bytes, struct py_frame %d; %d frames, MaxFrames %d", a, b, len(samplerPyStack{}.Frames), python.MaxFrames)
+	}
+	if a, b := unsafe.Sizeof(python.ProcInfo{}), unsafe.Sizeof(samplerPyProc{}); a != b {
+		t.Errorf("python.ProcInfo is %d bytes, struct py_proc %d", a, b)
+	}
+	for _, name := range []string{samplerMapPyStacks0, samplerMapPyStacks1} {
+		m := spec.Maps[name]
+		if m.Type != ebpf.Hash || m.KeySize != 8 || m.ValueSize != uint32(unsafe.Sizeof(python.RawStack{})) || m.Flags != 0 {
+			t.Errorf("%s: %s, key/value %d/%d bytes, flags %#x", name, m.Type, m.KeySize, m.ValueSize, m.Flags)
+		}
+	}
+	if int(samplerStatIndexSTAT_MAX-samplerStatIndexSTAT_PY_STATUS) != int(python.StatusMax) {
+		t.Errorf("%d Python statuses counted, python.StatusMax %d", samplerStatIndexSTAT_MAX-samplerStatIndexSTAT_PY_STATUS, python.StatusMax)
 	}
 	for _, name := range []string{samplerMapStats0, samplerMapStats1} {
 		if m := spec.Maps[name]; m.MaxEntries != uint32(samplerStatIndexSTAT_MAX) {
@@ -103,6 +124,11 @@ func TestObjectLayout(t *testing.T) {
 	}
 	if gs := spec.Maps[samplerMapGenSwitch]; gs.InnerMap == nil || gs.InnerMap.ValueSize != 4 {
 		t.Errorf("gen_switch inner map %+v", gs.InnerMap)
+	}
+	for _, v := range []string{samplerVarStackTables, samplerVarStackPython} {
+		if sv, ok := spec.Variables[v]; !ok || sv.Size() != 4 {
+			t.Errorf("%s missing", v)
+		}
 	}
 	if lic := spec.Programs[samplerProgSampleCpu].License; lic != "Dual BSD/GPL" {
 		t.Errorf("license %q: bpf_get_stack needs a GPL-compatible one", lic)

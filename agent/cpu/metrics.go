@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/slurmscope/slurmscope/agent/promschema"
+	"github.com/slurmscope/slurmscope/agent/python"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -13,6 +14,7 @@ type metrics struct {
 	lost         *prometheus.CounterVec
 	cpus         prometheus.Gauge
 	mapsFull     *prometheus.CounterVec // slurm_job_id, map
+	pyWalks      *prometheus.CounterVec
 }
 
 func newMetrics() metrics {
@@ -22,13 +24,14 @@ func newMetrics() metrics {
 		lost:         promschema.CounterVec(schema.AgentCPUSamplesLost),
 		cpus:         promschema.Gauge(schema.AgentSampledCPUs),
 		mapsFull:     promschema.JobCounterVec(schema.AgentCPUMapsFull),
+		pyWalks:      promschema.CounterVec(schema.AgentPythonWalks),
 	}
 }
 
 // own are the metrics the source exports itself; the daemon exports
 // samples and unattributed (source.Info).
 func (m metrics) own() []prometheus.Collector {
-	return []prometheus.Collector{m.lost, m.cpus, m.mapsFull}
+	return []prometheus.Collector{m.lost, m.cpus, m.pyWalks, m.mapsFull}
 }
 
 // observe turns the sampler's running totals into counter increments.
@@ -41,6 +44,12 @@ func (m metrics) observe(prev, cur Stats) {
 	add("map_full", prev.LostMapFull, cur.LostMapFull)
 	add("stack_error", prev.KernelStackErrors+prev.UserStackErrors, cur.KernelStackErrors+cur.UserStackErrors)
 	add("stack_map_full", prev.KernelStackMapFull+prev.UserStackMapFull, cur.KernelStackMapFull+cur.UserStackMapFull)
+	add("python_stack_map_full", prev.PythonStackMapFull, cur.PythonStackMapFull)
+	for i := range cur.PythonWalks {
+		if c, p := cur.PythonWalks[i], prev.PythonWalks[i]; c > p && python.Status(i) != python.StatusNotPython {
+			m.pyWalks.WithLabelValues(python.Status(i).String()).Add(float64(c - p))
+		}
+	}
 	m.cpus.Set(float64(cur.AttachedCPUs))
 }
 

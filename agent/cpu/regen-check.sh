@@ -2,4 +2,6 @@
 # Regenerates the committed bpf2go output (needs clang-14 and llvm-strip-14,
 # as in Debian bookworm) and fails if it differs from what is committed.
 set -eu
-cd "$(dirname "$0")" && go generate ./ && git diff --exit-code -- sampler_bpfel.go sampler_bpfel.o && test -z "$(git status --porcelain -- sampler_bpfel.go sampler_bpfel.o)"
+cd "$(dirname "$0")"
+gen="sampler_x86_bpfel.go sampler_x86_bpfel.o sampler_arm64_bpfel.go sampler_arm64_bpfel.o"
+go generate ./ && git diff --exit-code -- $gen && test -z "$(git status --porcelain -- $gen)"

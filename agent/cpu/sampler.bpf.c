@@ -11,7 +11,8 @@
 //
 // The program runs on a software cpu-clock perf event on every CPU. Each
 // sample adds one to a count keyed by (tgid, the process's start time, kernel
-// stack hash, user stack hash). Two generations of (counts, stacks) maps
+// stack hash, user stack hash, Python stack hash). User stacks come from
+// stack.h: the table unwinder (or frame pointers) and the CPython walk. Two generations of (counts, stacks) maps
 // exist; user space flips gen_switch to the other generation before it drains
 // one, see sampler.go for why that is race free.
 //
@@ -22,8 +23,11 @@
 // lands in a taken bucket: a hot stack that collided lost every one of its
 // samples for the whole generation, at any map size.
 
-// Types, UAPI constants and the CO-RE task_struct view: ../bpf/include.
+// Types, UAPI constants, the CO-RE task_struct view and the user-stack
+// capture shared with agent/gputrace (stack.h: the table unwinder and the
+// CPython walk): ../bpf/include.
 #include "common.h"
+#include "stack.h"
 
 // The key and value layouts are mirrored in Go (bpf2go generates
 // samplerCountKey and samplerCountVal); keep padding explicit so that the
@@ -34,6 +38,7 @@ struct count_key {
 	__u64 start_boottime_ns; // thread-group leader's start time
 	__u64 kernel_stack;      // key into stacks_N; 0: no kernel stack (see stats)
 	__u64 user_stack;        // key into stacks_N; 0: no user stack (kernel thread or loss)
+	__u64 python_stack;      // key into py_stacks_N; 0: no Python frames
 };
 
 struct count_val {
@@ -50,7 +55,11 @@ enum stat_index {
 	STAT_USTACK_MAP_FULL,  // user stack not stored: stacks map full
 	STAT_USTACK_ERROR,     // any other user stack error (-EFAULT: not readable)
 	STAT_SKIPPED_SELF,     // samples of the excluded pid
-	STAT_MAX,
+	STAT_PYSTACK_MAP_FULL, // Python frames not stored: py_stacks map full
+	STAT_PY_NEW_LOST,      // a new Python stack not announced: ring buffer full
+	// STAT_PY_STATUS + enum py_status: Python walks by outcome.
+	STAT_PY_STATUS,
+	STAT_MAX = STAT_PY_STATUS + PY_STATUS_MAX,
 };
 
 // Sizes are placeholders; the loader sets max_entries from Options.
@@ -61,27 +70,54 @@ struct counts_map {
 	__type(value, struct count_val);
 };
 
-// Frames innermost first, zero filled after the last one. Mirrored in Go
-// (stackDepth).
-struct stack {
-	__u64 ips[MAX_STACK_DEPTH];
-};
-
 // Kernel and user stacks share one map per generation, keyed by stack_hash;
-// their hashes are domain separated, so the two never share a key.
+// their hashes are domain separated, so the two never share a key. A value
+// is the capture as it was (struct unwind_stack, stack.h): ips[0 .. len)
+// innermost first (what lies beyond len is stale), and why the walk ended.
 // Preallocated (the default), so that an insert from the interrupt the
 // program runs in never allocates; it fails (-E2BIG) when the map is full.
 struct stacks_map {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u64);
-	__type(value, struct stack);
+	__type(value, struct unwind_stack);
+};
+
+// The Python frames of samples (struct py_stack, python.h: each frame's
+// code object and instruction offset), content addressed like the native
+// stacks, with the process in the hash: user space resolves them against
+// that process's memory.
+struct py_stacks_map {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct py_stack);
 };
 
 struct counts_map counts_0 SEC(".maps");
 struct counts_map counts_1 SEC(".maps");
 struct stacks_map stacks_0 SEC(".maps");
 struct stacks_map stacks_1 SEC(".maps");
+struct py_stacks_map py_stacks_0 SEC(".maps");
+struct py_stacks_map py_stacks_1 SEC(".maps");
+
+// Each Python stack new to its generation is also sent here, so that user
+// space reads its code objects while the process lives (a 2 s `python -c`
+// is gone by the next drain); the drain then finds them cached.
+struct py_new_event {
+	__u32 tgid;
+	__u32 pad;
+	__u64 start_boottime_ns;
+	__u64 key;
+	struct py_stack py;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20); // placeholder; the loader sets it
+} py_new SEC(".maps");
+
+const struct py_new_event *unused_py_new __attribute__((unused));
 
 // gen_switch[0] holds one of gen_0 / gen_1, whose only element is 0 or 1: the
 // generation the program writes to. User space flips it with a map-in-map
@@ -116,16 +152,6 @@ struct stats_map {
 struct stats_map stats_0 SEC(".maps");
 struct stats_map stats_1 SEC(".maps");
 
-// Where bpf_get_stack writes before a stack is hashed and copied into a
-// stacks map: 1 KiB is too much for the 512-byte BPF stack. One per CPU is
-// enough, since perf_event programs do not nest on a CPU.
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct stack);
-} scratch SEC(".maps");
-
 // Set by the loader before the program is loaded; 0 excludes nothing
 // (pid 0 is the idle task, which is always skipped).
 volatile const __u32 exclude_tgid = 0;
@@ -138,6 +164,7 @@ volatile const __u64 stack_hash_seed = 0;
 // stack never share a key, even with the same frames.
 #define HASH_DOMAIN_KERNEL 0x6b65726e656c0000ULL // "kernel"
 #define HASH_DOMAIN_USER 0x7573657200000000ULL   // "user"
+#define HASH_DOMAIN_PYTHON 0x707974686f6e0000ULL // "python"
 
 // splitmix64's finaliser (Stafford's Mix13, a retuned MurmurHash3 fmix64): a
 // bijection on 64 bits in which every input bit flips each output bit with
@@ -167,7 +194,7 @@ static __always_inline __u64 mix64(__u64 x)
 // what its user stacks read as, from crafting frames that collide with
 // another job's stack: the mixer is not cryptographic, but without the seed
 // no key can be predicted.
-static __always_inline __u64 stack_hash(const struct stack *s, __u32 nr, __u64 domain)
+static __always_inline __u64 stack_hash(const struct unwind_stack *s, __u32 nr, __u64 domain)
 {
 	__u64 h = mix64(stack_hash_seed ^ domain ^ nr);
 
@@ -179,34 +206,20 @@ static __always_inline __u64 stack_hash(const struct stack *s, __u32 nr, __u64 d
 	return h ? h : 1;
 }
 
-// get_stack returns the key of the current kernel or user stack in stacks,
-// storing the stack there if it is new, or 0 when the sample keeps no stack.
-// The sample is counted either way, so counts stay exact even when stacks are
-// not.
-static __always_inline __u64 get_stack(void *ctx, void *stats, void *stacks, __u64 flags, __u32 map_full, __u32 error)
+// store returns the key of stack st in stacks, storing it if it is new, or
+// 0 when the map has no room (counted).
+static __always_inline __u64 store(void *stats, void *stacks, struct unwind_stack *st, __u64 domain, __u32 map_full,
+				   __u32 error)
 {
-	__u32 zero = 0;
-	struct stack *buf = bpf_map_lookup_elem(&scratch, &zero);
+	__u32 n = st->len;
 
-	if (!buf)
-		return 0; // never: a one-entry array always has its entry
-	// Bytes copied; the helper zero fills the rest of buf.
-	long n = bpf_get_stack(ctx, buf, sizeof(*buf), flags);
-
-	// A kernel stack is empty (0, or -EFAULT) whenever the timer interrupted
-	// user mode: that is the common case, not a loss. An empty or unreadable
-	// user stack is an error.
-	if (n <= 0) {
-		if (flags & BPF_F_USER_STACK || (n != 0 && n != -EFAULT))
-			stat_inc(stats, error);
-		return 0;
-	}
-
-	__u64 h = stack_hash(buf, n / sizeof(__u64), flags & BPF_F_USER_STACK ? HASH_DOMAIN_USER : HASH_DOMAIN_KERNEL);
+	if (n > MAX_STACK_DEPTH)
+		n = MAX_STACK_DEPTH;
+	__u64 h = stack_hash(st, n, domain);
 
 	if (bpf_map_lookup_elem(stacks, &h))
 		return h;
-	long err = bpf_map_update_elem(stacks, &h, buf, BPF_NOEXIST);
+	long err = bpf_map_update_elem(stacks, &h, st, BPF_NOEXIST);
 	// -EEXIST: another CPU stored the same stack in between.
 	if (err == 0 || err == -EEXIST)
 		return h;
@@ -214,21 +227,121 @@ static __always_inline __u64 get_stack(void *ctx, void *stats, void *stacks, __u
 	return 0;
 }
 
-static __always_inline void record(void *ctx, void *counts, void *stacks, void *stats, __u32 tgid)
+// kernel_stack returns the key of the current kernel stack, or 0. A kernel
+// stack is empty (0, or -EFAULT) whenever the timer interrupted user mode:
+// that is the common case, not a loss.
+static __always_inline __u64 kernel_stack(void *ctx, void *stats, void *stacks)
+{
+	long err;
+	struct unwind_stack *st = stack_get(ctx, 0, &err);
+
+	if (!st) {
+		if (err != 0 && err != -EFAULT)
+			stat_inc(stats, STAT_KSTACK_ERROR);
+		return 0;
+	}
+	return store(stats, stacks, st, HASH_DOMAIN_KERNEL, STAT_KSTACK_MAP_FULL, STAT_KSTACK_ERROR);
+}
+
+// user_stack returns the key of the current user stack, or 0 (an empty
+// or unreadable user stack is an error).
+static __always_inline __u64 user_stack(void *ctx, void *stats, void *stacks, __u32 tgid, __u64 start)
+{
+	long err;
+	struct unwind_stack *st = stack_native(ctx, tgid, start, &err);
+
+	if (!st || st->len == 0) {
+		stat_inc(stats, STAT_USTACK_ERROR);
+		return 0;
+	}
+	return store(stats, stacks, st, HASH_DOMAIN_USER, STAT_USTACK_MAP_FULL, STAT_USTACK_ERROR);
+}
+
+// python_stack returns the key of the sampled thread's Python frames in
+// py_stacks, or 0 where there are none (Python frames off, not a CPython
+// process, a native thread, no Python running now).
+static __always_inline __u64 python_stack(void *stats, void *py_stacks, void *task, __u64 pid_tgid, __u64 start)
+{
+	struct py_stack *py = stack_python_frames(task, pid_tgid, start);
+
+	if (!py)
+		return 0;
+	__u32 status = py->status;
+
+	stat_inc(stats, STAT_PY_STATUS + (status < PY_STATUS_MAX ? status : PY_STATUS_FRAME_READ));
+	__u32 n = py->len;
+
+	if (n == 0)
+		return 0;
+	if (n > PY_MAX_FRAMES)
+		n = PY_MAX_FRAMES;
+	// The process is part of the key: user space resolves code objects
+	// per process. flags (truncated) too, so that a value says all.
+	__u64 h = mix64(stack_hash_seed ^ HASH_DOMAIN_PYTHON ^ ((__u64)py->flags << 8) ^ n);
+
+	h = mix64(h ^ (pid_tgid >> 32));
+	h = mix64(h ^ start);
+	for (__u32 i = 0; i < PY_MAX_FRAMES; i++) {
+		if (i >= n)
+			break;
+		struct py_frame *f = &py->frames[i];
+
+		h = mix64(h ^ f->code);
+		h = mix64(h ^ f->check);
+		h = mix64(h ^ ((__u64)(__u32)f->lasti | (__u64)f->owner << 32 | (__u64)f->is_entry << 40));
+	}
+	if (!h)
+		h = 1;
+	if (bpf_map_lookup_elem(py_stacks, &h))
+		return h;
+	long err = bpf_map_update_elem(py_stacks, &h, py, BPF_NOEXIST);
+
+	if (err == -EEXIST)
+		return h;
+	if (err) {
+		stat_inc(stats, err == -E2BIG || err == -ENOMEM ? STAT_PYSTACK_MAP_FULL : STAT_PY_STATUS + PY_STATUS_FRAME_READ);
+		return 0;
+	}
+	struct py_new_event *e = bpf_ringbuf_reserve(&py_new, sizeof(*e), 0);
+
+	if (!e) {
+		stat_inc(stats, STAT_PY_NEW_LOST);
+		return h;
+	}
+	e->tgid = pid_tgid >> 32;
+	e->pad = 0;
+	e->start_boottime_ns = start;
+	e->key = h;
+	// Too large for an inlined copy; py is a map value, kernel memory.
+	if (bpf_probe_read_kernel(&e->py, sizeof(e->py), py)) {
+		bpf_ringbuf_discard(e, 0);
+		stat_inc(stats, STAT_PY_NEW_LOST);
+		return h;
+	}
+	bpf_ringbuf_submit(e, 0);
+	return h;
+}
+
+static __always_inline void record(void *ctx, void *counts, void *stacks, void *py_stacks, void *stats, __u64 pid_tgid)
 {
 	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
 	struct task_struct *leader = BPF_CORE_READ(task, group_leader);
 	struct count_key key = {};
 	struct count_val *val;
+	__u32 tgid = pid_tgid >> 32;
 	long err;
 
 	key.tgid = tgid;
 	key.start_boottime_ns = BPF_CORE_READ(leader, start_boottime);
-	key.kernel_stack = get_stack(ctx, stats, stacks, 0, STAT_KSTACK_MAP_FULL, STAT_KSTACK_ERROR);
+	// The kernel stack first: it shares its buffer with a frame-pointer
+	// user stack (stack.h).
+	key.kernel_stack = kernel_stack(ctx, stats, stacks);
 	// Kernel threads have no user stack: do not ask (and do not count it as an
 	// error).
-	if (!(BPF_CORE_READ(task, flags) & PF_KTHREAD))
-		key.user_stack = get_stack(ctx, stats, stacks, BPF_F_USER_STACK, STAT_USTACK_MAP_FULL, STAT_USTACK_ERROR);
+	if (!(BPF_CORE_READ(task, flags) & PF_KTHREAD)) {
+		key.user_stack = user_stack(ctx, stats, stacks, tgid, key.start_boottime_ns);
+		key.python_stack = python_stack(stats, py_stacks, task, pid_tgid, key.start_boottime_ns);
+	}
 
 	val = bpf_map_lookup_elem(counts, &key);
 	if (val) {
@@ -274,12 +387,12 @@ int sample_cpu(void *ctx)
 		if (exclude_tgid != 0 && tgid == exclude_tgid)
 			stat_inc(&stats_0, STAT_SKIPPED_SELF);
 		else
-			record(ctx, &counts_0, &stacks_0, &stats_0, tgid);
+			record(ctx, &counts_0, &stacks_0, &py_stacks_0, &stats_0, pid_tgid);
 	} else {
 		if (exclude_tgid != 0 && tgid == exclude_tgid)
 			stat_inc(&stats_1, STAT_SKIPPED_SELF);
 		else
-			record(ctx, &counts_1, &stacks_1, &stats_1, tgid);
+			record(ctx, &counts_1, &stacks_1, &py_stacks_1, &stats_1, pid_tgid);
 	}
 	return 0;
 }

@@ -33,13 +33,17 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/slurmscope/slurmscope/agent/bpf"
 	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/agent/python"
 )
 
 // Options configures a Sampler. Zero values select the defaults.
@@ -65,24 +69,49 @@ type Options struct {
 	// 15 s, and the CPUs online at New.
 	Interval time.Duration
 	CPUs     int
+	// MaxPythonStackEntries is the number of distinct Python stacks (per
+	// process) each generation can hold, preallocated like the stacks, at
+	// 1.5 KiB each. A sample that finds the map full keeps its native stack
+	// (Stats.PythonStackMapFull). Default 4096.
+	MaxPythonStackEntries int
 	// ExcludePID is a process (thread-group id) not to sample, normally the
 	// agent itself. 0 excludes nothing.
 	ExcludePID int
+	// Stacks readies the program's user-stack capture (stack.h): the table
+	// unwinder and the CPython walk, with their shared maps. nil: frame
+	// pointers only, no Python frames.
+	Stacks Preparer
+	// NewPython, when set, is called from a goroutine of the sampler with
+	// each Python stack that is new to its generation, as the program
+	// stored it, so that its code objects are read while the process lives
+	// (the Walker's Python; the result is cached for the drain).
+	NewPython func(pid uint32, startNs uint64, raw *python.RawStack)
+}
+
+// Preparer readies a program that includes stack.h (stackwalk.Walker).
+type Preparer interface {
+	Prepare(spec *ebpf.CollectionSpec) (consts map[string]any, maps map[string]*ebpf.Map, err error)
 }
 
 const (
-	defaultSampleRate = 97
-	defaultInterval   = 15 * time.Second
-	// stackDepth is the value size of the stacks maps in frames (struct
-	// stack in sampler.bpf.c): the default of kernel.perf_event_max_stack.
+	defaultSampleRate   = 97
+	defaultInterval     = 15 * time.Second
+	defaultMaxPyEntries = 4096
+	// stackDepth is the most frames of a stack (struct unwind_stack in
+	// stack.h): the default of kernel.perf_event_max_stack.
 	stackDepth = 127
+	// endFrameLimit is UNWIND_END_FRAME_LIMIT: a stack cut at stackDepth.
+	endFrameLimit = 1
+	pyNewBytes    = 1 << 20 // the py_new ring buffer: over 600 new stacks between reads
 )
 
 // Bounds of the map sizes MapSizes picks. The maps are shared by every job
 // on the node and preallocated by the kernel (charged to the agent's
 // memory cgroup): a counts entry is about 100 bytes, a stacks entry about
 // 1.1 KiB, twice over for the two generations. At the caps that is 50 MiB
-// and 140 MiB.
+// and 140 MiB. The Python stacks map keeps MaxPythonStackEntries (one
+// Python stack, 1.5 KiB, is worth a stacks entry and a half); when it is
+// full, slurmscope_agent_cpu_maps_full_total says so too.
 const (
 	minMapEntries       = 16384
 	maxCountEntriesAuto = 1 << 18
@@ -122,7 +151,12 @@ type Sample struct {
 	// them as read only.
 	Kernel []uint64
 	User   []uint64
-	Count  uint64
+	// Python is the sampled thread's Python frames as the program captured
+	// them (resolve with the Walker's Python); nil for none. StartNs is the
+	// leader's start_boottime, which Python resolution takes.
+	Python  *python.RawStack
+	StartNs uint64
+	Count   uint64
 }
 
 // Stats are counters since New, up to the latest Drain; they only grow.
@@ -152,6 +186,12 @@ type Stats struct {
 	MissingStacks uint64
 	// SkippedSelf counts samples of Options.ExcludePID.
 	SkippedSelf uint64
+	// PythonWalks counts the CPython walks by outcome (indexed by
+	// python.Status); PythonStackMapFull the Python stacks not kept for a
+	// full map, PythonNewLost those not announced to NewPython (ring
+	// buffer full).
+	PythonWalks                       [python.StatusMax]uint64
+	PythonStackMapFull, PythonNewLost uint64
 	// AttachedCPUs is the number of CPUs sampled right now.
 	AttachedCPUs int
 	// CPUAttaches, CPUDetaches and CPUReattaches count hotplug events
@@ -164,6 +204,7 @@ type generation struct {
 	selector *ebpf.Map // gen_0 / gen_1: what gen_switch points at
 	counts   *ebpf.Map
 	stacks   *ebpf.Map
+	py       *ebpf.Map
 	stats    *ebpf.Map
 }
 
@@ -182,6 +223,8 @@ type Sampler struct {
 	hashSeed uint64
 	// The map sizes chosen, per generation.
 	countEntries, stackEntries int
+	pyNew                      *ringbuf.Reader
+	pyDone                     chan struct{}
 }
 
 // MapEntries returns the sizes of the counts and stacks maps, per
@@ -197,8 +240,8 @@ func New(opts Options) (*Sampler, error) {
 	if opts.SysRoot == "" {
 		opts.SysRoot = "/sys"
 	}
-	if opts.SampleRate < 0 || opts.MaxStackEntries < 0 || opts.MaxCountEntries < 0 || opts.ExcludePID < 0 ||
-		opts.Interval < 0 || opts.CPUs < 0 {
+	if opts.SampleRate < 0 || opts.MaxStackEntries < 0 || opts.MaxCountEntries < 0 || opts.MaxPythonStackEntries < 0 ||
+		opts.ExcludePID < 0 || opts.Interval < 0 || opts.CPUs < 0 {
 		return nil, fmt.Errorf("cpu sampler: negative option in %+v", opts)
 	}
 	if opts.Interval == 0 {
@@ -218,6 +261,9 @@ func New(opts Options) (*Sampler, error) {
 	if opts.MaxCountEntries == 0 {
 		opts.MaxCountEntries = counts
 	}
+	if opts.MaxPythonStackEntries == 0 {
+		opts.MaxPythonStackEntries = defaultMaxPyEntries
+	}
 
 	spec, err := loadSampler()
 	if err != nil {
@@ -229,6 +275,10 @@ func New(opts Options) (*Sampler, error) {
 	for _, name := range []string{samplerMapStacks0, samplerMapStacks1} {
 		spec.Maps[name].MaxEntries = uint32(opts.MaxStackEntries)
 	}
+	for _, name := range []string{samplerMapPyStacks0, samplerMapPyStacks1} {
+		spec.Maps[name].MaxEntries = uint32(opts.MaxPythonStackEntries)
+	}
+	spec.Maps[samplerMapPyNew].MaxEntries = pyNewBytes
 	// A secret seed per load: no process can predict the key of any stack,
 	// so none can craft user stack frames that collide with another's.
 	var seed [8]byte
@@ -239,12 +289,23 @@ func New(opts Options) (*Sampler, error) {
 
 	s := &Sampler{sysRoot: opts.SysRoot, hashSeed: hashSeed, countEntries: opts.MaxCountEntries, stackEntries: opts.MaxStackEntries}
 	consts := map[string]any{samplerVarExcludeTgid: uint32(opts.ExcludePID), samplerVarStackHashSeed: hashSeed}
-	if err := bpf.Load(spec, consts, &s.objs); err != nil {
+	var shared map[string]*ebpf.Map
+	if opts.Stacks != nil {
+		c, m, err := opts.Stacks.Prepare(spec)
+		if err != nil {
+			return nil, fmt.Errorf("cpu sampler: %w", err)
+		}
+		for k, v := range c {
+			consts[k] = v
+		}
+		shared = m
+	}
+	if err := bpf.LoadWith(spec, consts, shared, &s.objs); err != nil {
 		return nil, fmt.Errorf("cpu sampler: %w", err)
 	}
 	s.gens = [2]generation{
-		{selector: s.objs.Gen0, counts: s.objs.Counts0, stacks: s.objs.Stacks0, stats: s.objs.Stats0},
-		{selector: s.objs.Gen1, counts: s.objs.Counts1, stacks: s.objs.Stacks1, stats: s.objs.Stats1},
+		{selector: s.objs.Gen0, counts: s.objs.Counts0, stacks: s.objs.Stacks0, py: s.objs.PyStacks0, stats: s.objs.Stats0},
+		{selector: s.objs.Gen1, counts: s.objs.Counts1, stacks: s.objs.Stacks1, py: s.objs.PyStacks1, stats: s.objs.Stats1},
 	}
 	for i, g := range s.gens {
 		if err := g.selector.Put(uint32(0), uint32(i)); err != nil {
@@ -257,6 +318,14 @@ func New(opts Options) (*Sampler, error) {
 		return nil, fmt.Errorf("cpu sampler: init generation: %w", err)
 	}
 
+	if opts.NewPython != nil {
+		if s.pyNew, err = ringbuf.NewReader(s.objs.PyNew); err != nil {
+			s.objs.Close()
+			return nil, fmt.Errorf("cpu sampler: %w", err)
+		}
+		s.pyDone = make(chan struct{})
+		go s.readPyNew(opts.NewPython)
+	}
 	s.cpus = newCPUSet(perfAttacher{progFD: s.objs.SampleCpu.FD(), hz: uint64(opts.SampleRate)})
 	if err := s.syncCPUs(); err != nil && len(s.cpus.cpus) == 0 {
 		s.Close()
@@ -324,12 +393,36 @@ func (s *Sampler) Drain() ([]Sample, Stats, error) {
 	return samples, st, hotplugErr
 }
 
+// readPyNew hands each new Python stack to fn until the sampler closes.
+func (s *Sampler) readPyNew(fn func(pid uint32, startNs uint64, raw *python.RawStack)) {
+	defer close(s.pyDone)
+	var rec ringbuf.Record
+	for {
+		if err := s.pyNew.ReadInto(&rec); err != nil {
+			if errors.Is(err, os.ErrClosed) {
+				return
+			}
+			continue
+		}
+		var ev samplerPyNewEvent
+		if len(rec.RawSample) < int(unsafe.Sizeof(ev)) {
+			continue
+		}
+		ev = *(*samplerPyNewEvent)(unsafe.Pointer(&rec.RawSample[0]))
+		fn(ev.Tgid, ev.StartBoottimeNs, (*python.RawStack)(unsafe.Pointer(&ev.Py)))
+	}
+}
+
 func (s *Sampler) readGeneration(g generation) ([]Sample, error) {
 	stacks, truncated, err := readStacks(g.stacks)
 	if err != nil {
 		return nil, err
 	}
 	s.stats.TruncatedStacks += truncated
+	pys, err := readPythonStacks(g.py)
+	if err != nil {
+		return nil, err
+	}
 
 	lookup := func(key uint64) []uint64 {
 		if key == 0 { // no stack
@@ -349,13 +442,20 @@ func (s *Sampler) readGeneration(g generation) ([]Sample, error) {
 	)
 	it := g.counts.Iterate()
 	for it.Next(&key, &val) {
-		samples = append(samples, Sample{
-			Proc:   procfs.ID{PID: int(key.Tgid), Start: procfs.StartFromBoottime(key.StartBoottimeNs)},
-			Comm:   commString(val.Comm),
-			Kernel: lookup(key.KernelStack),
-			User:   lookup(key.UserStack),
-			Count:  val.Count,
-		})
+		smp := Sample{
+			Proc:    procfs.ID{PID: int(key.Tgid), Start: procfs.StartFromBoottime(key.StartBoottimeNs)},
+			Comm:    commString(val.Comm),
+			Kernel:  lookup(key.KernelStack),
+			User:    lookup(key.UserStack),
+			StartNs: key.StartBoottimeNs,
+			Count:   val.Count,
+		}
+		if key.PythonStack != 0 {
+			if smp.Python = pys[key.PythonStack]; smp.Python == nil {
+				s.stats.MissingStacks++
+			}
+		}
+		samples = append(samples, smp)
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("read counts: %w", err)
@@ -363,22 +463,22 @@ func (s *Sampler) readGeneration(g generation) ([]Sample, error) {
 	return samples, nil
 }
 
-// readStacks reads a stacks map: frames by key, trimmed, and how many of them
-// were probably truncated.
+// readStacks reads a stacks map: frames by key, and how many stacks were
+// cut at stackDepth frames.
 func readStacks(m *ebpf.Map) (map[uint64][]uint64, uint64, error) {
 	stacks := make(map[uint64][]uint64)
 	var (
 		key       uint64
 		truncated uint64
-		trace     = make([]uint64, stackDepth)
+		st        samplerUnwindStack
 	)
 	it := m.Iterate()
-	for it.Next(&key, trace) {
-		frames, trunc := trimStack(trace)
+	for it.Next(&key, &st) {
+		frames, trunc := stackFrames(&st)
 		if trunc {
 			truncated++
 		}
-		stacks[key] = append([]uint64(nil), frames...)
+		stacks[key] = frames
 	}
 	if err := it.Err(); err != nil {
 		return nil, 0, fmt.Errorf("read stacks: %w", err)
@@ -386,11 +486,29 @@ func readStacks(m *ebpf.Map) (map[uint64][]uint64, uint64, error) {
 	return stacks, truncated, nil
 }
 
+// readPythonStacks reads a py_stacks map.
+func readPythonStacks(m *ebpf.Map) (map[uint64]*python.RawStack, error) {
+	out := make(map[uint64]*python.RawStack)
+	var key uint64
+	it := m.Iterate()
+	for {
+		raw := new(python.RawStack)
+		if !it.Next(&key, raw) {
+			break
+		}
+		out[key] = raw
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read python stacks: %w", err)
+	}
+	return out, nil
+}
+
 // clearGeneration empties a quiescent generation. Deleting every stack, not
 // only those the counts refer to, also frees stacks whose count was lost to
 // a full counts map; left behind they would fill the stacks map for good.
 func clearGeneration(g generation) error {
-	for _, m := range []*ebpf.Map{g.counts, g.stacks} {
+	for _, m := range []*ebpf.Map{g.counts, g.stacks, g.py} {
 		var keys [][]byte
 		var key any // nil: start with the first key
 		for {
@@ -436,6 +554,11 @@ func (s *Sampler) addStats(g generation) error {
 		samplerStatIndexSTAT_USTACK_ERROR:    &st.UserStackErrors,
 		samplerStatIndexSTAT_SKIPPED_SELF:    &st.SkippedSelf,
 	}
+	fields[samplerStatIndexSTAT_PYSTACK_MAP_FULL] = &st.PythonStackMapFull
+	fields[samplerStatIndexSTAT_PY_NEW_LOST] = &st.PythonNewLost
+	for i := range st.PythonWalks {
+		fields[samplerStatIndexSTAT_PY_STATUS+samplerStatIndex(i)] = &st.PythonWalks[i]
+	}
 	var perCPU []uint64
 	for idx, dst := range fields {
 		if err := g.stats.Lookup(uint32(idx), &perCPU); err != nil {
@@ -476,6 +599,10 @@ func (s *Sampler) Close() error {
 	var errs []error
 	if s.cpus != nil {
 		errs = append(errs, s.cpus.closeAll())
+	}
+	if s.pyNew != nil {
+		errs = append(errs, s.pyNew.Close())
+		<-s.pyDone
 	}
 	errs = append(errs, s.objs.Close())
 	return errors.Join(errs...)

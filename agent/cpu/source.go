@@ -9,6 +9,7 @@ import (
 
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/profiles"
+	"github.com/slurmscope/slurmscope/agent/python"
 	"github.com/slurmscope/slurmscope/agent/source"
 )
 
@@ -22,7 +23,8 @@ type drainer interface {
 // and the CPU time it stands for.
 type Source struct {
 	s      drainer
-	period int64 // ns of CPU per sample
+	period int64         // ns of CPU per sample
+	stacks source.Stacks // resolves Python frames; nil: none
 	m      metrics
 	last   Stats
 	// jobOf names a process's job ("" in none) for the maps-full metric;
@@ -35,9 +37,10 @@ var (
 	_ drainer       = (*Sampler)(nil)
 )
 
-// NewSource makes a source of a sampler running at sampleRate Hz.
-func NewSource(s drainer, sampleRate int) *Source {
-	return &Source{s: s, period: 1e9 / int64(sampleRate), m: newMetrics()}
+// NewSource makes a source of a sampler running at sampleRate Hz. stacks
+// resolves the samples' Python frames (nil: none).
+func NewSource(s drainer, sampleRate int, stacks source.Stacks) *Source {
+	return &Source{s: s, period: 1e9 / int64(sampleRate), stacks: stacks, m: newMetrics()}
 }
 
 // WithJobs makes the source name, when the kernel maps were full, the job
@@ -65,9 +68,25 @@ func (c *Source) Drain() (source.Batch, error) {
 	c.noteFull(samples, c.last, st)
 	c.last = st
 	b.Samples = make([]source.Sample, len(samples))
+	// Right after the drain, while the processes (most of them) live;
+	// samples share Python stacks, each is resolved once.
+	type resolved struct {
+		frames    []python.Frame
+		truncated bool
+	}
+	pys := map[*python.RawStack]resolved{}
 	for i, s := range samples {
 		n := int64(s.Count)
-		b.Samples[i] = source.Sample{Proc: s.Proc, Kernel: s.Kernel, User: s.User, Values: []int64{n, n * c.period}}
+		out := source.Sample{Proc: s.Proc, Kernel: s.Kernel, User: s.User, Values: []int64{n, n * c.period}}
+		if s.Python != nil && c.stacks != nil {
+			r, ok := pys[s.Python]
+			if !ok {
+				r.frames, r.truncated = c.stacks.Python(uint32(s.Proc.PID), s.StartNs, s.Python)
+				pys[s.Python] = r
+			}
+			out.Python, out.PythonTruncated = r.frames, r.truncated
+		}
+		b.Samples[i] = out
 	}
 	return b, nil
 }
@@ -78,7 +97,8 @@ func (c *Source) Drain() (source.Batch, error) {
 func (c *Source) noteFull(samples []Sample, prev, cur Stats) {
 	countsFull := cur.LostMapFull > prev.LostMapFull
 	stacksFull := cur.KernelStackMapFull+cur.UserStackMapFull > prev.KernelStackMapFull+prev.UserStackMapFull
-	if !countsFull && !stacksFull {
+	pyFull := cur.PythonStackMapFull > prev.PythonStackMapFull
+	if !countsFull && !stacksFull && !pyFull {
 		return
 	}
 	keys := map[string]int{}
@@ -100,6 +120,9 @@ func (c *Source) noteFull(samples []Sample, prev, cur Stats) {
 	}
 	if stacksFull {
 		c.m.mapsFull.WithLabelValues(top, "stacks").Inc()
+	}
+	if pyFull {
+		c.m.mapsFull.WithLabelValues(top, "python_stacks").Inc()
 	}
 }
 
@@ -133,11 +156,18 @@ func (k *Kind) Open(env source.Env) (source.Source, error) {
 	if !k.on {
 		return nil, nil
 	}
-	s, err := New(Options{SampleRate: k.rate, SysRoot: env.SysRoot, ExcludePID: env.ExcludePID, Interval: env.Interval})
-	if err != nil {
-		return nil, fmt.Errorf("starting the eBPF sampler (needs root, perf events and BTF): %w", err)
+	opts := Options{SampleRate: k.rate, SysRoot: env.SysRoot, ExcludePID: env.ExcludePID, Interval: env.Interval}
+	if env.Stacks != nil {
+		opts.Stacks = env.Stacks
+		// Read each new Python stack's code objects now, while its
+		// process lives; the drain finds them cached.
+		opts.NewPython = func(pid uint32, startNs uint64, raw *python.RawStack) { env.Stacks.Python(pid, startNs, raw) }
 	}
-	src := &closingSource{Source: NewSource(s, k.rate).WithJobs(env.Job), s: s}
+	s, err := New(opts)
+	if err != nil {
+		return nil, fmt.Errorf("starting the eBPF sampler (needs root, perf events and BTF, Linux 5.17 or later): %w", err)
+	}
+	src := &closingSource{Source: NewSource(s, k.rate, env.Stacks).WithJobs(env.Job), s: s}
 	env.Reg.MustRegister(src.Collectors()...)
 	env.Reg.MustRegister(programStats(s)...)
 	counts, stacks := s.MapEntries()

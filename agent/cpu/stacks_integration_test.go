@@ -139,17 +139,13 @@ func refStackHash(seed uint64, user bool, frames []uint64) uint64 {
 // refStackHash: a program that hashed fewer frames than it stores, or mixed
 // up the domains, would merge different stacks without any counter showing
 // it. Stacks are never changed once stored, so reading them live is safe.
-// The value does not keep the frame count, and a user stack may hold zero
-// return addresses (the outermost frame of a thread has one), even before
-// more frames: a stack is taken to end at its last non-zero frame or at one
-// of the zeros after it. Only stacks that are all user frames of the
-// burner's executable mappings (other Go programs share them) or all kernel
-// frames are checked.
+// Only stacks that are all user frames of the burner's executable mappings
+// (other Go programs share them) or all kernel frames are checked.
 func checkStackKeys(t *testing.T, s *Sampler, maps []mapping) {
 	t.Helper()
 	var (
 		key             uint64
-		trace           = make([]uint64, stackDepth)
+		st              samplerUnwindStack
 		checked, wrong  int
 		zeroTail        int
 		kernel, user    int
@@ -157,17 +153,17 @@ func checkStackKeys(t *testing.T, s *Sampler, maps []mapping) {
 		allIn, allAbove bool
 	)
 	it := s.gens[s.active].stacks.Iterate()
-	for it.Next(&key, trace) {
+	for it.Next(&key, &st) {
 		if key == 0 {
 			sawZeroKey = true
 		}
-		n := len(trace)
-		for n > 0 && trace[n-1] == 0 {
-			n--
-		}
-		frames := trace[:n]
-		if n == 0 || n == len(trace) { // empty, or its length is unknown
+		frames, _ := stackFrames(&st)
+		n := len(frames)
+		if n == 0 {
 			continue
+		}
+		if frames[n-1] == 0 {
+			zeroTail++ // a thread's outermost return address
 		}
 		allIn, allAbove = true, true
 		for _, pc := range frames {
@@ -183,14 +179,7 @@ func checkStackKeys(t *testing.T, s *Sampler, maps []mapping) {
 		} else {
 			kernel++
 		}
-		match := false
-		for m := n; m < len(trace) && !match; m++ {
-			match = key == refStackHash(s.hashSeed, allIn, trace[:m])
-			if match && m > n {
-				zeroTail++
-			}
-		}
-		if want := refStackHash(s.hashSeed, allIn, frames); !match {
+		if want := refStackHash(s.hashSeed, allIn, frames); key != want {
 			wrong++
 			if wrong <= 5 {
 				t.Errorf("stack of %d frames (user %v) has key %#x, want %#x: %#x", len(frames), allIn, key, want, frames)
@@ -215,7 +204,7 @@ func checkStackKeys(t *testing.T, s *Sampler, maps []mapping) {
 func checkDrained(t *testing.T, s *Sampler, drain int) {
 	t.Helper()
 	g := s.gens[1-s.active]
-	for _, m := range []*ebpf.Map{g.counts, g.stacks} {
+	for _, m := range []*ebpf.Map{g.counts, g.stacks, g.py} {
 		if n := mapLen(t, m); n != 0 {
 			t.Errorf("drain %d left %d entries in %s", drain, n, m)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/attribution"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/profiles"
+	"github.com/slurmscope/slurmscope/agent/python"
 	"github.com/slurmscope/slurmscope/agent/source"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
 	"github.com/slurmscope/slurmscope/schema"
@@ -70,8 +71,12 @@ type Config struct {
 	// which runs for a second and exits is still labelled.
 	RescanInterval time.Duration
 	AllProcesses   bool // also profile processes in no job
-	Log            *slog.Logger
-	Now            func() time.Time
+	// Watchers are told of every profiled process as attaching sources are
+	// (the shared stack capture, agent/stackwalk, which loads a process's
+	// unwind tables), without being a source.
+	Watchers []source.ProcessAttacher
+	Log      *slog.Logger
+	Now      func() time.Time
 }
 
 // Daemon is the main loop.
@@ -184,35 +189,63 @@ func (d *Daemon) rescan(full bool) {
 		d.logOnce("scan", "listing processes failed", err)
 	}
 	for _, p := range procs {
-		if p.Foreign || !(p.InJob() || d.cfg.AllProcesses) {
-			continue
-		}
-		k := p.ID
-		var retry []*src
-		d.knownMu.Lock()
-		seen := d.known[k]
-		d.known[k] = true
-		for _, s := range d.srcs {
-			if full && s.pending[k] {
-				retry = append(retry, s)
-			}
-		}
-		d.knownMu.Unlock()
-		if seen {
-			for _, s := range retry {
-				d.attachProcess(s, k)
-			}
-			continue
-		}
-		// Symbols are read while the process lives: by the time its
-		// interval is drained, a short task may be gone.
-		d.sym.Prepare(k)
-		for _, s := range d.srcs {
-			if s.attach != nil {
-				d.attachProcess(s, k)
-			}
+		d.admit(p, full)
+	}
+}
+
+// Admit attributes a live process that a probe met before any rescan did
+// (the stack capture announces the processes it samples without state), and
+// if the agent profiles it, does at once what a rescan does for a new one:
+// reads its symbols and hands it to the attaching sources and the watchers.
+// It reports whether the process is profiled.
+func (d *Daemon) Admit(id procfs.ID) bool {
+	p, ok := d.res.Cached(id)
+	if !ok {
+		var err error
+		if p, err = d.res.Resolve(id.PID); err != nil {
+			return false
 		}
 	}
+	return p.ID == id && d.admit(p, false)
+}
+
+// admit handles one process a rescan (or Admit) attributed; full retries
+// the attachers that asked for it.
+func (d *Daemon) admit(p attribution.Process, full bool) bool {
+	if p.Foreign || !(p.InJob() || d.cfg.AllProcesses) {
+		return false
+	}
+	k := p.ID
+	var retry []*src
+	d.knownMu.Lock()
+	seen := d.known[k]
+	d.known[k] = true
+	for _, s := range d.srcs {
+		if full && s.pending[k] {
+			retry = append(retry, s)
+		}
+	}
+	d.knownMu.Unlock()
+	if seen {
+		for _, s := range retry {
+			d.attachProcess(s, k)
+		}
+		return true
+	}
+	// Symbols are read while the process lives: by the time its interval
+	// is drained, a short task may be gone.
+	d.sym.Prepare(k)
+	for _, w := range d.cfg.Watchers {
+		if _, err := w.AttachProcess(k); err != nil {
+			d.logOnce("watch", "loading a process for stack capture failed", err)
+		}
+	}
+	for _, s := range d.srcs {
+		if s.attach != nil {
+			d.attachProcess(s, k)
+		}
+	}
+	return true
 }
 
 // attachProcess hands a profiled process to a source that attaches to
@@ -289,8 +322,18 @@ func (d *Daemon) add(builders map[string]*jobProfile, s *src, smp *source.Sample
 	if len(smp.Kernel) > 0 {
 		stack = append(stack, d.sym.Kernel(smp.Kernel)...)
 	}
-	if len(smp.User) > 0 {
-		stack = append(stack, d.sym.User(smp.Proc, smp.User)...)
+	if len(smp.User) > 0 || len(smp.Python) > 0 {
+		var user []symbolize.Frame
+		if len(smp.User) > 0 {
+			user = d.sym.User(smp.Proc, smp.User)
+		}
+		// The one place Python frames join the native ones, whichever
+		// source captured them: each eval-loop frame becomes the Python
+		// frames it ran.
+		if len(smp.Python) > 0 {
+			user = python.Splice(user, smp.Python, smp.PythonTruncated)
+		}
+		stack = append(stack, user...)
 	}
 	// The step is a sample label: one profile per job, while Pyroscope
 	// still splits series by step.
@@ -406,6 +449,9 @@ func (d *Daemon) forgetExited(seen map[procfs.ID]bool) {
 		if p, ok := d.res.Cached(k); !ok || p.ID != k {
 			d.sym.Forget(k)
 			delete(d.known, k)
+			for _, w := range d.cfg.Watchers {
+				w.ForgetProcess(k)
+			}
 			for _, s := range d.srcs {
 				if s.attach != nil {
 					delete(s.pending, k)

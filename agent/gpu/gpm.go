@@ -86,7 +86,7 @@ func (p *poll) gpmRead(r *devReader, u *unit, dev nvml.Device, gi int) []prometh
 		ids := []nvml.GpmMetricId{nvml.GPM_METRIC_SM_UTIL, nvml.GPM_METRIC_SM_OCCUPANCY, nvml.GPM_METRIC_ANY_TENSOR_UTIL}
 		fams := []family{c.desc.smActive, c.desc.smOccupancy, c.desc.tensorActive}
 		for k, id := range ids {
-			mg.Metrics[k].MetricId = uint32(id)
+			mg.Metrics[k].MetricId = uint32(id) // #nosec G115 -- NVML's small enum constants, listed just above
 		}
 		if ret := c.lib.GpmMetricsGet(mg); r.ok("nvmlGpmMetricsGet", ret) {
 			for k := range ids {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/agent/python"
 )
 
 // Wire sizes of the ring buffer events (markers.bpf.c). TestObjectLayout
@@ -17,7 +18,10 @@ const (
 	recordsMax     = 64 // SLURMSCOPE_RECORDS_MAX
 	recordSize     = 56 // sizeof(struct slurmscope_kernel_record)
 	nameMax        = 512
-	launchEventLen = headerSize + 8 + 8 + 4*4 + 8 + stackDepth*8
+	pyStackLen     = 16 + python.MaxFrames*24 // struct py_stack
+	launchEventLen = headerSize + 8 + 8 + 4*4 + 8 + 8 + stackDepth*8 + pyStackLen
+	launchStackOff = headerSize + 8 + 8 + 4*4 + 8 + 8
+	launchPyOff    = launchStackOff + stackDepth*8
 	recordsEvLen   = headerSize + 8 + recordsMax*recordSize
 	nameEventLen   = headerSize + 8 + 8 + nameMax
 )
@@ -53,9 +57,14 @@ type launchEvent struct {
 	tid           uint32
 	device        uint32
 	flags         uint32
-	stackErr      bool     // bpf_get_stack failed: no stack
-	stack         []uint64 // innermost first, trimmed; aliases the input
-	truncated     bool     // the stack filled every slot
+	stackErr      bool             // no user stack was taken
+	stack         []uint64         // innermost first
+	truncated     bool             // the stack was cut at stackDepth frames
+	py            *python.RawStack // the thread's raw Python frames; nil: none
+	// python is py resolved (the tracer does it as it reads the event,
+	// while the process lives).
+	python      []python.Frame
+	pyTruncated bool
 }
 
 // kernelRecord is struct slurmscope_kernel_record as the process wrote it:
@@ -112,23 +121,43 @@ func decodeLaunch(h header, b []byte) (launchEvent, error) {
 	}
 	n := int32(le.Uint32(b[44:]))
 	ret := le.Uint64(b[48:])
+	end := le.Uint32(b[56:])
+	if py := decodePython(b[launchPyOff:]); py.Len > 0 {
+		e.py = py
+	}
 	if n <= 0 {
 		e.stackErr = true
 		return e, nil
 	}
-	// The kernel wrote n bytes and zeroed the rest; trust neither blindly.
+	// The program filled n bytes (what lies beyond is stale); trust it no
+	// further than the array.
 	frames := min(int(n)/8, stackDepth)
 	e.stack = make([]uint64, 0, frames+1)
 	for i := range frames {
-		pc := le.Uint64(b[56+8*i:])
+		pc := le.Uint64(b[launchStackOff+8*i:])
 		if pc == 0 {
 			break
 		}
 		e.stack = append(e.stack, pc)
 	}
-	e.truncated = len(e.stack) == stackDepth
+	e.truncated = len(e.stack) == stackDepth || end == unwindEndFrameLimit
 	e.stack = withCaller(e.stack, ret)
 	return e, nil
+}
+
+// unwindEndFrameLimit is UNWIND_END_FRAME_LIMIT (stack.h).
+const unwindEndFrameLimit = 1
+
+// decodePython copies a struct py_stack out of an event; its length is
+// clamped to the array, its frames are checked by the tracker.
+func decodePython(b []byte) *python.RawStack {
+	py := &python.RawStack{Len: le.Uint32(b), Status: le.Uint32(b[4:]), Flags: le.Uint32(b[8:])}
+	py.Len = min(py.Len, python.MaxFrames)
+	for i := range int(py.Len) {
+		f := b[16+24*i:]
+		py.Frames[i] = python.RawFrame{Code: le.Uint64(f), Check: le.Uint64(f[8:]), Lasti: int32(le.Uint32(f[16:])), Owner: f[20], IsEntry: f[21]}
+	}
+	return py
 }
 
 // withCaller inserts the marker's return address as the second frame when

@@ -843,3 +843,48 @@ func TestInjectReannouncesNames(t *testing.T) {
 		t.Errorf("library counted %d re-announcements, want at least %d", r.summary["reannounced"], len(before))
 	}
 }
+
+// TestABIVersionHostileSymbol: the real library reads its ABI version; the
+// same file with the symbol's value moved next to 2^64 (where value+4
+// wraps) or past its section is refused as outside it.
+func TestABIVersionHostileSymbol(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(built(t), "libslurmscope_inject.so"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := readABIVersion(bytes.NewReader(raw)); err != nil || v != abiVersion {
+		t.Fatalf("real library: %d, %v; want %d", v, err, abiVersion)
+	}
+	f, err := elf.NewFile(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dynsym, dynstr := f.Section(".dynsym"), f.Section(".dynstr")
+	strs, err := dynstr.Data()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The Elf64_Sym of the symbol: st_name at 0, st_value at 8.
+	at := -1
+	for off := uint64(0); off+24 <= dynsym.Size; off += 24 {
+		e := raw[dynsym.Offset+off:]
+		name := strs[binary.LittleEndian.Uint32(e):]
+		if i := bytes.IndexByte(name, 0); i >= 0 && string(name[:i]) == "slurmscope_inject_abi_version" {
+			at = int(dynsym.Offset + off + 8)
+		}
+	}
+	if at < 0 {
+		t.Fatal("no slurmscope_inject_abi_version in .dynsym")
+	}
+	value := binary.LittleEndian.Uint64(raw[at:])
+	sec := f.Sections[slices.IndexFunc(f.Sections, func(s *elf.Section) bool {
+		return s.Addr <= value && value < s.Addr+s.Size && s.Type != elf.SHT_NULL
+	})]
+	for _, v := range []uint64{1<<64 - 2, sec.Addr + sec.Size - 2, sec.Addr + sec.Size} {
+		bad := slices.Clone(raw)
+		binary.LittleEndian.PutUint64(bad[at:], v)
+		if _, err := readABIVersion(bytes.NewReader(bad)); err == nil || !strings.Contains(err.Error(), "outside its section") {
+			t.Errorf("value %#x: %v, want outside its section", v, err)
+		}
+	}
+}

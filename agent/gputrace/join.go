@@ -10,6 +10,7 @@ import (
 
 	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/agent/python"
 )
 
 // The joiner matches launch events (stack, correlation id) with completed
@@ -46,11 +47,12 @@ import (
 // charged for what it costs downstream too (its sample, and its share of
 // the profile the daemon builds), not only for its map entry.
 const (
-	procBytes   = 1024
-	rowBytes    = 512
-	launchBytes = 160 // plus 8 per frame of its stack
-	nameBytes   = 64  // plus the name, raw and demangled
-	chargeStep  = 64 << 10
+	procBytes    = 1024
+	rowBytes     = 512
+	launchBytes  = 160 // plus 8 per frame of its stack
+	pyFrameBytes = 48  // a Python frame, besides its function and file names
+	nameBytes    = 64  // plus the name, raw and demangled
+	chargeStep   = 64 << 10
 	// maxRowsPerProcess caps one process's rows in an interval, and with
 	// them the work of a drain, which every job's interval waits for; a
 	// real trainer has hundreds (kernels x sampled call sites x devices).
@@ -91,6 +93,8 @@ type stackTable struct {
 type stackSlot struct {
 	key    string
 	frames []uint64
+	py     []python.Frame // the launching thread's Python frames, if any
+	pyCut  bool           // py was cut at its outer end
 	refs   int
 }
 
@@ -98,20 +102,40 @@ func newStackTable() *stackTable {
 	return &stackTable{ids: map[string]stackID{}, slots: make([]stackSlot, 1)}
 }
 
-func (t *stackTable) intern(frames []uint64) stackID {
+func (t *stackTable) intern(frames []uint64, py []python.Frame, pyCut bool) stackID {
 	if len(frames) == 0 {
 		return noStack
 	}
-	buf := make([]byte, 8*len(frames))
+	buf := make([]byte, 8*len(frames), 8*len(frames)+1)
 	for i, pc := range frames {
 		binary.LittleEndian.PutUint64(buf[8*i:], pc)
+	}
+	// The Python frames are part of the stack's identity: one native
+	// stack (the eval loop) runs many Python ones.
+	if len(py) > 0 {
+		buf = append(buf, 0xff)
+		if pyCut {
+			buf = append(buf, 1)
+		}
+		for _, f := range py {
+			buf = binary.AppendUvarint(buf, uint64(len(f.Function)))
+			buf = append(buf, f.Function...)
+			buf = binary.AppendUvarint(buf, uint64(len(f.File)))
+			buf = append(buf, f.File...)
+			buf = binary.AppendVarint(buf, int64(f.Line))
+			if f.Entry {
+				buf = append(buf, 1)
+			} else {
+				buf = append(buf, 0)
+			}
+		}
 	}
 	key := string(buf)
 	if id, ok := t.ids[key]; ok {
 		t.slots[id].refs++
 		return id
 	}
-	s := stackSlot{key: key, frames: slices.Clone(frames), refs: 1}
+	s := stackSlot{key: key, frames: slices.Clone(frames), py: slices.Clone(py), pyCut: pyCut, refs: 1}
 	var id stackID
 	if n := len(t.free); n > 0 {
 		id = t.free[n-1]
@@ -144,8 +168,11 @@ func (t *stackTable) unref(id stackID) {
 }
 
 func (t *stackTable) frames(id stackID) []uint64 { return t.slots[id].frames }
-func (t *stackTable) key(id stackID) string      { return t.slots[id].key }
-func (t *stackTable) live() int                  { return len(t.ids) }
+func (t *stackTable) python(id stackID) ([]python.Frame, bool) {
+	return t.slots[id].py, t.slots[id].pyCut
+}
+func (t *stackTable) key(id stackID) string { return t.slots[id].key }
+func (t *stackTable) live() int             { return len(t.ids) }
 
 type pendingLaunch struct {
 	proc   *procState
@@ -354,14 +381,19 @@ func (j *joiner) launch(e launchEvent, now time.Time) {
 		// process does that. The newer launch wins.
 		j.removeLaunch(old)
 	}
+	// The stack is charged as it is held: 8 bytes a native frame, and
+	// the Python frames with their names and files.
 	cost := int64(launchBytes + 8*len(e.stack))
+	for _, f := range e.python {
+		cost += pyFrameBytes + int64(len(f.Function)+len(f.File))
+	}
 	if !j.grow(p, cost) {
 		// Over the job's share: the launch is not kept. Its records will
 		// count as unsampled, or fold.
 		j.st.OverBudgetLaunches++
 		return
 	}
-	l := &pendingLaunch{proc: p, cid: e.correlationID, bytes: cost, stack: j.stacks.intern(e.stack), flags: e.flags, at: now}
+	l := &pendingLaunch{proc: p, cid: e.correlationID, bytes: cost, stack: j.stacks.intern(e.stack, e.python, e.pyTruncated), flags: e.flags, at: now}
 	if e.flags&FlagNested != 0 {
 		// Same call stack as the enclosing launch on this thread; the record
 		// may carry either id, so matching one retires both.
@@ -538,6 +570,11 @@ type Sample struct {
 	// frame is inside the injection library's launch marker). nil when
 	// Unsampled. Samples may share the slice: treat it as read only.
 	User []uint64
+	// Python are the launching thread's Python frames, innermost first,
+	// for the daemon to splice into User (nil: none); PythonTruncated: cut
+	// at the outer end.
+	Python          []python.Frame
+	PythonTruncated bool
 	// Unsampled: no launch of this kernel (in this process and interval)
 	// had its stack captured; put the time under UnsampledFrame.
 	Unsampled bool
@@ -667,6 +704,7 @@ func (j *joiner) drainProc(out []Sample, p *procState) []Sample {
 			s.Unsampled = true
 		} else {
 			s.User = j.stacks.frames(k.stack)
+			s.Python, s.PythonTruncated = j.stacks.python(k.stack)
 		}
 		if k.folded {
 			s.Kernel, s.KernelRaw = OverBudgetFrame, OverBudgetFrame
@@ -695,6 +733,9 @@ func compareSamples(a, b Sample) int {
 		cmp.Compare(a.Device, b.Device),
 		cmp.Compare(a.GPUInstance, b.GPUInstance),
 		slices.Compare(a.User, b.User),
+		slices.CompareFunc(a.Python, b.Python, func(x, y python.Frame) int {
+			return cmp.Or(cmp.Compare(x.Function, y.Function), cmp.Compare(x.File, y.File), cmp.Compare(x.Line, y.Line))
+		}),
 	)
 }
 

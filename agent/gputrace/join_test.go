@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/agent/python"
 )
 
 var t0 = time.Unix(1000, 0)
@@ -327,15 +328,25 @@ func TestDecodeEvents(t *testing.T) {
 	le.PutUint32(b[40:], FlagDriverAPI)
 	le.PutUint32(b[44:], 16)    // two frames
 	le.PutUint64(b[48:], 0x500) // return address: not the second frame
-	le.PutUint64(b[56:], 0x100)
-	le.PutUint64(b[64:], 0x300)
+	le.PutUint64(b[launchStackOff:], 0x100)
+	le.PutUint64(b[launchStackOff+8:], 0x300)
+	le.PutUint64(b[launchStackOff+16:], 0x777) // stale, beyond the two frames
 	h, _ := decodeHeader(b)
 	e, err := decodeLaunch(h, b)
 	// The start time arrives in ns (start_boottime) and leaves in ticks.
 	if err != nil || e.proc != (procfs.ID{PID: 42, Start: 100}) || e.correlationID != 7 || e.nameID != 8 || e.tid != 43 || e.device != 1 ||
-		!slices.Equal(e.stack, []uint64{0x100, 0x500, 0x300}) {
+		!slices.Equal(e.stack, []uint64{0x100, 0x500, 0x300}) || e.py != nil || e.truncated {
 		t.Fatalf("%+v %v", e, err)
 	}
+	// Python frames, with a length beyond the array: clamped.
+	le.PutUint32(b[launchPyOff:], 1000)
+	le.PutUint64(b[launchPyOff+16:], 0xc0de)
+	le.PutUint32(b[launchPyOff+16+16:], 42)
+	le.PutUint32(b[56:], unwindEndFrameLimit)
+	if e, _ := decodeLaunch(h, b); e.py == nil || e.py.Len != python.MaxFrames || e.py.Frames[0].Code != 0xc0de || e.py.Frames[0].Lasti != 42 || !e.truncated {
+		t.Errorf("python %+v, truncated %v", e.py, e.truncated)
+	}
+	le.PutUint32(b[56:], 0)
 	le.PutUint64(b[48:], 0x300) // the kernel already had the caller
 	if e, _ := decodeLaunch(h, b); !slices.Equal(e.stack, []uint64{0x100, 0x300}) {
 		t.Errorf("%v", e.stack)
@@ -424,8 +435,14 @@ func TestObjectLayout(t *testing.T) {
 		t.Errorf("record %d bytes", n)
 	}
 	var e markersLaunchEvent
-	if off := unsafe.Offsetof(e.Stack); off != 56 {
-		t.Errorf("stack at %d", off)
+	if off := unsafe.Offsetof(e.Stack); off != launchStackOff {
+		t.Errorf("stack at %d, decoder reads %d", off, launchStackOff)
+	}
+	if off, n := unsafe.Offsetof(e.Py), unsafe.Sizeof(e.Py); off != launchPyOff || n != pyStackLen || n != unsafe.Sizeof(python.RawStack{}) {
+		t.Errorf("python frames at %d (%d bytes), decoder reads %d (%d)", off, n, launchPyOff, pyStackLen)
+	}
+	if off := unsafe.Offsetof(e.StackEnd); off != 56 {
+		t.Errorf("stack_end at %d", off)
 	}
 	spec, err := loadMarkers()
 	if err != nil {
@@ -438,5 +455,35 @@ func TestObjectLayout(t *testing.T) {
 		if lic := spec.Programs[p].License; lic != "Dual BSD/GPL" {
 			t.Errorf("%s license %q: bpf_get_stack needs a GPL-compatible one", p, lic)
 		}
+	}
+}
+
+// TestJoinKeepsPythonFramesApart: one native stack (the eval loop) runs
+// many Python stacks, and each kernel's time goes to the Python stack that
+// launched it, with its frames.
+func TestJoinKeepsPythonFramesApart(t *testing.T) {
+	j := newJoiner(testLimits())
+	j.name(nameEv(1, 5, "gemm"))
+	fwd := []python.Frame{{Function: "forward", File: "m.py", Line: 3, Entry: true}, {Function: "train", File: "m.py", Line: 9, Entry: true}}
+	bwd := []python.Frame{{Function: "backward", File: "m.py", Line: 5, Entry: true}, {Function: "train", File: "m.py", Line: 10, Entry: true}}
+	for cid, py := range map[uint64][]python.Frame{1: fwd, 2: fwd, 3: bwd} {
+		e := launchEv(1, 5, cid, "gemm", 0xa, 0xb)
+		e.python, e.pyTruncated = py, cid == 3
+		j.launch(e, t0)
+	}
+	j.records(hdr(1, 5), []kernelRecord{rec(1, "gemm", 10, true), rec(2, "gemm", 20, true), rec(3, "gemm", 70, true)}, t0)
+	got := map[string]uint64{}
+	for _, s := range j.drain(t0, always) {
+		if !slices.Equal(s.User, []uint64{0xa, 0xb}) || len(s.Python) != 2 || s.PythonTruncated != (s.Python[0].Function == "backward") {
+			t.Errorf("sample %+v", s)
+			continue
+		}
+		got[s.Python[0].Function] += s.GPUTime
+	}
+	if got["forward"] != 30 || got["backward"] != 70 {
+		t.Errorf("GPU time by Python function %v, want forward 30, backward 70", got)
+	}
+	if n := j.stacks.live(); n != 0 {
+		t.Errorf("%d stacks left after the drain", n)
 	}
 }

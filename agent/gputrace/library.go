@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"strings"
 
@@ -72,11 +73,14 @@ func readABIVersion(r io.ReaderAt) (v uint32, err error) {
 			continue
 		}
 		sec := f.Sections[s.Section]
-		if sec.Type == elf.SHT_NOBITS || s.Value < sec.Addr || s.Value+4 > sec.Addr+sec.Size {
+		// Written so that nothing wraps: a hostile symbol value or section
+		// size near 2^64 would otherwise pass.
+		if sec.Type == elf.SHT_NOBITS || sec.Size < 4 || sec.Size > math.MaxInt64 || s.Value < sec.Addr || s.Value-sec.Addr > sec.Size-4 {
 			return 0, errors.New("slurmscope_inject_abi_version outside its section")
 		}
 		var b [4]byte
-		if _, err := sec.ReadAt(b[:], int64(s.Value-sec.Addr)); err != nil {
+		at := int64(s.Value - sec.Addr) // #nosec G115 -- at most sec.Size, checked <= MaxInt64 above
+		if _, err := sec.ReadAt(b[:], at); err != nil {
 			return 0, err
 		}
 		return f.ByteOrder.Uint32(b[:]), nil

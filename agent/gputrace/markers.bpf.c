@@ -15,16 +15,19 @@
 // and hand everything else to user space as untrusted bytes to validate.
 //
 // Each marker call becomes one self-contained ring buffer event. The launch
-// stack is copied into the event with bpf_get_stack rather than interned in a
-// stack map: a stack map needs clearing, can collide (-EEXIST) and can reuse
+// stack (native frames from the table unwinder or frame pointers, and the
+// thread's Python frames: stack.h) is copied into the event rather than
+// interned in a stack map: a stack map needs clearing, can collide (-EEXIST) and can reuse
 // an id for a different stack between capture and read, while an event that
 // carries its stack is exact and needs no second lookup. Launch markers are
 // rate-limited by the library, so the extra ring buffer bytes are bounded.
 
-// Types, UAPI constants, the CO-RE task_struct view and the uprobe's
-// registers: ../bpf/include.
+// Types, UAPI constants, the CO-RE task_struct view, the uprobe's
+// registers and the user-stack capture shared with agent/cpu (stack.h: the
+// table unwinder and the CPython walk): ../bpf/include.
 #include "common.h"
 #include "regs.h"
+#include "stack.h"
 
 // slurmscope_inject.h: SLURMSCOPE_RECORDS_MAX.
 #define RECORDS_MAX 64
@@ -53,14 +56,19 @@ struct launch_event {
 	__u32 tid;
 	__u32 device;
 	__u32 flags;
-	__s32 stack_bytes; // bpf_get_stack: bytes written, or -errno
+	__s32 stack_bytes; // bytes of stack filled (8 a frame), or -errno: no stack
 	// The return address at the marker's entry ([sp] on x86-64, the link
 	// register on arm64), 0 if unreadable. A frame-pointer unwind from a
 	// function's first instruction skips the direct caller, because its
 	// frame is not set up yet; kernels that fix this up report it as the
-	// second frame, and user space inserts it where they do not.
+	// second frame, and user space inserts it where they do not (the table
+	// unwinder finds it from the marker's entry row).
 	__u64 return_address;
-	__u64 stack[MAX_STACK_DEPTH]; // user stack, innermost first, zero padded
+	__u32 stack_end; // enum unwind_end: why the native walk stopped
+	__u32 pad;
+	__u64 stack[MAX_STACK_DEPTH]; // user stack, innermost first; stale beyond stack_bytes
+	// The launching thread's CPython frames (stack.h), py.len 0 for none.
+	struct py_stack py;
 };
 
 // struct slurmscope_kernel_record, 56 bytes; copied verbatim and decoded (and
@@ -238,12 +246,32 @@ int kernel_launch(struct pt_regs *ctx)
 	e->name_id = PT_REGS_PARM2(ctx);
 	e->device = (__u32)PT_REGS_PARM3(ctx);
 	e->flags = (__u32)PT_REGS_PARM4(ctx);
-	e->tid = (__u32)bpf_get_current_pid_tgid();
-	// Zero fills what it does not write, on error all of it.
-	long n = bpf_get_stack(ctx, e->stack, sizeof(e->stack), BPF_F_USER_STACK);
-	e->stack_bytes = (__s32)n;
-	if (n <= 0)
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	e->tid = (__u32)pid_tgid;
+	long err = 0;
+	struct unwind_stack *st = stack_native(ctx, e->hdr.tgid, e->hdr.start_boottime_ns, &err);
+
+	e->stack_end = UNWIND_END_STACK;
+	e->pad = 0;
+	if (st && st->len > 0) {
+		__u32 n = st->len > MAX_STACK_DEPTH ? MAX_STACK_DEPTH : st->len;
+
+		__builtin_memcpy(e->stack, st->ips, sizeof(e->stack));
+		e->stack_bytes = (__s32)(n * sizeof(__u64));
+		e->stack_end = st->end;
+	} else {
+		e->stack_bytes = err < 0 ? (__s32)err : -EFAULT;
 		stat_inc(&stats, STAT_STACK_ERRORS);
+	}
+	struct py_stack *py = stack_python_frames((void *)bpf_get_current_task(), pid_tgid, e->hdr.start_boottime_ns);
+
+	e->py.len = 0;
+	e->py.status = PY_STATUS_NOT_PYTHON;
+	e->py.flags = 0;
+	e->py.pad = 0;
+	// Too large for an inlined copy; py is a map value, kernel memory.
+	if (py && py->len > 0 && bpf_probe_read_kernel(&e->py, sizeof(e->py), py) != 0)
+		e->py.len = 0;
 #if defined(__TARGET_ARCH_x86)
 	if (bpf_probe_read_user(&e->return_address, sizeof(e->return_address), (void *)PT_REGS_SP(ctx)) != 0)
 		e->return_address = 0;

@@ -117,10 +117,11 @@ func (g *Source) Drain() (source.Batch, error) {
 			leaf.Function = s.KernelRaw
 		}
 		out := source.Sample{Proc: s.Proc, Frames: []symbolize.Frame{leaf}, User: s.User,
+			Python: s.Python, PythonTruncated: s.PythonTruncated,
 			Labels: g.labels(s.Proc, s.Device), Values: []int64{int64(s.Launches), int64(s.GPUTime)}}
 		if s.Unsampled {
 			out.Frames = append(out.Frames, symbolize.Frame{Function: UnsampledFrame})
-			out.User = nil
+			out.User, out.Python = nil, nil
 		}
 		b.Samples[i] = out
 	}
@@ -175,9 +176,9 @@ func (k *Kind) Open(env source.Env) (source.Source, error) {
 	if _, err := os.Stat(k.lib); err != nil {
 		return nil, fmt.Errorf("--gpu-inject-lib: %w", err)
 	}
-	tr, err := New(Options{Proc: env.Proc, ExcludePID: env.ExcludePID, Budget: env.Budget, Owner: env.Owner})
+	tr, err := New(Options{Proc: env.Proc, ExcludePID: env.ExcludePID, Stacks: env.Stacks, Budget: env.Budget, Owner: env.Owner})
 	if err != nil {
-		return nil, fmt.Errorf("starting the GPU kernel tracer (needs root, uprobes and BTF): %w", err)
+		return nil, fmt.Errorf("starting the GPU kernel tracer (needs root, uprobes, BTF and Linux 5.17 or later): %w", err)
 	}
 	if err := tr.AttachFile(k.lib); err != nil {
 		tr.Close()

@@ -43,6 +43,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/bpf"
 	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/agent/source"
 )
 
 // Options configures a Tracer. Zero values select the defaults.
@@ -52,8 +53,8 @@ type Options struct {
 	// ExcludePID is a process not to trace, normally the agent itself.
 	ExcludePID int
 	// RingBufferBytes is the size of the BPF ring buffer, a power of two
-	// multiple of the page size. Default 8 MiB: a launch event takes about
-	// 1 KiB (its stack), a batch of 64 records 3.6 KiB.
+	// multiple of the page size. Default 8 MiB: a launch event takes 2.6
+	// KiB (its native and Python stacks), a batch of 64 records 3.6 KiB.
 	RingBufferBytes int
 	// MaxFiles bounds the library files attached at once. A job can copy
 	// the library under any name, so this is a bound, not a guess. Default 32.
@@ -87,6 +88,11 @@ type Options struct {
 	// its job (budget.JobOwner). See join.go.
 	Budget *budget.Budget
 	Owner  func(procfs.ID) string
+	// Stacks is the user-stack capture the probes share with the CPU
+	// sampler (stack.h: the table unwinder and the CPython walk), which
+	// also resolves each launch's Python frames as its event is read, while
+	// the process lives. nil: frame pointers only, no Python frames.
+	Stacks source.Stacks
 	// Now is the clock; tests replace it.
 	Now func() time.Time
 }
@@ -231,7 +237,18 @@ func New(opts Options) (*Tracer, error) {
 		files: map[procfs.FileID]*attachedFile{}, procs: map[procfs.ID]procfs.FileID{}, join: newJoiner(opts.limits())}
 	consts := map[string]any{markersVarExcludeTgid: uint32(opts.ExcludePID), markersVarWakeupBytes: uint64(opts.RingBufferBytes / 4),
 		markersVarUserCallsPerSec: uint64(opts.UserCallsPerSecond), markersVarUserCallsBurst: uint64(opts.UserCallsBurst)}
-	if err := bpf.Load(spec, consts, &t.objs); err != nil {
+	var shared map[string]*ebpf.Map
+	if opts.Stacks != nil {
+		c, m, err := opts.Stacks.Prepare(spec)
+		if err != nil {
+			return nil, fmt.Errorf("gpu tracer: %w", err)
+		}
+		for k, v := range c {
+			consts[k] = v
+		}
+		shared = m
+	}
+	if err := bpf.LoadWith(spec, consts, shared, &t.objs); err != nil {
 		return nil, fmt.Errorf("gpu tracer: %w", err)
 	}
 	t.rd, err = ringbuf.NewReader(t.objs.Events)
@@ -433,6 +450,9 @@ func (t *Tracer) handle(b []byte, recs []kernelRecord) []kernelRecord {
 		case markersEventKindEVENT_LAUNCH:
 			var e launchEvent
 			if e, err = decodeLaunch(h, b); err == nil {
+				if e.py != nil && t.opts.Stacks != nil {
+					e.python, e.pyTruncated = t.opts.Stacks.Python(uint32(h.proc.PID), le.Uint64(b[8:]), e.py)
+				}
 				t.join.launch(e, now)
 			}
 		case markersEventKindEVENT_RECORDS:

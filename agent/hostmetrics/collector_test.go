@@ -331,7 +331,7 @@ func TestParsers(t *testing.T) {
 			t.Errorf("parseCPUList(%q) = %d, %v, want %d", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"a", "3-1", "1-", "-1", "0-65536", "0,,1", "0-1-2"} {
+	for _, in := range []string{"a", "3-1", "1-", "-1", "0-65536", "0-4294967295", "0-4294967296", "0,,1", "0-1-2"} {
 		if _, err := parseCPUList([]byte(in)); err == nil {
 			t.Errorf("parseCPUList(%q) accepted", in)
 		}

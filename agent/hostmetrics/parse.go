@@ -119,7 +119,10 @@ func parseCPUList(b []byte) (int, error) {
 				return 0, fmt.Errorf("%w: CPU list range %.20q", errMalformed, part)
 			}
 		}
-		n += int(z-a) + 1
+		if z-a >= maxCPUs {
+			return 0, fmt.Errorf("%w: CPU list range %.20q of more than %d CPUs", errMalformed, part, maxCPUs)
+		}
+		n += int(z-a) + 1 // #nosec G115 -- under maxCPUs, checked just above
 		if n > maxCPUs {
 			return 0, fmt.Errorf("%w: CPU list of more than %d CPUs", errMalformed, maxCPUs)
 		}

@@ -87,7 +87,7 @@ func RegisterFlags(fs *flag.FlagSet, prefix string, c *Config, backend, urlHelp 
 	fs.StringVar(&c.TLS.CertFile, prefix+"-cert-file", "", "client certificate for mutual TLS with "+backend)
 	fs.StringVar(&c.TLS.KeyFile, prefix+"-key-file", "", "client key for mutual TLS with "+backend)
 	fs.StringVar(&c.TLS.ServerName, prefix+"-server-name", "", "server name to verify in "+backend+"'s certificate instead of the URL's host")
-	fs.BoolVar(&c.TLS.InsecureSkipVerify, prefix+"-insecure-skip-verify", false, "do not verify "+backend+"'s certificate (testing only)")
+	fs.BoolVar(&c.TLS.InsecureSkipVerify, prefix+"-insecure-skip-verify", false, "INSECURE, testing only: do not verify "+backend+"'s certificate, so that anyone on the path can impersonate it")
 	fs.DurationVar(&c.Timeout, prefix+"-timeout", DefaultTimeout, "timeout of one request to "+backend)
 }
 

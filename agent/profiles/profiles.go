@@ -145,7 +145,7 @@ func (b *Builder) location(frames []symbolize.Frame) *profile.Location {
 	if l, ok := b.locations[k]; ok {
 		return l
 	}
-	l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Address: phys.Address, Mapping: b.mapping(phys.Module)}
+	l := &profile.Location{ID: uint64(len(b.p.Location) + 1), Address: phys.Address, Mapping: b.mapping(phys.Module)} // #nosec G115 -- a length plus one, never negative
 	for _, f := range frames {
 		name := f.Function
 		if name == "" {
@@ -176,7 +176,7 @@ func (b *Builder) function(name, file string) *profile.Function {
 	if f, ok := b.functions[k]; ok {
 		return f
 	}
-	f := &profile.Function{ID: uint64(len(b.p.Function) + 1), Name: name, SystemName: name, Filename: file}
+	f := &profile.Function{ID: uint64(len(b.p.Function) + 1), Name: name, SystemName: name, Filename: file} // #nosec G115 -- a length plus one, never negative
 	b.functions[k] = f
 	b.p.Function = append(b.p.Function, f)
 	return f
@@ -189,7 +189,7 @@ func (b *Builder) mapping(module string) *profile.Mapping {
 	if m, ok := b.mappings[module]; ok {
 		return m
 	}
-	m := &profile.Mapping{ID: uint64(len(b.p.Mapping) + 1), File: module, HasFunctions: true}
+	m := &profile.Mapping{ID: uint64(len(b.p.Mapping) + 1), File: module, HasFunctions: true} // #nosec G115 -- a length plus one, never negative
 	b.mappings[module] = m
 	b.p.Mapping = append(b.p.Mapping, m)
 	return m

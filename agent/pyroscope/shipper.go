@@ -266,7 +266,7 @@ func (s *sender) isAhead() bool {
 
 func (s *sender) count(c *uint64, n int) {
 	s.mu.Lock()
-	*c += uint64(n)
+	*c += uint64(n) // #nosec G115 -- n is a count or a length, never negative
 	s.mu.Unlock()
 }
 

@@ -152,7 +152,11 @@ func profileTime(raw []byte) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		num, typ := protowire.Number(tag>>3), protowire.Type(tag&7)
+		if tag>>3 > uint64(protowire.MaxValidNumber) {
+			// An int32 of it could wrap onto time_nanos.
+			return 0, fmt.Errorf("pprof field number %d out of range", tag>>3)
+		}
+		num, typ := protowire.Number(tag>>3), protowire.Type(tag&7) // #nosec G115 -- number checked just above, type masked to 3 bits
 		var skip uint64
 		switch typ {
 		case protowire.VarintType:
@@ -161,7 +165,7 @@ func profileTime(raw []byte) (int64, error) {
 				return 0, noEOF(err)
 			}
 			if num == pprofTimeNanos {
-				ts = int64(v) // the last one wins, as in any protobuf decoder
+				ts = int64(v) // #nosec G115 -- protobuf's int64 is the varint's two's complement; the last one wins, as in any protobuf decoder
 			}
 			continue
 		case protowire.Fixed64Type:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -403,6 +404,8 @@ func TestProfileTime(t *testing.T) {
 		{"truncated bytes", []byte{6<<3 | 2, 5, 'a'}, 0, true},
 		{"huge length", []byte{6<<3 | 2, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}, 0, true},
 		{"group", []byte{1<<3 | 3}, 0, true},
+		// Field 2^32+9 (varint) 7: as an int32 the number is time_nanos's.
+		{"field number wraps", append(binary.AppendUvarint(nil, (1<<32+9)<<3), 7), 0, true},
 		{"bad gzip", []byte{0x1f, 0x8b, 0}, 0, true},
 		{"a real profile", pprofGz(t, tw, map[string]int64{"main": 1}), tw.UnixNano(), false},
 	} {

@@ -63,7 +63,7 @@ func ParseDebugOffsets(b []byte) (Layout, error) {
 	}
 	u := func(off int) uint64 { return binary.LittleEndian.Uint64(b[off:]) }
 	hex := u(doVersion)
-	major, minor := int(hex>>24&0xff), int(hex>>16&0xff)
+	major, minor := int(hex>>24&0xff), int(hex>>16&0xff) // #nosec G115 -- masked to a byte
 	if major != 3 || minor != 13 {
 		return Layout{}, fmt.Errorf("%w: _Py_DebugOffsets of CPython %d.%d (0x%x)", ErrUnsupported, major, minor, hex)
 	}

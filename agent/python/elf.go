@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -69,7 +70,7 @@ func Inspect(r io.ReaderAt, name string, arch Arch) (in *Interpreter, err error)
 		var b [8]byte
 		if in.read(r, b[:], v) == nil {
 			hex = binary.LittleEndian.Uint64(b[:])
-			in.Major, in.Minor, in.VersionFrom = int(hex>>24&0xff), int(hex>>16&0xff), "Py_Version"
+			in.Major, in.Minor, in.VersionFrom = int(hex>>24&0xff), int(hex>>16&0xff), "Py_Version" // #nosec G115 -- masked to a byte
 		}
 	}
 	if in.VersionFrom == "" {
@@ -181,10 +182,17 @@ func findSymbols(f *elf.File, names ...string) map[string]uint64 {
 // loadable segment holds them in the file (not in .bss).
 func (in *Interpreter) read(r io.ReaderAt, b []byte, vaddr uint64) error {
 	for _, p := range in.loads {
-		if vaddr >= p.Vaddr && vaddr+uint64(len(b)) <= p.Vaddr+p.Filesz {
-			_, err := r.ReadAt(b, int64(p.Off+(vaddr-p.Vaddr)))
-			return err
+		// Written so that nothing wraps: a hostile header's vaddr, size or
+		// offset near 2^64 would otherwise pass the check.
+		if vaddr < p.Vaddr || vaddr-p.Vaddr > p.Filesz || uint64(len(b)) > p.Filesz-(vaddr-p.Vaddr) {
+			continue
 		}
+		off := vaddr - p.Vaddr
+		if p.Off > math.MaxInt64-off {
+			return fmt.Errorf("address 0x%x: segment offset 0x%x beyond any file", vaddr, p.Off)
+		}
+		_, err := r.ReadAt(b, int64(p.Off+off)) // #nosec G115 -- checked <= MaxInt64 just above
+		return err
 	}
 	return fmt.Errorf("address 0x%x not in the file", vaddr)
 }

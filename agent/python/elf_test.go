@@ -1,6 +1,7 @@
 package python
 
 import (
+	"debug/elf"
 	"errors"
 	"os"
 	"path/filepath"
@@ -108,5 +109,43 @@ func TestVersionString(t *testing.T) {
 		if got != want {
 			t.Errorf("%q: minor %d, want %d", s, got, want)
 		}
+	}
+}
+
+// readAtLog records the offsets it is asked for.
+type readAtLog []int64
+
+func (l *readAtLog) ReadAt(b []byte, off int64) (int, error) {
+	*l = append(*l, off)
+	return len(b), nil
+}
+
+// TestReadHostileSegments: program headers near 2^64, where the sums in
+// the bounds check could wrap, and a file offset that is a negative int64.
+func TestReadHostileSegments(t *testing.T) {
+	var b [8]byte
+	cases := []struct {
+		name  string
+		load  elf.ProgHeader
+		vaddr uint64
+	}{
+		// 8 bytes at the top of the address space, past the segment's end.
+		{"end wraps", elf.ProgHeader{Vaddr: 1<<64 - 0x100, Filesz: 0x100, Off: 0x1000}, 1<<64 - 4},
+		// A segment that wraps around 2^64 holds no low address.
+		{"segment wraps", elf.ProgHeader{Vaddr: 1<<64 - 0x10, Filesz: 0x100, Off: 0x1000}, 0x20},
+		// In range, but the file offset is past MaxInt64: a negative int64.
+		{"offset", elf.ProgHeader{Vaddr: 0x1000, Filesz: 0x100, Off: 1<<63 + 0x10}, 0x1000},
+	}
+	for _, c := range cases {
+		var log readAtLog
+		in := &Interpreter{loads: []elf.ProgHeader{c.load}}
+		if err := in.read(&log, b[:], c.vaddr); err == nil || len(log) != 0 {
+			t.Errorf("%s: err %v, reads at %v", c.name, err, log)
+		}
+	}
+	var log readAtLog
+	in := &Interpreter{loads: []elf.ProgHeader{{Vaddr: 0x1000, Filesz: 0x100, Off: 0x5000}}}
+	if err := in.read(&log, b[:], 0x10f8); err != nil || len(log) != 1 || log[0] != 0x50f8 {
+		t.Errorf("in range: err %v, reads at %v", err, log)
 	}
 }

@@ -127,7 +127,8 @@ func readBytes(m Memory, l *Layout, addr uint64, limit int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if n > uint64(limit) {
+	capBytes := uint64(limit) // #nosec G115 -- callers pass a positive constant (maxLineTable)
+	if n > capBytes {
 		return nil, fmt.Errorf("%w: bytes at 0x%x: %d bytes, limit %d", ErrBadInterpreter, addr, n, limit)
 	}
 	b := make([]byte, n)

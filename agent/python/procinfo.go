@@ -62,13 +62,24 @@ type ProcInfo struct {
 	LastiBase          uint64
 }
 
-// Event is struct py_event: a process the walk did not know.
+// Event is struct py_event: a process the walk did not know, or (ParentTGID
+// set) a forked child that the BPF side set up from its parent's entry.
 type Event struct {
-	TGID          uint32
-	Pad           uint32
-	StartBoottime uint64
-	MM            uint64
+	TGID                uint32
+	ParentTGID          uint32
+	StartBoottime       uint64
+	MM                  uint64
+	ParentStartBoottime uint64
+	Flags               uint32 // EventPython, EventNative
+	Pad                 uint32
 }
+
+// Event.Flags (PY_EVENT_*): who announced the process. One event a second
+// per process serves both.
+const (
+	EventPython = 1 << 0 // the walk has no (current) py_procs entry for it
+	EventNative = 1 << 1 // the unwinder has no tables loaded for it
+)
 
 // RawFrame is struct py_frame.
 type RawFrame struct {

@@ -92,12 +92,29 @@ func (t *Tracker) code(p *proc, addr, check uint64) *codeInfo {
 		// Another code object took the address since: read it again.
 		t.remove(p, c)
 	}
+	if par := p.parent; par != nil && par.codes != nil {
+		// A forked child runs its parent's code objects: the parent's
+		// cache holds them when the check says it is the same object.
+		if c := par.codes[addr]; c != nil && c.check == check && check != 0 && !c.bad {
+			t.stats.CodeHits++
+			return c
+		}
+	}
 	if !t.spend(p, 4<<10) {
 		t.stats.ReadBudgetExceeded++
 		return nil
 	}
 	t.stats.CodeMisses++
 	c, err := readCode(p.mem, &p.in.Layout, p.codeType, addr)
+	if err != nil && p.parent != nil {
+		// A short-lived child is often gone by the time its samples are
+		// resolved; its parent still has what it had at the fork. The
+		// check tells whether the object there is the one sampled.
+		if pc, perr := readCode(p.parent.mem, &p.in.Layout, p.codeType, addr); perr == nil && pc.check == check {
+			c, err = pc, nil
+			t.stats.ParentReads++
+		}
+	}
 	if err != nil {
 		t.stats.CodeBad++
 		c = &codeInfo{addr: addr, bad: true, check: check}

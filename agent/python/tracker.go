@@ -85,6 +85,10 @@ type Stats struct {
 	CodeBytes                                                                int64
 	// Frames resolved, and Python stacks cut at MaxFrames.
 	Frames, Truncated uint64
+	// Forked counts children set up from their parent (Fork), and
+	// ParentReads the code objects read from a forked child's parent
+	// because the child's own memory was gone.
+	Forked, ParentReads uint64
 }
 
 type procState uint8
@@ -111,6 +115,10 @@ type proc struct {
 	codeBytes  int64
 	budget     float64
 	budgetTime time.Time
+	// parent is the process a forked child was copied from (Fork): code
+	// objects made before the fork sit at the same addresses in both, and
+	// the parent's memory still holds them once a short-lived child is gone.
+	parent *proc
 }
 
 type fileKey struct {
@@ -167,6 +175,9 @@ func NewTracker(o TrackerOptions) *Tracker {
 
 // Notify handles an Event from py_events: a process the walk does not know.
 func (t *Tracker) Notify(ev Event) {
+	if ev.MM == 0 {
+		return // an exiting task: not another process (the BPF side does not send these)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.o.Now()
@@ -191,11 +202,36 @@ func (t *Tracker) Notify(ev Event) {
 	t.discover(p, now)
 }
 
+// Fork handles an Event from py_fork (ev.ParentTGID set): the BPF side has
+// given a forked child its parent's py_procs entry, and the child is set up
+// here from the parent's state, reading nothing: a fork runs the same
+// interpreter at the same addresses. It reports whether the parent was
+// known; if not, the child is looked at as any announced process.
+func (t *Tracker) Fork(ev Event) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	par := t.procs[ev.ParentTGID]
+	if par == nil || par.start != ev.ParentStartBoottime || par.state != stateReady {
+		return false
+	}
+	if old := t.procs[ev.TGID]; old != nil {
+		t.dropLocked(old)
+	}
+	for par.parent != nil {
+		par = par.parent // a fork of a fork: the process that was looked at
+	}
+	t.procs[ev.TGID] = &proc{pid: ev.TGID, start: ev.StartBoottime, mm: ev.MM, state: stateReady,
+		in: par.in, runtime: par.runtime, codeType: par.codeType, mem: t.o.Memory(int(ev.TGID)), parent: par}
+	t.stats.Forked++
+	return true
+}
+
 // Retry looks again at CPython processes whose runtime was not initialised
 // yet, and soon after at processes first found not to be CPython (seen
-// mid-exec, or before libpython was mapped); call it every few milliseconds
-// (a 2 s `python -c` must not wait long).
-func (t *Tracker) Retry() {
+// mid-exec, or before libpython was mapped). It reports whether any such
+// process remains: while one does, call it every few milliseconds (a 2 s
+// `python -c` must not wait long); otherwise only after the next Notify.
+func (t *Tracker) Retry() (pending bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.o.Now()
@@ -207,14 +243,17 @@ func (t *Tracker) Retry() {
 		case p.state == stateNone && p.quick <= quickRechecks:
 			t.discover(p, now)
 		}
+		pending = pending || p.state == statePending || (p.state == stateNone && p.quick <= quickRechecks)
 	}
+	return pending
 }
 
-// Forget drops a process that exited.
-func (t *Tracker) Forget(pid uint32) {
+// Forget drops a process that exited: pid, started at startBoottime (ns,
+// as in an Event), or whichever process holds pid when startBoottime is 0.
+func (t *Tracker) Forget(pid uint32, startBoottime uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if p := t.procs[pid]; p != nil {
+	if p := t.procs[pid]; p != nil && (startBoottime == 0 || p.start == startBoottime) {
 		t.dropLocked(p)
 	}
 }
@@ -225,6 +264,11 @@ func (t *Tracker) dropLocked(p *proc) {
 	}
 	t.bytes -= p.codeBytes
 	delete(t.procs, p.pid)
+	for _, q := range t.procs {
+		if q.parent == p {
+			q.parent = nil
+		}
+	}
 }
 
 func (t *Tracker) skip(p *proc, now time.Time, reason string) {
@@ -384,6 +428,17 @@ func (t *Tracker) put(p *proc) {
 		t.stats.Found[fmt.Sprintf("%d.%d", l.Major, l.Minor)]++
 	}
 	p.state = stateReady
+}
+
+// Start returns the start_boottime (ns) of the process the tracker holds
+// under pid.
+func (t *Tracker) Start(pid uint32) (uint64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.procs[pid]; p != nil {
+		return p.start, true
+	}
+	return 0, false
 }
 
 // Version returns the CPython version of a process set up for the walk.

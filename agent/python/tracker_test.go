@@ -177,7 +177,7 @@ func TestTrackerDiscovery(t *testing.T) {
 	if f.procs[42].MM != 2 || f.maps.reads != reads+1 {
 		t.Errorf("after exec: mm %d, maps reads %d", f.procs[42].MM, f.maps.reads-reads)
 	}
-	f.tracker.Forget(42)
+	f.tracker.Forget(42, 0)
 	if _, ok := f.procs[42]; ok {
 		t.Error("Forget left the BPF entry")
 	}
@@ -245,7 +245,7 @@ func TestTrackerRefuses(t *testing.T) {
 	}
 	// A process that is gone.
 	f = newFakeProc(t, nil)
-	f.tracker.Notify(Event{TGID: 43})
+	f.tracker.Notify(Event{TGID: 43, MM: 7})
 	if f.tracker.Stats().Skipped["maps"] != 1 {
 		t.Errorf("gone process: %+v", f.tracker.Stats().Skipped)
 	}
@@ -323,3 +323,60 @@ func TestTrackerBounds(t *testing.T) {
 }
 
 var _ = errors.Is
+
+// TestTrackerFork: a forked child (set up in BPF from its parent's entry)
+// is set up here from the parent without reading anything, and its frames
+// resolve from its own memory, or from its parent's once it is gone.
+func TestTrackerFork(t *testing.T) {
+	f := newFakeProc(t, nil)
+	f.notify(1)
+	child := &fakeMem{seg: map[uint64][]byte{}} // empty: the child is gone
+	f.tracker.o.Memory = func(pid int) Memory {
+		if pid == 43 {
+			return child
+		}
+		return f.mem
+	}
+	reads := f.maps.reads
+	if f.tracker.Fork(Event{TGID: 44, ParentTGID: 42, StartBoottime: 9, ParentStartBoottime: 6, MM: 3}) {
+		t.Error("a fork of another process under the parent's pid (wrong start time) was set up")
+	}
+	if !f.tracker.Fork(Event{TGID: 43, ParentTGID: 42, StartBoottime: 9, ParentStartBoottime: 5, MM: 3}) {
+		t.Fatal("fork of a set-up parent refused")
+	}
+	if f.maps.reads != reads {
+		t.Error("the fork was looked at in /proc")
+	}
+	check := uint64(0x60000) ^ (0x61000<<1 | 0x61000>>63)
+	frames, _ := f.tracker.Resolve(43, 9, stackOf(RawFrame{Code: code0, Check: check, Lasti: int32(f.l.CodeAdaptive) + 2}))
+	if len(frames) != 1 || frames[0].Function != "Model.forward" || frames[0].Line != 12 {
+		t.Fatalf("child's frames %+v", frames)
+	}
+	if st := f.tracker.Stats(); st.Forked != 1 || st.ParentReads != 1 {
+		t.Errorf("forked %d, parent reads %d; want 1 and 1", st.Forked, st.ParentReads)
+	}
+	// An object the parent no longer has either (another check): never a
+	// name.
+	frames, _ = f.tracker.Resolve(43, 9, stackOf(RawFrame{Code: code0, Check: check + 1}))
+	if frames[0].Function != UnknownFunction {
+		t.Errorf("replaced object in the parent: %+v", frames)
+	}
+	// The parent exits and is forgotten: the child keeps its own state.
+	f.tracker.Forget(42, 5)
+	if frames, _ := f.tracker.Resolve(43, 9, stackOf(RawFrame{Code: 0x9990000, Check: 1})); len(frames) != 1 || frames[0].Function != UnknownFunction {
+		t.Errorf("after the parent left: %+v", frames)
+	}
+	if n, ok := f.tracker.Start(43); !ok || n != 9 {
+		t.Errorf("child start %d %v", n, ok)
+	}
+}
+
+// An exiting task's event (no mm) is not a new process: the state stays.
+func TestTrackerIgnoresExitingTask(t *testing.T) {
+	f := newFakeProc(t, nil)
+	f.notify(1)
+	f.notify(0)
+	if _, ok := f.procs[42]; !ok {
+		t.Error("an exiting task's announce dropped the process")
+	}
+}

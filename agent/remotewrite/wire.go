@@ -50,7 +50,7 @@ func MarshalWriteRequest(series []TimeSeries) []byte {
 			msg = protowire.AppendTag(msg, fieldSampleValue, protowire.Fixed64Type)
 			msg = protowire.AppendFixed64(msg, math.Float64bits(smp.Value))
 			msg = protowire.AppendTag(msg, fieldSampleTimestamp, protowire.VarintType)
-			msg = protowire.AppendVarint(msg, uint64(smp.Timestamp))
+			msg = protowire.AppendVarint(msg, uint64(smp.Timestamp)) // #nosec G115 -- protobuf's int64 is the varint's two's complement
 			ts = protowire.AppendTag(ts, fieldSeriesSamples, protowire.BytesType)
 			ts = protowire.AppendBytes(ts, msg)
 		}
@@ -122,7 +122,7 @@ func unmarshalSeries(b []byte) (TimeSeries, error) {
 				case num == fieldSampleValue && typ == protowire.Fixed64Type:
 					smp.Value = math.Float64frombits(n)
 				case num == fieldSampleTimestamp && typ == protowire.VarintType:
-					smp.Timestamp = int64(n)
+					smp.Timestamp = int64(n) // #nosec G115 -- protobuf's int64 is the varint's two's complement: every value is a valid timestamp
 				case num == fieldSampleValue || num == fieldSampleTimestamp:
 					return errWireType
 				}
@@ -191,7 +191,7 @@ func encodeEntry(series []TimeSeries) (entry []byte, samples int) {
 	pb := MarshalWriteRequest(series)
 	entry = make([]byte, 0, len(entryMagic)+binary.MaxVarintLen64+snappy.MaxEncodedLen(len(pb)))
 	entry = append(entry, entryMagic[:]...)
-	entry = binary.AppendUvarint(entry, uint64(samples))
+	entry = binary.AppendUvarint(entry, uint64(samples)) // #nosec G115 -- a sum of lengths, never negative
 	entry = append(entry, snappy.Encode(nil, pb)...)
 	return entry, samples
 }

@@ -329,15 +329,15 @@ func (s *Shipper[R]) backoff(attempt int) time.Duration {
 	}
 	d = min(d, s.backoffMax)
 	half := d / 2
-	return half + rand.N(half+1)
+	return half + rand.N(half+1) // #nosec G404 -- retry jitter only spreads agents' retries; it needs no unpredictability
 }
 
 func (s *Shipper[R]) delivered(seq uint64, n Size) {
 	s.ack(seq)
 	s.mu.Lock()
 	s.sent++
-	s.sentBytes += uint64(n.Bytes)
-	s.sentSamples += uint64(n.Samples)
+	s.sentBytes += uint64(n.Bytes)     // #nosec G115 -- a size, never negative
+	s.sentSamples += uint64(n.Samples) // #nosec G115 -- a count, never negative
 	recovered := s.failing
 	s.failing, s.lastErr = false, ""
 	s.mu.Unlock()

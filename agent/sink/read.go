@@ -240,9 +240,24 @@ func (j *Job) Top(n int) []Func {
 	for name, v := range j.self {
 		rows = append(rows, Func{name, v, j.cum[name]})
 	}
+	return topBy(rows, n, func(f Func) int64 { return f.Self })
+}
+
+// TopCum returns the n functions with the most time anywhere on the stack,
+// most first: callers too (main, the functions above the hot ones), which
+// have no self time.
+func (j *Job) TopCum(n int) []Func {
+	rows := make([]Func, 0, len(j.cum))
+	for name, v := range j.cum {
+		rows = append(rows, Func{name, j.self[name], v})
+	}
+	return topBy(rows, n, func(f Func) int64 { return f.Cum })
+}
+
+func topBy(rows []Func, n int, key func(Func) int64) []Func {
 	sort.Slice(rows, func(a, b int) bool {
-		if rows[a].Self != rows[b].Self {
-			return rows[a].Self > rows[b].Self
+		if ka, kb := key(rows[a]), key(rows[b]); ka != kb {
+			return ka > kb
 		}
 		return rows[a].Name < rows[b].Name
 	})

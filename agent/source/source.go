@@ -12,11 +12,13 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/profiles"
+	"github.com/slurmscope/slurmscope/agent/python"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
 )
 
@@ -31,6 +33,12 @@ type Sample struct {
 	// source captured them (agent/symbolize says how return addresses are
 	// treated). Either may be nil. Samples may share them: read only.
 	Kernel, User []uint64
+	// Python are the sampled thread's Python frames, innermost first, as
+	// Stacks.Python resolved them; the daemon splices them into the
+	// symbolised User frames (python.Splice), for every source alike.
+	// PythonTruncated: the Python stack was cut at its outer end.
+	Python          []python.Frame
+	PythonTruncated bool
 	// Labels are the source's own sample labels (the GPU a kernel ran on);
 	// the daemon adds the job step.
 	Labels []profiles.Label
@@ -107,6 +115,18 @@ const (
 	AttachReload
 )
 
+// Stacks is the user-stack capture that every source's probe shares
+// (agent/stackwalk.Walker): the program of a probe that includes
+// bpf/include/stack.h is loaded with its constants and shared maps, and the
+// raw Python frames the probe captured are resolved through it.
+type Stacks interface {
+	Prepare(spec *ebpf.CollectionSpec) (consts map[string]any, maps map[string]*ebpf.Map, err error)
+	// Python resolves one sample's raw Python frames of process pid,
+	// started at startNs (the leader's start_boottime): see
+	// stackwalk.Walker.Python.
+	Python(pid uint32, startNs uint64, raw *python.RawStack) ([]python.Frame, bool)
+}
+
 // Env is what the agent gives a source it starts.
 type Env struct {
 	Proc       procfs.FS
@@ -121,6 +141,9 @@ type Env struct {
 	Budget *budget.Budget
 	Owner  func(procfs.ID) string
 	Job    func(procfs.ID) string
+	// Stacks captures user stacks for the source's probe; nil: frame
+	// pointers only (bpf_get_stack) and no Python frames.
+	Stacks Stacks
 	// Reg takes the source's own metrics; the daemon exports Info's.
 	Reg prometheus.Registerer
 	Log *slog.Logger

@@ -12,7 +12,7 @@ type mapping struct {
 func findMapping(maps []mapping, addr uint64) *mapping {
 	lo, hi := 0, len(maps)
 	for lo < hi {
-		mid := int(uint(lo+hi) >> 1)
+		mid := int(uint(lo+hi) >> 1) // #nosec G115 -- sort.Search's midpoint: lo+hi as a uint cannot overflow, halved it fits an int
 		switch {
 		case addr < maps[mid].Start:
 			hi = mid

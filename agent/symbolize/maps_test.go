@@ -3,6 +3,7 @@ package symbolize
 import (
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/slurmscope/slurmscope/agent/procfs"
 )
@@ -73,5 +74,35 @@ func TestVaddrMultipleExecSegments(t *testing.T) {
 		if ok != tc.ok || got != tc.want {
 			t.Errorf("vaddr(%#x) = %#x, %v; want %#x, %v", tc.off, got, ok, tc.want, tc.ok)
 		}
+	}
+}
+
+// TestReReadKeepsResolvedFiles: re-reading a process's mappings keeps the
+// file each unchanged mapping was resolved to (a re-read while the process
+// exits could no longer open it), and retries the ones that failed.
+func TestReReadKeepsResolvedFiles(t *testing.T) {
+	s := New(Options{Proc: procfs.New(filepath.Join("testdata", "proc"))})
+	p := s.process(procfs.ID{PID: 4242})
+	if p == nil {
+		t.Fatal("fixture process 4242 not loaded")
+	}
+	defer p.mu.Unlock()
+	maps := p.table.Load().maps
+	if len(maps) < 2 {
+		t.Fatalf("fixture maps: %+v", maps)
+	}
+	ok := &fileRef{id: fileIdentity{size: 1}}
+	maps[0].file = ok
+	maps[1].file = &fileRef{err: ErrOpenFile}
+	p.mapsReadAt = time.Time{}
+	if fresh, kind := s.readMaps(p); !fresh {
+		t.Fatalf("maps not read again: %q", kind)
+	}
+	maps = p.table.Load().maps
+	if maps[0].file != ok {
+		t.Errorf("mapping %s lost its resolved file on a re-read", maps[0].Path)
+	}
+	if maps[1].file != nil {
+		t.Errorf("mapping %s kept its failure across a re-read: %+v", maps[1].Path, maps[1].file)
 	}
 }

@@ -120,11 +120,15 @@ func (s *Symbolizer) readMaps(p *process) (fresh bool, _ ErrorKind) {
 	for i := range maps {
 		t.maps[i].Mapping = maps[i]
 	}
-	// Mappings already resolved keep their file: a refresh because of a
-	// new library must not reopen every other one.
+	// A mapping that did not change keeps the file it was resolved to: a
+	// re-read (a new library, a reload of the unwinder's tables) must not
+	// reopen every other one, and while the process exits could no longer
+	// open it, losing its symbols for the samples still to come. Those
+	// that failed are tried again.
 	if old := p.table.Load(); old != nil {
 		for i := range t.maps {
-			if m := findMapping(old.maps, t.maps[i].Start); m != nil && m.Mapping == t.maps[i].Mapping {
+			if m := findMapping(old.maps, t.maps[i].Start); m != nil && m.Mapping == t.maps[i].Mapping &&
+				m.file != nil && m.file.err == "" {
 				t.maps[i].file = m.file
 			}
 		}

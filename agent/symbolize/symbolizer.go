@@ -309,6 +309,29 @@ func (s *Symbolizer) Prepare(id procfs.ID) {
 	}
 }
 
+// Refresh re-reads a live process's mappings now (not waiting for
+// minMapsRefresh: the caller saw it map new code) and loads the files it
+// maps since it was prepared (a library it dlopened, a new image after
+// exec), so that its samples there can still be symbolised after it
+// exits. The reads are the job's, within its read allowance and under the
+// guard, like every other.
+func (s *Symbolizer) Refresh(id procfs.ID) {
+	p := s.process(id)
+	if p == nil {
+		return
+	}
+	defer p.mu.Unlock()
+	p.mapsReadAt = time.Time{}
+	s.readMaps(p)
+	if t := p.table.Load(); t != nil {
+		for i := range t.maps {
+			if t.maps[i].FileBacked() {
+				s.objFor(p, &t.maps[i])
+			}
+		}
+	}
+}
+
 // Forget drops the cached table of an exited process (of whatever process
 // has its pid when id.Start is 0), and what it held in the budget. Parsed
 // files stay cached: other processes likely map them.

@@ -7,12 +7,13 @@
 //
 //   - cfi (agent/unwind/cfi) turns a file's .eh_frame / .debug_frame into
 //     8-byte rows: pc -> CFA rule and rbp rule.
-//   - bpf/unwind.h is the BPF unwinder, included by each program: it takes
-//     the user registers (from the context, or the task's saved registers
-//     when the sample hit kernel mode) and walks up to 127 frames with
-//     bpf_loop, from table rows, or by frame pointer where a file has no
-//     usable table (Go binaries, JIT code in anonymous memory, code built
-//     without unwind tables), ending each walk with a counted reason.
+//   - ../bpf/include/unwind.h is the BPF unwinder, included by each program
+//     through stack.h (the user-stack capture that agent/stackwalk feeds):
+//     it takes the user registers (from the context, or the task's saved
+//     registers when the sample hit kernel mode) and walks up to 127 frames
+//     with bpf_loop, from table rows, or by frame pointer where a file has
+//     no usable table (Go binaries, JIT code in anonymous memory, code
+//     built without unwind tables), ending each walk with a counted reason.
 //   - Loader builds a table per file identity (device, inode, size, mtime),
 //     shared by every process that maps the file, loads it into BPF maps,
 //     points the process's mappings at it (an LPM trie keyed by pid and
@@ -20,25 +21,16 @@
 //     Table memory is bounded by Options.MaxTableBytes, evicted by bytes,
 //     least recently used first.
 //
-// # Phase B: wiring it into a probe
+// # Using it
 //
-// A BPF program includes "../unwind/bpf/unwind.h" (it needs
-// __TARGET_ARCH_x86: bpf2go -target amd64) and calls, for the current task:
+// agent/stackwalk owns the one Loader of the agent and decides when a
+// process is loaded; a probe's program is loaded with its maps:
 //
-//	struct unwind_regs regs;
-//	if (unwind_user_regs(ctx, &regs) == 0) {
-//		struct unwind_stack *st = unwind_user(&regs, tgid, leader_start_boottime_ns);
-//		// st->ips[0..st->len): the sampled pc, then return addresses
-//		// st->end: enum unwind_end; st->python: 0, or the Python walker's key
-//	}
-//
-// In Go, one Loader per agent owns the maps; every program that includes
-// the header is loaded with them:
-//
-//	l, err := unwind.NewLoader(unwind.Options{Maps: procfsMaps, Opener: procfsOpener})
+//	l, err := unwind.NewLoader(unwind.Options{Maps: procfs.Mapped{FS: fs}, Opener: procfs.Mapped{FS: fs}})
 //	repl, err := l.Maps().Replace(spec) // add to CollectionOptions.MapReplacements
 //	l.SyncProcess(pid, startTicks)      // a new process, or its mappings changed
 //	l.RemoveProcess(pid)                // it exited
+//	l.UnknownFrames()                   // processes whose walks met code mapped since
 //	l.Stats(); l.Counters()             // gauges and counters for /metrics
 //
 // startTicks is field 22 of /proc/<pid>/stat; the BPF side checks it
@@ -47,26 +39,22 @@
 // is synced). SyncProcess reads and parses files outside the loader's lock
 // and may take a second for a large process (tens of files, libLLVM-sized
 // ones included): call it off the sampling path. A process not synced yet
-// is unwound by frame pointers, as today (Counters.ProcessUnknown), and
-// frames in code mapped after the last sync are too
-// (Counters.FramesUnknownMapping): that counter going up is the signal to
-// sync again.
+// is unwound by frame pointers (Counters.ProcessUnknown), except a forked
+// child, which the sched_process_fork hook of agent/stackwalk points at its
+// parent's mappings (unwind_proc.alias_tgid); frames in code mapped after
+// the last sync are unwound by frame pointers too, and counted per process
+// (UnknownFrames): the signal to sync again.
 //
-// MapsReader and FileOpener are the two narrow interfaces to /proc:
-// ProcFS implements both for now; agent/procfs's opener (no links
-// followed, regular files owned by the process's uid or root, sizes
-// capped) replaces its OpenMapping.
+// MapsReader and FileOpener are the two narrow interfaces to /proc, which
+// agent/procfs satisfies (procfs.Mapped: its maps parser, and its opener of
+// files a job controls: no links followed, regular files owned by the
+// process's uid or root, sizes capped).
 //
-// # The Python walker (issue 13)
-//
-// The walker is a BPF function of its own, called by the probe after
-// unwind_user with the same struct unwind_regs and the current task: it
-// reads the thread's CPython frame chain and stores the frames (code
-// object, instruction offset) in its own map, putting their key in
-// st->python. User space then replaces the native frames of the
-// interpreter's eval loop in st->ips (_PyEval_EvalFrameDefault), in order
-// from the leaf, by the Python frames each was running. The unwinder keeps
-// every native frame, in order, with its address, for that splice.
+// The Python frames of a sample (agent/python) are walked beside the
+// native ones by stack.h; user space replaces the native frames of the
+// interpreter's eval loop (_PyEval_EvalFrameDefault), in order from the
+// leaf, by the Python frames each was running. The unwinder keeps every
+// native frame, in order, with its address, for that splice.
 //
 // # Kernels and architectures
 //

@@ -22,40 +22,40 @@ func encode(t *cfi.Table) ([]uint64, uint32) {
 	pages := int(rows[len(rows)-1].PC>>pageShift) + 1
 	ixElems := (pages + 2) / 2
 	out := make([]uint64, 1+ixElems+len(rows))
-	out[0] = uint64(pages) | uint64(len(rows))<<32
+	out[0] = uint64(pages) | uint64(len(rows))<<32 // #nosec G115 -- counts are never negative
 	index := make([]uint32, 2*ixElems)
 	j := 0 // the last row at or before the current page's start
 	for p := 0; p < pages; p++ {
-		start := uint32(p) << pageShift
+		start := uint32(p) << pageShift // #nosec G115 -- p < pages, at most 2^(32-pageShift)
 		for j+1 < len(rows) && rows[j+1].PC <= start {
 			j++
 		}
-		index[p] = uint32(j)
+		index[p] = uint32(j) // #nosec G115 -- rows have distinct uint32 pcs (cfi merges equal ones): under 2^32 of them
 	}
-	index[pages] = uint32(len(rows) - 1)
+	index[pages] = uint32(len(rows) - 1) // #nosec G115 -- 0 < len(rows) <= 2^32, as above
 	for i := range ixElems {
 		out[1+i] = uint64(index[2*i]) | uint64(index[2*i+1])<<32
 	}
 	for i, r := range rows {
 		out[1+ixElems+i] = rowWord(r)
 	}
-	return out, uint32(pages)
+	return out, uint32(pages) // #nosec G115 -- pages is at most 2^(32-pageShift)
 }
 
 // rowWord is a row as the 8 little-endian bytes of struct unwind_row.
 func rowWord(r cfi.Row) uint64 {
 	var b [8]byte
 	binary.LittleEndian.PutUint32(b[0:], r.PC)
-	binary.LittleEndian.PutUint16(b[4:], uint16(r.CFA))
+	binary.LittleEndian.PutUint16(b[4:], uint16(r.CFA)) // #nosec G115 -- the bits of an int16, as the C struct holds them
 	b[6] = r.Flags
-	b[7] = uint8(r.RBP)
+	b[7] = uint8(r.RBP) // #nosec G115 -- the bits of an int8, as the C struct holds them
 	return binary.LittleEndian.Uint64(b[:])
 }
 
 // lookupEncoded is the BPF search (unwind_find_row) in Go, for tests: the
 // row covering table pc off, or false.
 func lookupEncoded(elems []uint64, pages uint32, off uint64) (cfi.Row, bool) {
-	entry := func(p uint64) uint32 { return uint32(elems[1+p/2] >> (32 * (p & 1))) }
+	entry := func(p uint64) uint32 { return uint32(elems[1+p/2] >> (32 * (p & 1))) } // #nosec G115 -- takes one 32-bit half, by design
 	p := min(off>>pageShift, uint64(pages))
 	lo, hi := entry(p), entry(p)
 	if p < uint64(pages) {
@@ -64,7 +64,7 @@ func lookupEncoded(elems []uint64, pages uint32, off uint64) (cfi.Row, bool) {
 	first := 1 + (uint64(pages)+2)/2
 	row := func(i uint32) cfi.Row {
 		w := elems[first+uint64(i)]
-		return cfi.Row{PC: uint32(w), CFA: int16(w >> 32), Flags: uint8(w >> 48), RBP: int8(w >> 56)}
+		return cfi.Row{PC: uint32(w), CFA: int16(w >> 32), Flags: uint8(w >> 48), RBP: int8(w >> 56)} // #nosec G115 -- unpacks the fields rowWord packed
 	}
 	for i := 0; i < searchSteps && lo < hi; i++ {
 		mid := lo + (hi-lo+1)/2

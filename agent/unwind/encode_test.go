@@ -92,22 +92,6 @@ func TestPrefixes(t *testing.T) {
 	}
 }
 
-func TestParseMapsLine(t *testing.T) {
-	m, ok := parseMapsLine("7f1c2a000000-7f1c2a1b5000 r-xp 00028000 08:01 1835094                    /usr/lib/x86_64-linux-gnu/libc.so.6 (deleted)")
-	if !ok || !m.Exec || m.Start != 0x7f1c2a000000 || m.Offset != 0x28000 || m.Inode != 1835094 || m.Path != "/usr/lib/x86_64-linux-gnu/libc.so.6" || !m.Deleted || !m.FileBacked() {
-		t.Errorf("%+v %v", m, ok)
-	}
-	m, ok = parseMapsLine("7ffd6b3f2000-7ffd6b3f4000 r-xp 00000000 00:00 0                          [vdso]")
-	if !ok || m.FileBacked() || m.Path != "[vdso]" {
-		t.Errorf("%+v %v", m, ok)
-	}
-	for _, bad := range []string{"", "zz-1 r-xp 0 0:0 0", "2000-1000 r-xp 00000000 00:00 0", "1000-2000 r 0 0:0 0"} {
-		if _, ok := parseMapsLine(bad); ok {
-			t.Errorf("accepted %q", bad)
-		}
-	}
-}
-
 func TestMappingVaddr(t *testing.T) {
 	// libc: r-x segment at file offset 0x26000 (vaddr 0x26000), mapped from
 	// a page-aligned offset.

@@ -51,7 +51,7 @@ func TestLayoutMatchesHeader(t *testing.T) {
 	for name, want := range map[string]int{
 		"WALKS": statWalks, "FRAMES_TABLE": statFramesTable, "FRAMES_FP": statFramesFP, "FRAMES_UNKNOWN": statFramesUnknown,
 		"FRAMES_EVICTED": statFramesEvicted, "FRAMES_SIGNAL": statFramesSignal, "PROC_UNKNOWN": statProcUnknown,
-		"KERNEL_REGS": statKernelRegs, "CACHE_HITS": statCacheHits, "MAX": statMax,
+		"KERNEL_REGS": statKernelRegs, "CACHE_HITS": statCacheHits, "FORKED": statForked, "MAX": statMax,
 	} {
 		if got := stats["UNWIND_STAT_"+name]; got != uint64(want) {
 			t.Errorf("UNWIND_STAT_%s = %d, Go %d", name, got, want)

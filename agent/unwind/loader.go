@@ -9,11 +9,12 @@ import (
 	"math/bits"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
+	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/unwind/cfi"
 )
 
@@ -37,8 +38,8 @@ type Options struct {
 	MaxMappingsPerProcess int
 	MaxProcesses          int // default 8192
 	Limits                cfi.Limits
-	Maps                  MapsReader // default ProcFS{}
-	Opener                FileOpener // default ProcFS{}
+	Maps                  MapsReader // required (agent/stackwalk: procfs)
+	Opener                FileOpener // required (agent/stackwalk: procfs.FS.Open)
 	// NoVDSO leaves the vDSO to frame pointers instead of reading the
 	// agent's own (the same image in every 64-bit process of this kernel).
 	NoVDSO bool
@@ -59,12 +60,6 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxProcesses <= 0 {
 		o.MaxProcesses = 8192
-	}
-	if o.Maps == nil {
-		o.Maps = ProcFS{}
-	}
-	if o.Opener == nil {
-		o.Opener = ProcFS{}
 	}
 	return o
 }
@@ -133,6 +128,9 @@ func (l *Loader) bumpGen() {
 // NewLoader creates the BPF maps (it needs CAP_BPF) and an empty loader.
 func NewLoader(o Options) (*Loader, error) {
 	o = o.withDefaults()
+	if o.Maps == nil || o.Opener == nil {
+		return nil, errors.New("unwind: Options.Maps and Options.Opener are required")
+	}
 	m, err := newMaps(o)
 	if err != nil {
 		return nil, err
@@ -158,6 +156,35 @@ func (l *Loader) Stats() Stats {
 	s.Files = len(l.files)
 	s.Tables = l.lru.Len()
 	return s
+}
+
+// UnknownFrames returns, for each loaded process whose walks met frames in
+// no loaded mapping since it was last synced (code mapped since: a library
+// dlopened, a JIT's new region), how many. Syncing the process again resets
+// its count.
+func (l *Loader) UnknownFrames() map[int]uint32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[int]uint32{}
+	var v [procValSize]byte
+	for pid, p := range l.procs {
+		if err := l.maps.procs.Lookup(uint32(pid), &v); err != nil {
+			continue
+		}
+		if n := binary.LittleEndian.Uint32(v[12:]); n > 0 && binary.LittleEndian.Uint64(v[:]) == p.start {
+			out[pid] = n
+		}
+	}
+	return out
+}
+
+// Loaded reports whether pid is loaded as the process started at
+// startTicks.
+func (l *Loader) Loaded(pid int, startTicks uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := l.procs[pid]
+	return p != nil && p.start == startTicks
 }
 
 // Counters reads the BPF side's counters.
@@ -206,7 +233,7 @@ func (l *Loader) SyncProcess(pid int, startTicks uint64) error {
 		}
 	}
 	for _, m := range ms {
-		if !m.Exec {
+		if !m.Exec() {
 			continue
 		}
 		switch {
@@ -227,13 +254,8 @@ func (l *Loader) SyncProcess(pid int, startTicks uint64) error {
 				targets = append(targets, target{m: m, fp: true})
 				continue
 			}
-			id, ok := identity(f)
-			if !ok {
-				f.Close()
-				targets = append(targets, target{m: m, fp: true})
-				continue
-			}
-			prep(id, func() (*cfi.Table, error) { return cfi.Build(f, id.size, l.opts.Limits) })
+			id := identity(f)
+			prep(id, func() (*cfi.Table, error) { return cfi.Build(f.Reader(), id.size, l.opts.Limits) })
 			f.Close()
 			targets = append(targets, target{m: m, id: id})
 		default:
@@ -336,7 +358,7 @@ func (l *Loader) SyncProcess(pid int, startTicks uint64) error {
 	l.stats.MappingEntries += len(keys) - len(p.keys)
 	p.keys = keys
 	l.bumpGen()
-	var pv [procValSize]byte
+	var pv [procValSize]byte // its own mappings (no alias), unknown frames 0
 	binary.LittleEndian.PutUint64(pv[:], startTicks)
 	if err := l.maps.procs.Update(uint32(pid), pv[:], ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("unwind: process %d: %w", pid, err)
@@ -551,41 +573,32 @@ func (l *Loader) vdsoTable() (*cfi.Table, int64, error) {
 
 // readSelfVDSO copies this process's vDSO image out of its own memory.
 func readSelfVDSO() ([]byte, error) {
-	ms, err := ProcFS{Root: "/proc"}.Mappings(os.Getpid())
+	ms, err := procfs.New("").Maps(os.Getpid(), func(m *procfs.Mapping) bool { return m.Path == "[vdso]" })
 	if err != nil {
 		return nil, err
 	}
-	for _, m := range ms {
-		if m.Path != "[vdso]" {
-			continue
-		}
-		if m.End-m.Start > 1<<20 {
-			return nil, errors.New("vdso larger than 1 MiB")
-		}
-		mem, err := os.Open("/proc/self/mem")
-		if err != nil {
-			return nil, err
-		}
-		defer mem.Close()
-		b := make([]byte, m.End-m.Start)
-		if _, err := mem.ReadAt(b, int64(m.Start)); err != nil {
-			return nil, err
-		}
-		return b, nil
+	if len(ms) == 0 {
+		return nil, errors.New("no vdso")
 	}
-	return nil, errors.New("no vdso")
+	m := ms[0]
+	if m.End-m.Start > 1<<20 {
+		return nil, errors.New("vdso larger than 1 MiB")
+	}
+	b := make([]byte, m.End-m.Start)
+	local := []unix.Iovec{{Base: &b[0]}}
+	local[0].SetLen(len(b))
+	n, err := unix.ProcessVMReadv(os.Getpid(), local, []unix.RemoteIovec{{Base: uintptr(m.Start), Len: len(b)}}, 0)
+	if err != nil {
+		return nil, fmt.Errorf("read the vdso: %w", err)
+	}
+	if n != len(b) {
+		return nil, fmt.Errorf("read the vdso: %d of %d bytes", n, len(b))
+	}
+	return b, nil
 }
 
-func identity(f *os.File) (fileID, bool) {
-	fi, err := f.Stat()
-	if err != nil {
-		return fileID{}, false
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok || !fi.Mode().IsRegular() {
-		return fileID{}, false
-	}
-	return fileID{dev: uint64(st.Dev), ino: st.Ino, size: fi.Size(), mtime: fi.ModTime().UnixNano()}, true
+func identity(f *procfs.File) fileID {
+	return fileID{dev: f.Info.ID.Dev, ino: f.Info.ID.Ino, size: f.Info.Size, mtime: f.Info.MtimeNsec}
 }
 
 // mappingVaddr returns the ELF virtual address the mapping's first byte

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/slurmscope/slurmscope/agent/procfs"
 )
 
 // fakeProcs serves made-up processes whose executable mappings are real
@@ -31,12 +33,27 @@ func (f *fakeProcs) Mappings(pid int) ([]Mapping, error) {
 	return ms, nil
 }
 
-func (f *fakeProcs) OpenMapping(pid int, m Mapping) (*os.File, error) {
+func (f *fakeProcs) OpenMapping(pid int, m Mapping) (*procfs.File, error) {
 	f.opens++
 	if m.Path == "/nonexistent" {
 		return nil, errors.New("refused")
 	}
-	return os.Open(m.Path)
+	return openPlain(m.Path)
+}
+
+// openPlain opens a file as procfs.Open would describe it.
+func openPlain(path string) (*procfs.File, error) {
+	fl, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := fl.Stat()
+	if err != nil {
+		fl.Close()
+		return nil, err
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	return &procfs.File{File: fl, Info: procfs.FileInfo{ID: procfs.FileID{Dev: st.Dev, Ino: st.Ino}, Size: fi.Size(), MtimeNsec: fi.ModTime().UnixNano()}}, nil
 }
 
 // libMapping maps path's first executable segment at base.
@@ -46,7 +63,7 @@ func libMapping(t *testing.T, path string, base uint64) Mapping {
 	if err != nil {
 		t.Skip(err)
 	}
-	return Mapping{Start: base, End: base + 0x100000, Offset: 0, Exec: true, Inode: fi.Sys().(*syscall.Stat_t).Ino, Path: path}
+	return Mapping{Start: base, End: base + 0x100000, Offset: 0, Perms: "r-xp", Inode: fi.Sys().(*syscall.Stat_t).Ino, Path: path}
 }
 
 func lpmLen(t *testing.T, m *ebpf.Map) int {
@@ -74,7 +91,7 @@ func TestLoaderLifecycle(t *testing.T) {
 	libc := "/usr/lib/x86_64-linux-gnu/libc.so.6"
 	cxx := "/usr/lib/x86_64-linux-gnu/libstdc++.so.6"
 	fp := &fakeProcs{maps: map[int][]Mapping{
-		100: {libMapping(t, libc, 0x7f0000000000), {Start: 0x7f1000000000, End: 0x7f1000001000, Exec: true}, {Start: 0x7f2000000000, End: 0x7f2000001000, Exec: true, Inode: 1, Path: "/nonexistent"}},
+		100: {libMapping(t, libc, 0x7f0000000000), {Start: 0x7f1000000000, End: 0x7f1000001000, Perms: "r-xp"}, {Start: 0x7f2000000000, End: 0x7f2000001000, Perms: "r-xp", Inode: 1, Path: "/nonexistent"}},
 		101: {libMapping(t, libc, 0x7f3000000000), libMapping(t, cxx, 0x7f4000000000)},
 	}}
 	// A budget that holds libc's table (~190 KB) or libstdc++'s, not both.
@@ -191,7 +208,7 @@ func (p *lockedProcs) Mappings(pid int) ([]Mapping, error) {
 	return p.f.Mappings(pid)
 }
 
-func (p *lockedProcs) OpenMapping(pid int, m Mapping) (*os.File, error) {
+func (p *lockedProcs) OpenMapping(pid int, m Mapping) (*procfs.File, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.f.OpenMapping(pid, m)

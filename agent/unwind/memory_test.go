@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/unwind/cfi"
 )
 
@@ -114,7 +115,7 @@ func BenchmarkTrainingJobTables(b *testing.B) {
 	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
 	ticks, _ := strconv.ParseUint(fields[19], 10, 64)
 	for range b.N {
-		l, err := NewLoader(Options{})
+		l, err := NewLoader(Options{Maps: procfs.Mapped{FS: procfs.New("")}, Opener: procfs.Mapped{FS: procfs.New("")}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -30,6 +30,7 @@ const (
 	statProcUnknown
 	statKernelRegs
 	statCacheHits
+	statForked
 	statMax
 )
 
@@ -50,6 +51,9 @@ type Counters struct {
 	ProcessUnknown, KernelRegs uint64
 	// RowCacheHits counts frames whose row came from the per-CPU row cache.
 	RowCacheHits uint64
+	// Forked counts walks of forked children not loaded yet, unwound
+	// through their parent's mappings.
+	Forked uint64
 }
 
 func readCounters(m *ebpf.Map) (Counters, error) {
@@ -84,6 +88,8 @@ func readCounters(m *ebpf.Map) (Counters, error) {
 			c.KernelRegs = sum
 		case i == statCacheHits:
 			c.RowCacheHits = sum
+		case i == statForked:
+			c.Forked = sum
 		}
 	}
 	return c, nil

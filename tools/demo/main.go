@@ -39,8 +39,8 @@ import (
 const trainName = `train "llama" ✓`
 
 // trainPy is the third job's work: a Python loop with a recognisable call
-// stack. -X perf (Python 3.12+) names the Python frames for the agent;
-// older Pythons ignore the option and show the interpreter's C functions.
+// stack, whose Python functions the agent reads from the interpreter
+// (CPython 3.9-3.13; older ones show the interpreter's C functions).
 const trainPy = `import sys, time
 
 def matmul(n):
@@ -207,7 +207,7 @@ func demo(ctx context.Context, o options) (err error) {
 		{"ssalice", "cpusplit", "node-a", fmt.Sprintf("exec %s %d\n", filepath.Join(bin, "cpusplit"), secs), []string{"-c", "1", "--mem=100M"}},
 		{"ssbob", "gosplit", "node-b", fmt.Sprintf("exec %s %d\n", filepath.Join(bin, "gosplit"), secs), []string{"-c", "1", "--mem=100M"}},
 		{"ssalice", trainName, "", fmt.Sprintf(
-			"if command -v python3 >/dev/null; then exec python3 -X perf train.py %d; fi\n"+
+			"if command -v python3 >/dev/null; then exec python3 train.py %d; fi\n"+
 				"end=$(( $(date +%%s) + %d )); while [ $(date +%%s) -lt $end ]; do :; done\n", secs, secs), []string{"-c", "1", "--mem=200M"}},
 		// Holds two cores and 300 MB and uses neither.
 		{"ssbob", "idle-cores", "node-a", fmt.Sprintf("exec sleep %d\n", secs), []string{"-c", "2", "--mem=300M"}},
@@ -254,7 +254,11 @@ func demo(ctx context.Context, o options) (err error) {
 	fmt.Printf("  profiles: %s/<job id>/process_cpu-<unix time>.pb.gz (try: go tool pprof -http : FILE)\n", o.out)
 
 	step("slurmscope-agent top --dir %s -n 6", o.out)
-	return show(ctx, agent, "top", "--dir", out, "-n", "6")
+	if err := show(ctx, agent, "top", "--dir", out, "-n", "6"); err != nil {
+		return err
+	}
+	step("slurmscope-agent top --dir %s -n 6 --cum: time anywhere on the stack, callers and main too (cpusplit is built without frame pointers)", o.out)
+	return show(ctx, agent, "top", "--dir", out, "-n", "6", "--cum")
 }
 
 // printFindings asks the datasource's engine for each job's findings.
@@ -315,7 +319,9 @@ func build(ctx context.Context, root, bin string) error {
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return err
 	}
-	cflags := []string{"-O1", "-fno-omit-frame-pointer", "-fno-inline", "-g"}
+	// Without frame pointers, as most code is built: the agent unwinds
+	// it from its .eh_frame tables (top --cum shows its callers).
+	cflags := []string{"-O2", "-fomit-frame-pointer", "-fno-inline", "-g"}
 	for _, args := range [][]string{
 		{"go", "build", "-o", filepath.Join(bin, "slurmscope-agent"), "./agent/cmd/slurmscope-agent"},
 		{"go", "build", "-o", filepath.Join(bin, "gosplit"), "./internal/testenv/workloads/gosplit"},

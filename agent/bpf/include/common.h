@@ -18,6 +18,8 @@
 typedef unsigned char __u8;
 typedef unsigned short __u16;
 typedef unsigned int __u32;
+typedef signed char __s8;
+typedef signed short __s16;
 typedef unsigned long long __u64;
 typedef signed int __s32;
 typedef signed long long __s64;

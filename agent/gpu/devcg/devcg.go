@@ -170,7 +170,7 @@ func Parse(insns asm.Instructions) (*Program, error) {
 			if field == nil {
 				return nil, fmt.Errorf("instruction %d checks %v out of order", start+k, c.Dst)
 			}
-			*field = int64(uint32(c.Constant))
+			*field = int64(uint32(c.Constant)) // #nosec G115 -- a BPF immediate is 32 bits, compared as the unsigned 32-bit register
 		}
 		if i+1 >= len(insns) {
 			return nil, fmt.Errorf("instruction %d: no verdict", i)

@@ -233,10 +233,10 @@ const (
 )
 
 // GPUDev is the device number of /dev/nvidia<minor>.
-func GPUDev(minor int) gpu.DevNum { return gpu.DevNum{Major: gpuMajor, Minor: uint32(minor)} }
+func GPUDev(minor int) gpu.DevNum { return gpu.DevNum{Major: gpuMajor, Minor: uint32(minor)} } // #nosec G115 -- tests pass small literal minors
 
 // MIGDev is the device number of /dev/nvidia-caps/nvidia-cap<capMinor>.
-func MIGDev(capMinor int) gpu.DevNum { return gpu.DevNum{Major: capsMajor, Minor: uint32(capMinor)} }
+func MIGDev(capMinor int) gpu.DevNum { return gpu.DevNum{Major: capsMajor, Minor: uint32(capMinor)} } // #nosec G115 -- tests pass small literal minors
 
 // MIGAccess is one line of the driver's mig-minors table: the access
 // capability minor of GPU instance GI of the GPU with minor GPU.

@@ -175,7 +175,7 @@ func (b *builder) inExec(begin, end uint64) bool {
 
 func (b *builder) addRow(f *fde, loc uint64, u Rule) {
 	cfa, flags, rbp := pack(u)
-	row := Row{PC: uint32(loc - b.base), CFA: cfa, Flags: flags, RBP: rbp}
+	row := Row{PC: uint32(loc - b.base), CFA: cfa, Flags: flags, RBP: rbp} // #nosec G115 -- loc lies in an executable segment (fde) and build refuses a span from base over 4 GiB
 	if f.n > 0 && b.rows[len(b.rows)-1].PC == row.PC {
 		b.rows[len(b.rows)-1] = row // a later rule at the same pc wins
 		return
@@ -291,10 +291,12 @@ func (b *builder) parse(kind sectionKind, data []byte, addr uint64) {
 // readSection reads a section's bytes (decompressed for SHF_COMPRESSED),
 // checking its claimed extent against the real file and the cap first.
 func readSection(sec *elf.Section, size int64, lim Limits) ([]byte, error) {
-	if sec.Offset > uint64(size) || sec.FileSize > uint64(size)-sec.Offset {
+	fsize := uint64(size) // #nosec G115 -- build checked 0 < size
+	if sec.Offset > fsize || sec.FileSize > fsize-sec.Offset {
 		return nil, fmt.Errorf("%w: section %s beyond the end of the file", ErrNotSupported, sec.Name)
 	}
-	if int64(sec.FileSize) > lim.MaxSectionBytes {
+	secSize := int64(sec.FileSize) // #nosec G115 -- FileSize <= size (just above), an int64
+	if secSize > lim.MaxSectionBytes {
 		return nil, fmt.Errorf("%w: section %s of %d bytes", ErrTooLarge, sec.Name, sec.FileSize)
 	}
 	if sec.Flags&elf.SHF_COMPRESSED == 0 {
@@ -336,12 +338,14 @@ func ehFrameFromHeader(f *elf.File, r io.ReaderAt, size int64, _ []execSeg, lim 
 			hdr = p
 		}
 	}
-	if hdr == nil || hdr.Filesz < 8 || hdr.Off > uint64(size) || hdr.Filesz > uint64(size)-hdr.Off {
+	fsize := uint64(size) // #nosec G115 -- build checked 0 < size
+	if hdr == nil || hdr.Filesz < 8 || hdr.Off > fsize || hdr.Filesz > fsize-hdr.Off {
 		return nil, 0, false
 	}
 	var h [16]byte
-	n := min(int(hdr.Filesz), len(h))
-	if _, err := r.ReadAt(h[:n], int64(hdr.Off)); err != nil {
+	n := min(int(hdr.Filesz), len(h)) // #nosec G115 -- Filesz <= size, an int64
+	hdrOff := int64(hdr.Off)          // #nosec G115 -- Off <= size, an int64
+	if _, err := r.ReadAt(h[:n], hdrOff); err != nil {
 		return nil, 0, false
 	}
 	if h[0] != 1 {
@@ -358,12 +362,13 @@ func ehFrameFromHeader(f *elf.File, r io.ReaderAt, size int64, _ []execSeg, lim 
 		}
 		off := p.Off + (addr - p.Vaddr)
 		end := p.Off + p.Filesz
-		if off > uint64(size) || end > uint64(size) || end < off {
+		if off > fsize || end > fsize || end < off {
 			return nil, 0, false
 		}
-		length := min(end-off, uint64(lim.MaxSectionBytes))
+		length := min(end-off, uint64(lim.MaxSectionBytes)) // #nosec G115 -- withDefaults makes it positive
 		data := make([]byte, length)
-		if _, err := r.ReadAt(data, int64(off)); err != nil && !errors.Is(err, io.EOF) {
+		at := int64(off) // #nosec G115 -- off <= size (checked above), an int64
+		if _, err := r.ReadAt(data, at); err != nil && !errors.Is(err, io.EOF) {
 			return nil, 0, false
 		}
 		return data, addr, true
@@ -433,7 +438,7 @@ func (b *builder) finish(gap Kind) []Row {
 		// Padding between functions (under 16 bytes: alignment) is never
 		// executed: it keeps the previous rule instead of costing a row.
 		if i > 0 && prevEnd < f.begin && f.begin-prevEnd >= minGap {
-			push(Row{PC: uint32(prevEnd - b.base), Flags: gapFlags})
+			push(Row{PC: uint32(prevEnd - b.base), Flags: gapFlags}) // #nosec G115 -- an FDE end lies in an executable segment, under 4 GiB from base (build)
 		}
 		for _, r := range b.rows[f.first : f.first+f.n] {
 			push(r)
@@ -441,7 +446,7 @@ func (b *builder) finish(gap Kind) []Row {
 		prevEnd = f.end
 	}
 	if len(kept) > 0 {
-		push(Row{PC: uint32(prevEnd - b.base), Flags: gapFlags})
+		push(Row{PC: uint32(prevEnd - b.base), Flags: gapFlags}) // #nosec G115 -- an FDE end lies in an executable segment, under 4 GiB from base (build)
 	}
 	b.rows = nil
 	return slices.Clip(out)
@@ -476,7 +481,7 @@ func (t *Table) Lookup(vaddr uint64) Rule {
 	if vaddr < t.Base || vaddr-t.Base > 1<<32-1 {
 		return gap
 	}
-	pc := uint32(vaddr - t.Base)
+	pc := uint32(vaddr - t.Base) // #nosec G115 -- checked < 4 GiB just above
 	i := sort.Search(len(t.Rows), func(i int) bool { return t.Rows[i].PC > pc })
 	if i == 0 {
 		return gap

@@ -55,7 +55,7 @@ type parser struct {
 // length), whether it uses the 64-bit format, and the offset of the next
 // entry. ok is false at a terminator or when the length lies.
 func (p *parser) entry(off uint64) (body []byte, bodyOff uint64, is64 bool, next uint64, ok bool) {
-	r := &reader{b: p.data[off:], off: int(off)}
+	r := &reader{b: p.data[off:], off: int(off)} // #nosec G115 -- off <= len(p.data): the slice just before it would panic otherwise
 	length := uint64(r.u32())
 	if length == 0xffffffff {
 		length, is64 = r.u64(), true
@@ -63,7 +63,7 @@ func (p *parser) entry(off uint64) (body []byte, bodyOff uint64, is64 bool, next
 	if r.err != nil || length == 0 {
 		return nil, 0, false, 0, false
 	}
-	bodyOff = off + uint64(r.pos)
+	bodyOff = off + uint64(r.pos) // #nosec G115 -- a position is never negative
 	if length > uint64(len(p.data))-bodyOff {
 		p.b.stats.BadEntries++
 		return nil, 0, false, 0, false
@@ -79,7 +79,7 @@ func (p *parser) walk() {
 		if !ok {
 			return // terminator, or nothing after a lying length can be trusted
 		}
-		r := &reader{b: body, off: int(bodyOff)}
+		r := &reader{b: body, off: int(bodyOff)} // #nosec G115 -- bodyOff <= len(p.data) (entry)
 		var id uint64
 		if is64 {
 			id = r.u64()
@@ -140,7 +140,7 @@ func (p *parser) cieAt(off uint64) *cie {
 		c.err = errBadCIE
 		return c
 	}
-	r := &reader{b: body, off: int(bodyOff)}
+	r := &reader{b: body, off: int(bodyOff)} // #nosec G115 -- bodyOff <= len(p.data) (entry)
 	var id uint64
 	if is64 {
 		id = r.u64()

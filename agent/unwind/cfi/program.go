@@ -1,6 +1,9 @@
 package cfi
 
-import "errors"
+import (
+	"errors"
+	"math"
+)
 
 // DWARF register numbers of the x86-64 psABI. (arm64: sp 31, x29 the frame
 // pointer, x30 the link register; see the package doc.)
@@ -109,17 +112,20 @@ func (st *state) rule(signal bool) Rule {
 		}
 		return Rule{Kind: KindUnsupported}
 	case cfaPLTExpr:
-		return Rule{Kind: KindPLT, CFAOffset: int32(st.cfa.off), RBPOffset: int32(st.cfa.threshold)}
+		if st.cfa.off < math.MinInt32 || st.cfa.off > math.MaxInt32 {
+			return Rule{Kind: KindUnsupported} // an int32 would wrap into a plausible offset
+		}
+		return Rule{Kind: KindPLT, CFAOffset: int32(st.cfa.off), RBPOffset: int32(st.cfa.threshold)} // #nosec G115 -- off checked above, threshold 0..15
 	case cfaOther:
 		return Rule{Kind: KindUnsupported}
 	}
 	if st.ra.kind != regAtCFA || st.ra.off != -8 {
 		return Rule{Kind: KindUnsupported}
 	}
-	if st.cfa.off < -1<<31 || st.cfa.off > 1<<31-1 {
+	if st.cfa.off < math.MinInt32 || st.cfa.off > math.MaxInt32 {
 		return Rule{Kind: KindUnsupported}
 	}
-	u := Rule{CFAOffset: int32(st.cfa.off)}
+	u := Rule{CFAOffset: int32(st.cfa.off)} // #nosec G115 -- checked just above
 	switch {
 	case st.cfa.kind == cfaDerefRBP:
 		u.Kind = KindDerefRBP
@@ -226,6 +232,48 @@ type program struct {
 	setLoc func(r *reader) (uint64, error)
 }
 
+// maxOffset bounds the offsets the interpreter keeps (no frame is 2 GiB
+// from its CFA). A hostile operand beyond it is out of range: converted
+// to int64 or multiplied by the data alignment factor it could wrap into a
+// plausible offset such as the RA's -8.
+const maxOffset = 1 << 31
+
+// uoff is an unsigned operand as an offset; one beyond maxOffset stays
+// beyond it, for factor and regOff to reject.
+func uoff(v uint64) int64 {
+	if v > maxOffset {
+		return maxOffset + 1
+	}
+	return int64(v) // #nosec G115 -- v <= maxOffset
+}
+
+// factor multiplies a factored offset by the CIE's data alignment factor;
+// ok is false for an offset out of range.
+func (p *program) factor(off int64) (v int64, ok bool) {
+	if off < -maxOffset || off > maxOffset {
+		return 0, false
+	}
+	return off * p.c.dataAlign, true // |dataAlign| <= 1<<16 (cie): no overflow
+}
+
+// atCFA is "saved at CFA + off×data alignment", or regOther out of range.
+func (p *program) atCFA(off int64) regRule {
+	v, ok := p.factor(off)
+	if !ok {
+		return regRule{kind: regOther}
+	}
+	return regRule{kind: regAtCFA, off: v}
+}
+
+// regOff is "CFA = reg + off", or cfaOther when the offset is out of
+// range (!ok).
+func regOff(reg uint64, off int64, ok bool) cfaRule {
+	if !ok {
+		return cfaRule{kind: cfaOther}
+	}
+	return cfaRule{kind: cfaRegOff, reg: reg, off: off}
+}
+
 func (p *program) setReg(reg uint64, rr regRule) {
 	switch reg {
 	case regRBP:
@@ -282,8 +330,7 @@ func (p *program) run(prog []byte) error {
 		case cfaAdvanceLoc:
 			more, err = p.advance(p.loc + uint64(op&0x3f)*p.c.codeAlign)
 		case cfaOffset:
-			off := r.uleb()
-			p.setReg(uint64(op&0x3f), regRule{kind: regAtCFA, off: int64(off) * p.c.dataAlign})
+			p.setReg(uint64(op&0x3f), p.atCFA(uoff(r.uleb())))
 		case cfaRestore:
 			p.restoreReg(uint64(op & 0x3f))
 		default:
@@ -306,7 +353,7 @@ func (p *program) run(prog []byte) error {
 				more, err = p.advance(p.loc + uint64(r.u32())*p.c.codeAlign)
 			case cfaOffsetExtended:
 				reg, off := r.uleb(), r.uleb()
-				p.setReg(reg, regRule{kind: regAtCFA, off: int64(off) * p.c.dataAlign})
+				p.setReg(reg, p.atCFA(uoff(off)))
 			case cfaRestoreExtended:
 				p.restoreReg(r.uleb())
 			case cfaUndefined:
@@ -334,10 +381,11 @@ func (p *program) run(prog []byte) error {
 				p.stack = p.stack[:len(p.stack)-1]
 			case cfaDefCFA:
 				reg, off := r.uleb(), r.uleb()
-				p.st.cfa = cfaRule{kind: cfaRegOff, reg: reg, off: int64(off)}
+				p.st.cfa = regOff(reg, uoff(off), uoff(off) <= maxOffset)
 			case cfaDefCFASF:
 				reg, off := r.uleb(), r.sleb()
-				p.st.cfa = cfaRule{kind: cfaRegOff, reg: reg, off: off * p.c.dataAlign}
+				v, ok := p.factor(off)
+				p.st.cfa = regOff(reg, v, ok)
 			case cfaDefCFARegister:
 				reg := r.uleb()
 				if p.st.cfa.kind != cfaRegOff {
@@ -346,19 +394,11 @@ func (p *program) run(prog []byte) error {
 					p.st.cfa.reg = reg
 				}
 			case cfaDefCFAOffset:
-				off := r.uleb()
-				if p.st.cfa.kind != cfaRegOff {
-					p.st.cfa = cfaRule{kind: cfaOther}
-				} else {
-					p.st.cfa.off = int64(off)
-				}
+				off := uoff(r.uleb())
+				p.st.cfa = regOff(p.st.cfa.reg, off, p.st.cfa.kind == cfaRegOff && off <= maxOffset)
 			case cfaDefCFAOffsetSF:
-				off := r.sleb()
-				if p.st.cfa.kind != cfaRegOff {
-					p.st.cfa = cfaRule{kind: cfaOther}
-				} else {
-					p.st.cfa.off = off * p.c.dataAlign
-				}
+				v, ok := p.factor(r.sleb())
+				p.st.cfa = regOff(p.st.cfa.reg, v, p.st.cfa.kind == cfaRegOff && ok)
 			case cfaDefCFAExpression:
 				n := r.uleb()
 				expr := r.bytes(n)
@@ -381,7 +421,7 @@ func (p *program) run(prog []byte) error {
 				}
 			case cfaOffsetExtendedSF:
 				reg, off := r.uleb(), r.sleb()
-				p.setReg(reg, regRule{kind: regAtCFA, off: off * p.c.dataAlign})
+				p.setReg(reg, p.atCFA(off))
 			case cfaValOffset:
 				reg := r.uleb()
 				r.uleb()
@@ -399,7 +439,7 @@ func (p *program) run(prog []byte) error {
 				r.uleb()
 			case cfaGNUNegOffsetExtd:
 				reg, off := r.uleb(), r.uleb()
-				p.setReg(reg, regRule{kind: regAtCFA, off: -int64(off) * p.c.dataAlign})
+				p.setReg(reg, p.atCFA(-uoff(off)))
 			default:
 				// Operands of an unknown instruction have unknown length:
 				// nothing after it can be read.

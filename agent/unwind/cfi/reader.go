@@ -110,12 +110,13 @@ func (r *reader) sleb() int64 {
 }
 
 func (r *reader) bytes(n uint64) []byte {
-	if uint64(r.left()) < n {
+	left := uint64(r.left()) // #nosec G115 -- left is never negative
+	if left < n {
 		r.fail()
 		return nil
 	}
-	b := r.b[r.pos : r.pos+int(n)]
-	r.pos += int(n)
+	b := r.b[r.pos : r.pos+int(n)] // #nosec G115 -- n <= left, checked above
+	r.pos += int(n)                // #nosec G115 -- n <= left, checked above
 	return b
 }
 
@@ -160,7 +161,7 @@ func (r *reader) pointer(enc uint8, secAddr, dataAddr uint64) (uint64, error) {
 	if enc == peOmit {
 		return 0, errEncoding
 	}
-	at := secAddr + uint64(r.off+r.pos)
+	at := secAddr + uint64(r.off+r.pos) // #nosec G115 -- offsets in a section are never negative
 	var v uint64
 	switch enc & 0x0f {
 	case peAbsptr, peUdata8, peSdata8:
@@ -170,13 +171,13 @@ func (r *reader) pointer(enc uint8, secAddr, dataAddr uint64) (uint64, error) {
 	case peUdata2:
 		v = uint64(r.u16())
 	case peSdata2:
-		v = uint64(int64(int16(r.u16())))
+		v = uint64(int64(int16(r.u16()))) // #nosec G115 -- sign extension, as sdata2 means
 	case peUdata4:
 		v = uint64(r.u32())
 	case peSdata4:
-		v = uint64(int64(int32(r.u32())))
+		v = uint64(int64(int32(r.u32()))) // #nosec G115 -- sign extension, as sdata4 means
 	case peSleb128:
-		v = uint64(r.sleb())
+		v = uint64(r.sleb()) // #nosec G115 -- two's complement, as sleb128 pointers mean
 	default:
 		return 0, errEncoding
 	}

@@ -142,7 +142,7 @@ func pack(u Rule) (cfa int16, flags uint8, rbp int8) {
 	case u.CFAOffset >= -1<<15 && u.CFAOffset < 1<<15:
 		cfa = int16(u.CFAOffset)
 	case u.CFAOffset%8 == 0 && u.CFAOffset/8 >= -1<<15 && u.CFAOffset/8 < 1<<15:
-		cfa, flags = int16(u.CFAOffset/8), flags|FlagCFAScaled
+		cfa, flags = int16(u.CFAOffset/8), flags|FlagCFAScaled // #nosec G115 -- the case checks the range
 	default:
 		return unsupported()
 	}
@@ -155,7 +155,7 @@ func pack(u Rule) (cfa int16, flags uint8, rbp int8) {
 			u.RBP = RBPUndefined
 			break
 		}
-		rbp = int8(u.RBPOffset / 8)
+		rbp = int8(u.RBPOffset / 8) // #nosec G115 -- checked in -128..127 just above
 	default:
 		u.RBP = RBPUndefined
 	}

@@ -283,3 +283,38 @@ func TestRowsMerged(t *testing.T) {
 		}
 	}
 }
+
+// Offsets that only fit after wrapping: an int64 of a huge uleb, an
+// int64 product with the data alignment factor, an int32 of a huge sleb
+// each land on a plausible offset (-16, -8, 8) if not range-checked.
+func TestOutOfRangeOffsets(t *testing.T) {
+	a := &asm{secAddr: 0x2000}
+	c := a.cie("zR", gccCIE...)
+	offsetSF := func(reg uint64, n int64) []byte { return cat([]byte{cfaOffsetExtendedSF}, uleb(reg), sleb(n)) }
+	// (2^61+1) × -8 wraps to -8: RA "at CFA-8".
+	a.fde(c, text+0x100, 0x10, advance(1), offsetSF(regRA, 1<<61+1))
+	// uleb 2^64-16 as an int64 is -16.
+	a.fde(c, text+0x200, 0x10, advance(1), defCFA(regRSP, 1<<64-16))
+	a.fde(c, text+0x300, 0x10, advance(1), defCFAOffset(1<<64-16))
+	// def_cfa_sf: -(2^61+2) × -8 wraps to 16.
+	a.fde(c, text+0x400, 0x10, advance(1), cat([]byte{cfaDefCFASF}, uleb(regRSP), sleb(-(1<<61+2))))
+	// The PLT expression with breg7 2^32+8: an int32 of it is 8.
+	a.fde(c, text+0x500, 0x10, advance(1), cat([]byte{cfaDefCFAExpression}, uleb(uint64(len(sleb(1<<32+8))+10)),
+		[]byte{opBreg0 + regRSP}, sleb(1<<32+8), []byte{opBreg0 + regRA, 0, opLit0 + 15, opAnd, opLit0 + 11, opGe, opLit0 + 3, opShl, opPlus}))
+	// In range, the same instructions still work.
+	a.fde(c, text+0x600, 0x10, advance(1), defCFA(regRSP, 16), advance(1), offsetSF(regRA, 1))
+	tab := buildSection(t, a, false)
+	expectRules(t, tab, map[uint64]string{
+		text + 0x100: "rsp+8",
+		text + 0x101: "unsupported",
+		text + 0x201: "unsupported",
+		text + 0x301: "unsupported",
+		text + 0x401: "unsupported",
+		text + 0x501: "unsupported",
+		text + 0x601: "rsp+16",
+		text + 0x602: "rsp+16", // RA at 1 × -8
+	})
+	if tab.Stats.BadPrograms != 0 {
+		t.Errorf("stats %+v", tab.Stats)
+	}
+}

@@ -9,4 +9,4 @@ package unwindtest
 // any diff; run ./regen-check.sh to do the same locally. One target: the
 // unwinder reads x86-64 registers (arm64 is not built yet).
 
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-14 -strip llvm-strip-14 -cflags "-O2 -g -Wall -Werror" -target amd64 -type sample -type unwind_stat -type unwind_end -type unwind_kind -type unwind_mapping_key -type unwind_mapping -type unwind_proc -type unwind_table_header -type unwind_row probe probe.bpf.c
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-14 -strip llvm-strip-14 -cflags "-O2 -g -Wall -Werror -I../../bpf/include" -target amd64 -type sample -type unwind_stat -type unwind_end -type unwind_kind -type unwind_mapping_key -type unwind_mapping -type unwind_proc -type unwind_table_header -type unwind_row probe probe.bpf.c

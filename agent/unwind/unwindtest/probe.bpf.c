@@ -26,7 +26,7 @@ typedef __u32 __wsum;
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
 
-#include "../bpf/unwind.h"
+#include "unwind.h"
 
 #define BPF_MAP_TYPE_RINGBUF 27
 #define BPF_F_USER_STACK (1ULL << 8)

@@ -43,7 +43,8 @@ func Load(tgid int, replace func(*ebpf.CollectionSpec) (map[string]*ebpf.Map, er
 	if err != nil {
 		return nil, err
 	}
-	if err := spec.Variables["target_tgid"].Set(uint32(tgid)); err != nil {
+	target := uint32(tgid) // #nosec G115 -- a test's own pid, at most pid_max (2^22)
+	if err := spec.Variables["target_tgid"].Set(target); err != nil {
 		return nil, err
 	}
 	repl, err := replace(spec)

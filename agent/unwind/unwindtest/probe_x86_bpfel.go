@@ -77,8 +77,11 @@ type probeUnwindMappingKey struct {
 }
 
 type probeUnwindProc struct {
-	_          structs.HostLayout
-	StartTicks uint64
+	_               structs.HostLayout
+	StartTicks      uint64
+	AliasTgid       uint32
+	Unknown         uint32
+	AliasStartTicks uint64
 }
 
 type probeUnwindRow struct {
@@ -101,16 +104,17 @@ type probeUnwindScratch struct {
 	TableOk uint8
 	Pad     uint8
 	Gen     uint32
-	Pad2    uint32
+	Unknown uint32
 	M       probeUnwindMapping
 }
 
 type probeUnwindStack struct {
-	_      structs.HostLayout
-	Ips    [127]uint64
-	Len    uint32
-	End    uint32
-	Python uint64
+	_     structs.HostLayout
+	Ips   [127]uint64
+	Len   uint32
+	End   uint32
+	Flags uint32
+	Pad   uint32
 }
 
 type probeUnwindStat uint32
@@ -126,7 +130,8 @@ const (
 	probeUnwindStatUNWIND_STAT_PROC_UNKNOWN   probeUnwindStat = 14
 	probeUnwindStatUNWIND_STAT_KERNEL_REGS    probeUnwindStat = 15
 	probeUnwindStatUNWIND_STAT_CACHE_HITS     probeUnwindStat = 16
-	probeUnwindStatUNWIND_STAT_MAX            probeUnwindStat = 17
+	probeUnwindStatUNWIND_STAT_FORKED         probeUnwindStat = 17
+	probeUnwindStatUNWIND_STAT_MAX            probeUnwindStat = 18
 )
 
 type probeUnwindTableHeader struct {

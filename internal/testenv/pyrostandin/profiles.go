@@ -35,7 +35,7 @@ func CPUProfile(at time.Time, stacks map[string]int64) []byte {
 			id, ok := ids[frames[i]]
 			if !ok {
 				p.StringTable = append(p.StringTable, frames[i])
-				id = uint64(len(ids) + 1)
+				id = uint64(len(ids) + 1) // #nosec G115 -- a length plus one, never negative
 				ids[frames[i]] = id
 				p.Function = append(p.Function, &googlev1.Function{Id: id, Name: int64(len(p.StringTable) - 1)})
 				p.Location = append(p.Location, &googlev1.Location{Id: id, Line: []*googlev1.Line{{FunctionId: id}}})

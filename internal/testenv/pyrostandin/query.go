@@ -374,11 +374,11 @@ func (b *pprofBuilder) location(f frame) uint64 {
 	fid, ok := b.funcs[fk]
 	if !ok {
 		name := b.str(f.name)
-		fid = uint64(len(b.p.Function) + 1)
+		fid = uint64(len(b.p.Function) + 1) // #nosec G115 -- a length plus one, never negative
 		b.p.Function = append(b.p.Function, &googlev1.Function{Id: fid, Name: name, SystemName: name, Filename: b.str(f.file)})
 		b.funcs[fk] = fid
 	}
-	id := uint64(len(b.p.Location) + 1)
+	id := uint64(len(b.p.Location) + 1) // #nosec G115 -- a length plus one, never negative
 	b.p.Location = append(b.p.Location, &googlev1.Location{Id: id, MappingId: 1, Address: f.addr,
 		Line: []*googlev1.Line{{FunctionId: fid, Line: f.line}}})
 	b.locs[f] = id

@@ -49,10 +49,16 @@ func (j *Job) Add(pid int) error {
 	return os.WriteFile(filepath.Join(j.Leaf, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644)
 }
 
-// Remove deletes the job's directories; its processes must have exited.
+// Remove deletes the job's directories, and the slice's once no other job
+// is left in them; its processes must have exited.
 func (j *Job) Remove() error {
 	var err error
 	for p := j.Leaf; strings.HasPrefix(p, j.base); p = filepath.Dir(p) {
+		if hasSubdir(p) {
+			// Another job's (the shared slurmstepd.scope or slice):
+			// waiting for it would only cost each job's cleanup 2 s a level.
+			return nil
+		}
 		for i := 0; i < 100; i++ {
 			if err = os.Remove(p); err == nil || errors.Is(err, os.ErrNotExist) {
 				err = nil
@@ -62,6 +68,22 @@ func (j *Job) Remove() error {
 		}
 	}
 	return err
+}
+
+// hasSubdir says whether dir has a directory in it: a cgroup with child
+// cgroups, which rmdir refuses with the same EBUSY as one whose tasks the
+// kernel has not freed yet.
+func hasSubdir(dir string) bool {
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range es {
+		if e.IsDir() {
+			return true
+		}
+	}
+	return false
 }
 
 // Cgroup2Mount finds the cgroup2 mount point (/sys/fs/cgroup on a pure v2

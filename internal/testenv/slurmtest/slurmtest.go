@@ -615,7 +615,7 @@ func (c *Cluster) run(ctx context.Context, u *User, prog string, args ...string)
 	if u != nil {
 		cmd.Env = append(cmd.Env, "USER="+u.Name, "LOGNAME="+u.Name, "HOME="+c.jobDir)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{
-			Uid: uint32(u.UID), Gid: uint32(u.UID), Groups: []uint32{},
+			Uid: uint32(u.UID), Gid: uint32(u.UID), Groups: []uint32{}, // #nosec G115 -- the harness's own users, with the small uids it chose
 		}}
 	}
 	var stdout, stderr bytes.Buffer

@@ -4,8 +4,9 @@
  *
  *   gcc -O2 -fomit-frame-pointer -o unwindc unwindc.c
  *
- * Each mode burns one CPU for argv[2] seconds (default 10) after printing
- * "ready". Functions are noinline and do work after each call, so that no
+ * Each mode burns argv[2] seconds of CPU time (default 10) after printing
+ * "ready": CPU time, not wall time, so that a loaded machine slows it down
+ * but does not thin out its samples. Functions are noinline and do work after each call, so that no
  * call becomes a tail call: every caller really is on the stack.
  *
  *   split   main -> run_split -> caller_a / caller_b -> leaf, with 70 % of
@@ -30,10 +31,11 @@
 
 static volatile unsigned long sink;
 
+/* The process's CPU time, seconds. */
 static double now(void)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 

@@ -4,7 +4,7 @@
  *
  *   g++ -O2 -fomit-frame-pointer -o unwindcxx unwindcxx.cc
  *
- * After printing "ready", each mode burns one CPU for argv[2] seconds.
+ * After printing "ready", each mode burns argv[2] seconds of CPU time.
  *
  *   deep    main -> deep_rounds -> recurse (300 levels) -> deep_leaf: every
  *           stack is deeper than the unwinder's 127 frames.
@@ -13,18 +13,20 @@
  *           catcher: much of the time is in libstdc++'s and libgcc's
  *           exception unwinder, whose frames must lead back to main too.
  */
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <stdexcept>
 
 static volatile unsigned long sink;
 
+// The process's CPU time, seconds.
 static double now()
 {
-	using namespace std::chrono;
-	return duration<double>(steady_clock::now().time_since_epoch()).count();
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 __attribute__((noinline)) unsigned long deep_leaf(unsigned long n)

@@ -86,7 +86,7 @@ var jobNames = []string{"train-llama", "finetune-bert", "train-resnet", "eval", 
 func newNode(dir string, gpus int, seed uint64, start time.Time) (*node, error) {
 	n := &node{name: "node-0001", procRoot: filepath.Join(dir, "proc"), scenario: filepath.Join(dir, "scenario.json"),
 		cgroups: &cgroup.Tree{Root: filepath.Join(dir, "cgroup"), Owner: os.Getuid()},
-		gpus:    gpus, boot: start.Add(-24 * time.Hour), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		gpus:    gpus, boot: start.Add(-24 * time.Hour), rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), // #nosec G404 -- a seeded generator, so that a benchmark run is reproducible
 		nextPID: 10000, nextJob: 700000, users: map[int]string{}, lastTick: start}
 	if err := os.MkdirAll(n.procRoot, 0o755); err != nil {
 		return nil, err
@@ -127,12 +127,12 @@ func (n *node) symbols() {
 			st := make([]uint64, depth)
 			for d := 0; d < depth; d++ {
 				width := min(6000, 2+d*d*4)
-				st[depth-1-d] = uint64((p*131 + n.rng.IntN(width)*7 + d*977) % 6000)
+				st[depth-1-d] = uint64((p*131 + n.rng.IntN(width)*7 + d*977) % 6000) // #nosec G115 -- a sum of non-negative terms mod 6000
 			}
 			prog.stacks = append(prog.stacks, st)
 			var k []uint64
 			if s%5 == 0 {
-				k = []uint64{uint64(5000 + s%200), uint64(5400 + s%50), 5999}
+				k = []uint64{uint64(5000 + s%200), uint64(5400 + s%50), 5999} // #nosec G115 -- s is a loop index, never negative
 			}
 			prog.kernel = append(prog.kernel, k)
 			total += 1 / math.Pow(float64(s+1), 1.1)
@@ -226,7 +226,7 @@ func (n *node) progOf(j *job) *program {
 // script, the extern step's sleep, and one Python worker per GPU in step
 // 0, as slurmstepd lays them out (cgroup v2).
 func (n *node) startJob(j *job, t time.Time) error {
-	ticks := uint64(t.Sub(n.boot) / (10 * time.Millisecond))
+	ticks := uint64(t.Sub(n.boot) / (10 * time.Millisecond)) // #nosec G115 -- t is after boot, which newNode sets a day before the start
 	add := func(comm, step string, busy float64, g int) *task {
 		tk := &task{pid: n.nextPID, start: ticks, comm: comm, step: step, busy: busy, gpu: g, prog: n.progOf(j)}
 		n.nextPID++
@@ -298,7 +298,7 @@ func (n *node) writeScenario() error {
 		util, mem := 0, uint64(0)
 		var procs []gputest.Process
 		for _, tk := range busy[g] {
-			util, mem = 70+n.rng.IntN(30), uint64(30+n.rng.IntN(40))<<30
+			util, mem = 70+n.rng.IntN(30), uint64(30+n.rng.IntN(40))<<30 // #nosec G115 -- 30..69
 			procs = append(procs, gputest.Process{PID: tk.pid, UsedMemory: mem, SMUtil: gputest.Int(util), MemUtil: gputest.Int(util / 2)})
 		}
 		sc.Devices = append(sc.Devices, gputest.Device{

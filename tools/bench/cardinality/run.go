@@ -111,7 +111,7 @@ func run(c config, out io.Writer) error {
 	sink := &pushSink{client: pushv1connect.NewPusherServiceClient(httpClient, pyro.URL()), hour: cur}
 	smp := &sampler{n: n, clk: clk, rate: sampleRate, last: t0}
 	d := daemon.New(daemon.Config{Interval: uploadInterval, Log: quiet, Now: clk.Now},
-		[]source.Source{cpu.NewSource(smp, sampleRate)}, symbolizer{n}, res, sink)
+		[]source.Source{cpu.NewSource(smp, sampleRate, nil)}, symbolizer{n}, res, sink)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(coll)
 	reg.MustRegister(d.Collectors()...)

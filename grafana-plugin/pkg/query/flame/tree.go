@@ -11,6 +11,7 @@ package flame
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -85,11 +86,15 @@ func FromFlamegraphs(fgs ...*querierv1.FlameGraph) (*Tree, error) {
 	return t, nil
 }
 
+// maxIDs bounds a tree's nodes and names, whose ids are int32s (a var so
+// that a test can lower it).
+var maxIDs = math.MaxInt32
+
 func (t *Tree) intern(s string) int32 {
 	if id, ok := t.nameIDs[s]; ok {
 		return id
 	}
-	id := int32(len(t.names))
+	id := int32(len(t.names)) // #nosec G115 -- under maxIDs: AddFlamegraph refuses a backend's graph beyond it; Add and Merge take trees in memory (2^31 nodes are over 80 GiB)
 	t.names = append(t.names, s)
 	t.nameIDs[s] = id
 	return id
@@ -101,7 +106,7 @@ func (t *Tree) intern(s string) int32 {
 func (t *Tree) child(parent, name int32) int32 {
 	p := &t.nodes[parent]
 	wide := p.kids >= wideAt
-	k := uint64(uint32(parent))<<32 | uint64(uint32(name))
+	k := uint64(uint32(parent))<<32 | uint64(uint32(name)) // #nosec G115 -- ids are non-negative int32s
 	if wide {
 		if id, ok := t.index[k]; ok {
 			return id
@@ -113,7 +118,7 @@ func (t *Tree) child(parent, name int32) int32 {
 			}
 		}
 	}
-	id := int32(len(t.nodes))
+	id := int32(len(t.nodes)) // #nosec G115 -- under maxIDs: AddFlamegraph refuses a backend's graph beyond it; Add and Merge take trees in memory (2^31 nodes are over 80 GiB)
 	t.nodes = append(t.nodes, node{name: name, parent: parent, nextSibling: t.nodes[parent].firstChild})
 	p = &t.nodes[parent] // append may have moved the arena
 	p.firstChild = id
@@ -123,7 +128,7 @@ func (t *Tree) child(parent, name int32) int32 {
 		t.index[k] = id
 	case p.kids == wideAt:
 		for c := p.firstChild; c != 0; c = t.nodes[c].nextSibling {
-			t.index[uint64(uint32(parent))<<32|uint64(uint32(t.nodes[c].name))] = c
+			t.index[uint64(uint32(parent))<<32|uint64(uint32(t.nodes[c].name))] = c // #nosec G115 -- ids are non-negative int32s
 		}
 	}
 	return id
@@ -161,6 +166,15 @@ type box struct {
 func (t *Tree) AddFlamegraph(fg *querierv1.FlameGraph) error {
 	if fg == nil || len(fg.Levels) == 0 {
 		return nil
+	}
+	// Node and name ids are int32s: a graph that would take the tree past
+	// them is refused before anything of it is added.
+	boxes := 0
+	for _, lvl := range fg.Levels {
+		boxes += len(lvl.GetValues()) / 4
+	}
+	if len(fg.Names) > maxIDs-len(t.names) || boxes > maxIDs-len(t.nodes) {
+		return fmt.Errorf("flamegraph of %d names and %d boxes: a tree holds at most %d of each", len(fg.Names), boxes, maxIDs)
 	}
 	// Intern this graph's names once; boxes then refer to them by index.
 	ids := make([]int32, len(fg.Names))
@@ -245,7 +259,7 @@ func (t *Tree) children() (off []int32, kids []int32) {
 	fill := slices.Clone(off[:len(t.nodes)])
 	for i := 1; i < len(t.nodes); i++ {
 		par := t.nodes[i].parent
-		kids[fill[par]] = int32(i)
+		kids[fill[par]] = int32(i) // #nosec G115 -- a node index, under maxIDs
 		fill[par]++
 	}
 	for n := range t.nodes {
@@ -302,7 +316,7 @@ func (t *Tree) Truncate(maxNodes int) *Tree {
 	out := &Tree{names: slices.Clone(t.names), nameIDs: make(map[string]int32, len(t.names)+1),
 		index: map[uint64]int32{}}
 	for i, s := range out.names {
-		out.nameIDs[s] = int32(i)
+		out.nameIDs[s] = int32(i) // #nosec G115 -- a name index of t, under maxIDs
 	}
 	out.nodes = make([]node, 1, maxNodes+1)
 	root := t.nodes[0]

@@ -205,6 +205,37 @@ func TestMalformedFlamegraphs(t *testing.T) {
 	}
 }
 
+// TestGraphBeyondIDs: a graph that would take a tree past its int32 ids
+// (maxIDs, lowered here so that the input stays small) is refused whole,
+// in names or in boxes (the root box counted); one within it is taken.
+func TestGraphBeyondIDs(t *testing.T) {
+	defer func(m int) { maxIDs = m }(maxIDs)
+	maxIDs = 3
+	fg := func(names int, boxes int) *querierv1.FlameGraph {
+		g := &querierv1.FlameGraph{Names: []string{"total"}, Levels: []*querierv1.Level{{Values: []int64{0, int64(boxes), 0, 0}}}}
+		for i := 1; i < names; i++ {
+			g.Names = append(g.Names, fmt.Sprint("f", i))
+		}
+		var v []int64
+		for i := 1; i < boxes; i++ {
+			v = append(v, 0, 1, 1, int64(i%names))
+		}
+		g.Levels = append(g.Levels, &querierv1.Level{Values: v})
+		return g
+	}
+	// The tree holds its root (one node, one name) already.
+	for _, c := range []struct{ names, boxes int }{{3, 2}, {2, 3}} {
+		tr := New()
+		if err := tr.AddFlamegraph(fg(c.names, c.boxes)); err == nil || tr.Len() != 1 || tr.Total() != 0 {
+			t.Errorf("%d names, %d boxes: err %v, %d nodes, total %d", c.names, c.boxes, err, tr.Len(), tr.Total())
+		}
+	}
+	tr := New()
+	if err := tr.AddFlamegraph(fg(2, 2)); err != nil || tr.Len() != 2 {
+		t.Errorf("within the limit: err %v, %d nodes", err, tr.Len())
+	}
+}
+
 func TestNestedSet(t *testing.T) {
 	tr := New()
 	tr.Add([]string{"main", "b"}, 3)

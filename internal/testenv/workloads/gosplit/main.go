@@ -51,7 +51,7 @@ func main() {
 	end := time.Now().Add(time.Duration(secs * float64(time.Second)))
 	rounds := 0
 	for time.Now().Before(end) {
-		n := minIters + rand.Uint64N(spanIters)
+		n := minIters + rand.Uint64N(spanIters) // #nosec G404 -- a test workload's varying loop count; nothing depends on its unpredictability
 		hotA(n)
 		hotB(n)
 		rounds++

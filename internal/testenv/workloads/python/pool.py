@@ -1,5 +1,6 @@
 import multiprocessing
 import sys
+import time
 
 
 def work_item(n):
@@ -15,6 +16,13 @@ def main(iters):
     # this process, started after the profiler was.
     ctx = multiprocessing.get_context("fork")
     print("ready", flush=True)
+    # What a job does before it forks its workers (a DataLoader's dataset
+    # and model are built first): the agent loads the parent meanwhile, and
+    # its workers inherit that. A worker forked before it is loaded on its
+    # own, and its first samples get frame-pointer stacks (counted).
+    setup = time.process_time() + 0.3
+    while time.process_time() < setup:
+        pass
     with ctx.Pool(16) as pool:
         pool.map(work_item, [iters] * 16, chunksize=1)
 

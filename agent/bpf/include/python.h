@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 //
 // The CPython frame walk, shared by every probe that captures a stack (the
-// CPU sampler, the GPU launch marker): one header, included by each BPF
-// program, so that each gets its own copy of the maps below and a probe
-// never pays for another's.
+// CPU sampler, the GPU launch marker), through stack.h. The maps below are
+// placeholders: agent/stackwalk creates them once and hands them to every
+// program that includes this header (cilium/ebpf MapReplacements), so that
+// one user-space tracker fills py_procs for all of them.
 //
-// Include it after <bpf/bpf_helpers.h> and <bpf/bpf_core_read.h>, with the
-// __u8 .. __u64 types defined. It needs no pt_regs and no target
+// Include it after common.h (or <bpf/bpf_helpers.h> and
+// <bpf/bpf_core_read.h> with the __u8 .. __u64 types defined). It needs no pt_regs and no target
 // architecture: the thread pointer comes from task_struct through CO-RE,
 // whichever of the x86-64 and arm64 fields the running kernel has.
 //
@@ -158,14 +159,22 @@ struct py_thread_val {
 	__u64 head;           // head of the thread list when none was found
 };
 
-// Sent to user space for a process not (or no longer) in py_procs; mirrored
-// in Go (Event).
+// Sent to user space for a process not (or no longer) in py_procs, and for
+// a forked child that py_fork set up from its parent's entry; mirrored in Go
+// (Event).
 struct py_event {
 	__u32 tgid;
-	__u32 pad;
+	__u32 parent_tgid; // py_fork: the parent whose entry the child has; else 0
 	__u64 start_boottime;
 	__u64 mm;
+	__u64 parent_start_boottime;
+	__u32 flags; // PY_EVENT_*: who asked (one event a second serves both)
+	__u32 pad;
 };
+
+// py_event.flags
+#define PY_EVENT_PYTHON (1U << 0) // no (current) py_procs entry
+#define PY_EVENT_NATIVE (1U << 1) // the unwinder has no tables for it (stack.h)
 
 struct py_seen_val {
 	__u64 start_boottime;
@@ -358,7 +367,7 @@ static __always_inline __u32 py_thread_state(struct py_proc *p, struct task_stru
 	return PY_STATUS_OK;
 }
 
-static __always_inline void py_announce(__u32 tgid, __u64 start, __u64 mm)
+static __always_inline void py_announce(__u32 tgid, __u64 start, __u64 mm, __u32 flags)
 {
 	struct py_seen_val *seen = bpf_map_lookup_elem(&py_seen, &tgid);
 	__u64 now = bpf_ktime_get_ns();
@@ -368,7 +377,35 @@ static __always_inline void py_announce(__u32 tgid, __u64 start, __u64 mm)
 	struct py_seen_val val = { .start_boottime = start, .mm = mm, .next_ns = now + PY_ANNOUNCE_NS };
 
 	bpf_map_update_elem(&py_seen, &tgid, &val, 0);
-	struct py_event ev = { .tgid = tgid, .start_boottime = start, .mm = mm };
+	struct py_event ev = { .tgid = tgid, .start_boottime = start, .mm = mm, .flags = flags };
+
+	bpf_ringbuf_output(&py_events, &ev, sizeof(ev), 0);
+}
+
+// py_fork gives a forked child (a new thread group) its parent's py_procs
+// entry at once: a fork runs the same image with the same interpreter at the
+// same addresses, and without this the child's samples until user space has
+// looked at it (a PyTorch DataLoader's or a multiprocessing pool's workers
+// may not live much longer) have native stacks only. The child's thread
+// states are found by the walk as in any process; user space is told
+// (py_event with parent_tgid) so that it resolves the child's frames.
+// parent is the forking task, child the new one (sched_process_fork).
+static __always_inline void py_fork(void *parent_ptr, void *child_ptr, __u32 parent_tgid, __u64 parent_start,
+				    __u32 child_tgid, __u64 child_start)
+{
+	struct task_struct___py *parent = parent_ptr, *child = child_ptr;
+	struct py_proc *p = bpf_map_lookup_elem(&py_procs, &parent_tgid);
+
+	if (!p || p->start_boottime != parent_start || p->mm != (__u64)BPF_CORE_READ(parent, mm))
+		return;
+	struct py_proc c = *p;
+
+	c.start_boottime = child_start;
+	c.mm = (__u64)BPF_CORE_READ(child, mm);
+	if (!c.mm || bpf_map_update_elem(&py_procs, &child_tgid, &c, 0))
+		return;
+	struct py_event ev = { .tgid = child_tgid, .parent_tgid = parent_tgid, .start_boottime = child_start,
+			       .mm = c.mm, .parent_start_boottime = parent_start };
 
 	bpf_ringbuf_output(&py_events, &ev, sizeof(ev), 0);
 }
@@ -384,10 +421,14 @@ static __always_inline __u32 py_walk(void *task_ptr, __u64 pid_tgid, __u64 start
 	out->len = 0;
 	out->flags = 0;
 	out->status = PY_STATUS_OK;
+	// No mm: the task is exiting (exit_mm ran), or a kernel thread. It is
+	// not announced: its process is not another one.
+	if (!mm)
+		return out->status = PY_STATUS_NOT_PYTHON;
 	struct py_proc *p = bpf_map_lookup_elem(&py_procs, &tgid);
 
 	if (!p || p->start_boottime != start || p->mm != mm) {
-		py_announce(tgid, start, mm);
+		py_announce(tgid, start, mm, PY_EVENT_PYTHON);
 		return out->status = PY_STATUS_NOT_PYTHON;
 	}
 

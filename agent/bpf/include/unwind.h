@@ -10,19 +10,22 @@
 // bpf_task_pt_regs are GPL-only helpers.
 //
 // Kernels: 5.17 or later (bpf_loop; bpf_task_pt_regs is 5.15, inner maps
-// of different sizes 5.10). x86-64 only for now; see the end of the file
-// for arm64.
+// of different sizes 5.10). x86-64 only for now: on other targets only the
+// types below are defined (stack.h then takes frame pointers), see the end
+// of the file for arm64.
 //
 // # Interface
 //
-// The includer defines the __u8..__u64 typedefs and includes
-// <bpf/bpf_helpers.h> before this file, and is compiled for
-// __TARGET_ARCH_x86 (bpf2go -target amd64). Then:
+// The includer includes common.h (or defines the __u8..__u64 typedefs and
+// includes <bpf/bpf_helpers.h>) before this file, and is compiled for
+// __TARGET_ARCH_x86 (bpf2go -target amd64). Most programs do not call it
+// directly but through stack.h, which also walks the Python frames. Then:
 //
 //	struct unwind_regs regs;
 //	if (unwind_user_regs(ctx, &regs) == 0) {               // 1
 //		struct unwind_stack *st = unwind_user(&regs, tgid, start_boottime_ns); // 2
-//		// st->ips[0 .. st->len) innermost first, st->end says why it stopped
+//		// st->ips[0 .. st->len) innermost first, st->end says why it stopped,
+//		// st->flags & UNWIND_STACK_LOADED whether the process's tables applied
 //	}
 //
 // 1. unwind_user_regs takes the user registers at the sample: from ctx (a
@@ -36,13 +39,16 @@
 //    return address (symbolise addr-1), except an entry right after a
 //    signal frame, which is the interrupted pc itself.
 //
-// The Python frame walker (issue 13) takes the same struct unwind_regs and
-// the current task, walks the thread's CPython frames separately, and
-// stores them (or their hash) in its own map; it may put that key in
-// st->python so that one stack names both. User space then replaces each
-// native frame of the interpreter's eval loop, in order from the leaf, by
-// the Python frames it was running: native frames keep their order and
+// The Python frame walker (python.h) walks the same thread's CPython frames
+// separately (stack.h calls both). User space then replaces each native
+// frame of the interpreter's eval loop, in order from the leaf, by the
+// Python frames it was running: native frames keep their order and
 // addresses here for that reason, and unwinding never skips one.
+//
+// A forked child runs the image its parent ran: until user space loads
+// the child's own mappings, the sched_process_fork program of
+// agent/stackwalk points its unwind_procs entry at the parent's
+// (alias_tgid), and the child is unwound from the parent's tables.
 //
 // Tables, mappings and processes live in maps that agent/unwind creates
 // once and hands to every program that includes this file (cilium/ebpf
@@ -52,10 +58,6 @@
 
 #ifndef SLURMSCOPE_UNWIND_H
 #define SLURMSCOPE_UNWIND_H
-
-#if !defined(__TARGET_ARCH_x86)
-#error "agent/unwind: only x86-64 is built so far (see the end of unwind.h for arm64)"
-#endif
 
 // UAPI values (include/uapi/linux/bpf.h).
 #define UNWIND_BPF_MAP_TYPE_HASH 1
@@ -148,9 +150,17 @@ struct unwind_mapping {
 // Processes whose mappings are loaded. start_ticks (field 22 of
 // /proc/<pid>/stat: the leader's start_boottime in USER_HZ ticks, which is
 // 100 on every Linux architecture) tells a reused pid from the process
-// that was loaded: a mismatch unwinds by frame pointers.
+// that was loaded: a mismatch unwinds by frame pointers. A forked child not
+// loaded yet names its parent in alias_tgid (alias_start_ticks: the
+// parent's start_ticks), whose mappings it shares until it maps anything
+// else. unknown counts the frames of this process that fell in no loaded
+// mapping (code mapped since it was loaded): user space loads it again when
+// that grows.
 struct unwind_proc {
 	__u64 start_ticks;
+	__u32 alias_tgid; // 0: the process's own mappings
+	__u32 unknown;    // added to atomically by every walk
+	__u64 alias_start_ticks;
 };
 
 // NSEC_PER_SEC / USER_HZ: how the kernel turns start_boottime into ticks
@@ -183,6 +193,7 @@ enum unwind_stat {
 	UNWIND_STAT_PROC_UNKNOWN,           // walks of processes not loaded (or a reused pid): frame pointers only
 	UNWIND_STAT_KERNEL_REGS,            // walks whose user registers came from the task (sample in kernel mode)
 	UNWIND_STAT_CACHE_HITS,             // frames whose row came from the per-CPU row cache
+	UNWIND_STAT_FORKED,                 // walks of forked children through their parent's mappings
 	UNWIND_STAT_MAX,
 };
 
@@ -192,13 +203,15 @@ struct unwind_regs {
 	__u64 bp;
 };
 
+// unwind_stack.flags
+#define UNWIND_STACK_LOADED (1U << 0) // the process's tables applied (else frame pointers only)
+
 struct unwind_stack {
 	__u64 ips[UNWIND_MAX_FRAMES]; // innermost first
 	__u32 len;                    // frames in ips
 	__u32 end;                    // enum unwind_end
-	// Reserved for the Python walker: a key of its frame array, 0 for none.
-	// unwind_user sets it to 0.
-	__u64 python;
+	__u32 flags;                  // UNWIND_STACK_*
+	__u32 pad;
 };
 
 // The walk's state, beside its output in one per-CPU buffer (perf_event
@@ -212,7 +225,7 @@ struct unwind_scratch {
 	__u8 table_ok; // the process is loaded: tables apply
 	__u8 pad;
 	__u32 gen;               // unwind_gen at the walk's start
-	__u32 pad2;
+	__u32 unknown;           // frames in no loaded mapping, this walk
 	struct unwind_mapping m; // the last frame's mapping (m.end == 0: none)
 };
 
@@ -230,6 +243,8 @@ struct unwind_cache_entry {
 	__u32 gen;
 	struct unwind_row row;
 };
+
+#if defined(__TARGET_ARCH_x86)
 
 // The user-space image of the kernel's struct pt_regs on x86-64 (UAPI
 // <asm/ptrace.h> layout, which perf_event and uprobe contexts both are).
@@ -473,6 +488,7 @@ static long unwind_step(__u32 i, void *ctx)
 
 		if (!m) {
 			s->m.end = 0;
+			s->unknown++;
 			unwind_stat(UNWIND_STAT_FRAMES_UNKNOWN);
 			return unwind_fp(s);
 		}
@@ -614,13 +630,15 @@ static __always_inline struct unwind_stack *unwind_user(const struct unwind_regs
 		return 0; // never: a one-entry array always has its entry
 	s->stack.len = 0;
 	s->stack.end = UNWIND_END_FRAME_LIMIT;
-	s->stack.python = 0;
+	s->stack.flags = 0;
+	s->stack.pad = 0;
 	s->pc = regs->pc;
 	s->sp = regs->sp;
 	s->bp = regs->bp;
 	s->tgid = tgid;
 	s->bp_valid = 1;
 	s->exact = 1;
+	s->unknown = 0;
 	s->m.start = 0;
 	s->m.end = 0;
 	__u32 *gen = bpf_map_lookup_elem(&unwind_gen, &zero);
@@ -629,16 +647,35 @@ static __always_inline struct unwind_stack *unwind_user(const struct unwind_regs
 	struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &tgid);
 
 	s->table_ok = p && p->start_ticks == start_boottime_ns / UNWIND_NSEC_PER_TICK;
+	if (s->table_ok && p->alias_tgid) {
+		// A forked child: its parent's mappings, while the parent is
+		// the process that was loaded (not a later one with its pid).
+		__u32 parent = p->alias_tgid;
+		struct unwind_proc *q = bpf_map_lookup_elem(&unwind_procs, &parent);
+
+		s->table_ok = q && q->alias_tgid == 0 && q->start_ticks == p->alias_start_ticks;
+		s->tgid = parent; // the trie and the row cache are keyed by it
+		if (s->table_ok)
+			unwind_stat(UNWIND_STAT_FORKED);
+	}
 	unwind_stat(UNWIND_STAT_WALKS);
 	if (!s->table_ok)
 		unwind_stat(UNWIND_STAT_PROC_UNKNOWN);
+	else
+		s->stack.flags = UNWIND_STACK_LOADED;
 	// One more iteration than frames, so that a walk with more to go after
 	// the last frame ends as UNWIND_END_FRAME_LIMIT.
 	bpf_loop(UNWIND_MAX_FRAMES + 1, unwind_step, &zero, 0);
 	if (s->stack.end < UNWIND_END_MAX)
 		unwind_stat(UNWIND_STAT_END + s->stack.end);
+	// Told to user space through the process's own entry (the child's,
+	// for an alias): code mapped since it was loaded.
+	if (s->unknown && p)
+		__sync_fetch_and_add(&p->unknown, s->unknown);
 	return &s->stack;
 }
+
+#endif // __TARGET_ARCH_x86
 
 // arm64 (planned, not built): struct user_pt_regs gives pc, sp and x29;
 // user mode is pstate & PSR_MODE_MASK == 0. The leaf's return address is in

@@ -1,0 +1,109 @@
+package daemon
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/agent/profiles"
+	"github.com/slurmscope/slurmscope/agent/python"
+	"github.com/slurmscope/slurmscope/agent/source"
+	"github.com/slurmscope/slurmscope/agent/symbolize"
+)
+
+// evalSym names address 100 as CPython's eval loop, the rest as fakeSym.
+type evalSym struct{ fakeSym }
+
+func (e *evalSym) User(id procfs.ID, addrs []uint64) []symbolize.Frame {
+	out := e.fakeSym.User(id, addrs)
+	for i := range out {
+		if out[i].Address == 100 {
+			out[i].Function = "_PyEval_EvalFrameDefault"
+		}
+	}
+	return out
+}
+
+// Every source's Python frames are spliced into its symbolised user frames
+// in one place: the eval-loop frame gives way to the Python frames it ran,
+// a source's own leading frames (a GPU kernel) stay first.
+func TestPythonFramesSplicedForEverySource(t *testing.T) {
+	res := fixtureProcs()
+	sink := &memSink{}
+	py := []python.Frame{{Function: "Model.forward", File: "m.py", Line: 3}, {Function: "<module>", File: "m.py", Line: 9, Entry: true}}
+	cpuSrc := cpuLike([]source.Sample{{Proc: proc(10, 100), User: []uint64{7, 100, 8}, Python: py, Values: []int64{1, 1e7}}})
+	gpuSrc := newFakeSource("gpu", profiles.GPU, 1, 1)
+	gpuSrc.batches = [][]source.Sample{{{Proc: proc(10, 100), Frames: []symbolize.Frame{{Function: "gemm_kernel"}},
+		User: []uint64{7, 100, 8}, Python: py, PythonTruncated: true, Values: []int64{1, 500}}}}
+	d := New(Config{Now: func() time.Time { return time.Unix(1000, 0) }}, []source.Source{cpuSrc, gpuSrc}, &evalSym{}, res, sink)
+	if err := d.Collect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		profiles.CPU.Name: {"fn7", "Model.forward", "<module>", "fn8"},
+		profiles.GPU.Name: {"gemm_kernel", "fn7", "Model.forward", "<module>", python.TruncatedFunction, "fn8"},
+	}
+	for _, typ := range []profiles.Type{profiles.CPU, profiles.GPU} {
+		p := byJob(t, sink.outs, typ)["1"]
+		if p == nil || len(p.Sample) != 1 {
+			t.Fatalf("%s: %v", typ.Name, p)
+		}
+		var names []string
+		for _, l := range p.Sample[0].Location {
+			for _, ln := range l.Line {
+				names = append(names, ln.Function.Name)
+			}
+		}
+		if !slices.Equal(names, want[typ.Name]) {
+			t.Errorf("%s stack %q, want %q", typ.Name, names, want[typ.Name])
+		}
+	}
+}
+
+// watcher records what the daemon tells it.
+type watcher struct{ attached, forgotten []procfs.ID }
+
+func (w *watcher) AttachProcess(p procfs.ID) (source.Attach, error) {
+	w.attached = append(w.attached, p)
+	return source.AttachDone, nil
+}
+func (w *watcher) ForgetProcess(p procfs.ID) { w.forgotten = append(w.forgotten, p) }
+
+// Admit does for a process a probe met first what a rescan does for a new
+// one, once, and only for a process the agent profiles; watchers hear of
+// it as of a rescanned one.
+func TestAdmit(t *testing.T) {
+	res := fixtureProcs()
+	sym := &fakeSym{}
+	w := &watcher{}
+	d := New(Config{Watchers: []source.ProcessAttacher{w}}, []source.Source{cpuLike()}, sym, res, &memSink{})
+	for _, c := range []struct {
+		id   procfs.ID
+		want bool
+	}{
+		{proc(10, 100), true},  // in a job
+		{proc(10, 100), true},  // again: nothing more to do
+		{proc(30, 300), false}, // in no job
+		{proc(60, 600), false}, // another node's
+		{proc(50, 500), false}, // a pid reused since
+		{proc(40, 400), false}, // gone
+	} {
+		if got := d.Admit(c.id); got != c.want {
+			t.Errorf("Admit(%v) = %v, want %v", c.id, got, c.want)
+		}
+	}
+	if !slices.Equal(sym.prepared, []int{10}) || len(w.attached) != 1 || w.attached[0] != proc(10, 100) {
+		t.Errorf("prepared %v, watcher told of %v; want pid 10 once", sym.prepared, w.attached)
+	}
+	// A rescan finds it known; once it is gone the watcher forgets it.
+	d.rescan(false)
+	delete(res.procs, 10)
+	if err := d.Collect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(w.forgotten, proc(10, 100)) {
+		t.Errorf("watcher forgot %v, want pid 10", w.forgotten)
+	}
+}

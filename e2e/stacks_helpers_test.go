@@ -1,0 +1,674 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/pprof/profile"
+
+	"github.com/slurmscope/slurmscope/agent/python"
+)
+
+// The product-level checks of the user-stack capture (the .eh_frame
+// unwinder, the CPython frames and their splice), shared by the simulated
+// job test (stacks_test.go) and the real SLURM one: each reads the pprof
+// files the real agent wrote for one job and holds them to what the
+// workload does.
+
+// frame is one frame of a profile's sample, innermost first.
+type frame struct {
+	fn, file string
+	line     int64
+	module   string // base name of the mapping, "[python]" for Python frames
+}
+
+// sample is one pprof sample: its stack and values (samples or launches,
+// then ns).
+type sample struct {
+	frames []frame
+	n, ns  int64
+}
+
+func (s sample) index(fn string) int {
+	for i, f := range s.frames {
+		if f.fn == fn {
+			return i
+		}
+	}
+	return -1
+}
+
+func (s sample) has(fn string) bool { return s.index(fn) >= 0 }
+
+// python returns the sample's Python frames, innermost first.
+func (s sample) python() []frame {
+	var out []frame
+	for _, f := range s.frames {
+		if f.module == python.Module {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func (s sample) names() []string {
+	out := make([]string, len(s.frames))
+	for i, f := range s.frames {
+		out[i] = f.fn
+		if f.fn == "" {
+			out[i] = "[" + f.module + "]"
+		}
+	}
+	return out
+}
+
+// readSamples reads every file of one job directory whose name starts with
+// prefix ("process_cpu-", "gpu-").
+func readSamples(t *testing.T, dir, prefix string) []sample {
+	t.Helper()
+	paths, _ := filepath.Glob(filepath.Join(dir, prefix+"*.pb.gz"))
+	var out []sample
+	for _, path := range paths {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := profile.Parse(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		for _, s := range p.Sample {
+			var st sample
+			st.n = s.Value[0]
+			if len(s.Value) > 1 {
+				st.ns = s.Value[1]
+			}
+			for _, loc := range s.Location {
+				mod := ""
+				if loc.Mapping != nil {
+					mod = filepath.Base(loc.Mapping.File)
+				}
+				for _, l := range loc.Line {
+					fr := frame{line: l.Line, module: mod}
+					if l.Function != nil {
+						fr.fn, fr.file = l.Function.Name, l.Function.Filename
+					}
+					st.frames = append(st.frames, fr)
+				}
+				if len(loc.Line) == 0 {
+					st.frames = append(st.frames, frame{module: mod})
+				}
+			}
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// shareOf is the weight (samples) of the samples in ss that pred holds for,
+// and that weight over all of ss.
+func shareOf(ss []sample, pred func(sample) bool) (int64, float64) {
+	var n, all int64
+	for _, s := range ss {
+		all += s.n
+		if pred(s) {
+			n += s.n
+		}
+	}
+	if all == 0 {
+		return 0, 0
+	}
+	return n, float64(n) / float64(all)
+}
+
+func where(ss []sample, pred func(sample) bool) []sample {
+	var out []sample
+	for _, s := range ss {
+		if pred(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func total(ss []sample) (n int64) {
+	for _, s := range ss {
+		n += s.n
+	}
+	return n
+}
+
+// logTop logs the commonest stacks of ss, to show what a failing check saw.
+func logTop(t *testing.T, what string, ss []sample) {
+	t.Helper()
+	by := map[string]int64{}
+	for _, s := range ss {
+		names := s.names()
+		if len(names) > 14 {
+			names = append(names[:14], "...")
+		}
+		by[strings.Join(names, " < ")] += s.n
+	}
+	keys := make([]string, 0, len(by))
+	for k := range by {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return by[keys[i]] > by[keys[j]] })
+	var b strings.Builder
+	for i, k := range keys {
+		if i == 8 {
+			break
+		}
+		fmt.Fprintf(&b, "  %5d  %s\n", by[k], k)
+	}
+	t.Logf("%s (%d samples), commonest stacks:\n%s", what, total(ss), b.String())
+}
+
+// checkCSplit: unwindc split, built without frame pointers: leaf's two
+// callers share its samples 70/30 within 5 points, and at least 95% of its
+// samples reach main.
+func checkCSplit(t *testing.T, ss []sample) {
+	leaf := where(ss, func(s sample) bool { return s.has("leaf") })
+	caller := func(name string) func(sample) bool {
+		return func(s sample) bool { i := s.index("leaf"); return i+1 < len(s.frames) && s.frames[i+1].fn == name }
+	}
+	a, _ := shareOf(leaf, caller("caller_a"))
+	b, _ := shareOf(leaf, caller("caller_b"))
+	_, reach := shareOf(leaf, func(s sample) bool {
+		return s.index("main") > s.index("run_split") && s.index("run_split") > s.index("leaf")
+	})
+	t.Logf("leaf: %d samples, caller_a %d, caller_b %d, %.1f%% reach run_split and main", total(leaf), a, b, 100*reach)
+	if total(leaf) < 300 {
+		logTop(t, "too few leaf samples", ss)
+		t.Fatalf("%d leaf samples, want >= 300", total(leaf))
+	}
+	if share := float64(a) / float64(a+b); share < 0.65 || share > 0.75 || float64(a+b) < 0.95*float64(total(leaf)) {
+		t.Errorf("caller_a %.1f%% of leaf's samples (caller_b %d of %d), want 70 +- 5", 100*share, b, total(leaf))
+	}
+	if reach < 0.95 {
+		t.Errorf("%.1f%% of leaf's samples reach main, want >= 95%%", 100*reach)
+		logTop(t, "leaf samples", leaf)
+	}
+}
+
+// checkQsort: a comparator called through glibc's qsort reaches its caller
+// and main, through libc's frames.
+func checkQsort(t *testing.T, ss []sample) {
+	cmp := where(ss, func(s sample) bool { return s.has("cmp_items") })
+	_, reach := shareOf(cmp, func(s sample) bool { return s.index("sort_rounds") > s.index("cmp_items") && s.has("main") })
+	_, viaLibc := shareOf(cmp, func(s sample) bool {
+		i := s.index("cmp_items")
+		return i+1 < len(s.frames) && strings.HasPrefix(s.frames[i+1].module, "libc.so")
+	})
+	t.Logf("cmp_items: %d samples, %.1f%% reach sort_rounds and main, %.1f%% called from libc", total(cmp), 100*reach, 100*viaLibc)
+	if total(cmp) < 200 {
+		logTop(t, "too few comparator samples", ss)
+		t.Fatalf("%d comparator samples, want >= 200", total(cmp))
+	}
+	if reach < 0.95 || viaLibc < 0.95 {
+		t.Errorf("%.1f%% reach sort_rounds and main, %.1f%% are called from libc; want >= 95%% both", 100*reach, 100*viaLibc)
+		logTop(t, "comparator samples", cmp)
+	}
+}
+
+// checkExceptions: time throwing and catching C++ exceptions (libstdc++'s
+// and libgcc's unwinder; Layer<N>::run inlined into thrower) unwinds to
+// main.
+func checkExceptions(t *testing.T, ss []sample) {
+	in := where(ss, func(s sample) bool { return s.has("catcher") })
+	_, reach := shareOf(in, func(s sample) bool {
+		return s.index("main") > s.index("except_rounds") && s.index("except_rounds") > s.index("catcher")
+	})
+	_, runtime := shareOf(in, func(s sample) bool {
+		for _, f := range s.frames[:s.index("catcher")] {
+			if strings.HasPrefix(f.module, "libgcc_s") || strings.HasPrefix(f.module, "libstdc++") {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("under catcher: %d samples, %.1f%% reach except_rounds and main, %.1f%% in libgcc_s/libstdc++", total(in), 100*reach, 100*runtime)
+	if total(in) < 200 {
+		logTop(t, "too few samples under catcher", ss)
+		t.Fatalf("%d samples under catcher, want >= 200", total(in))
+	}
+	if reach < 0.95 {
+		t.Errorf("%.1f%% reach main, want >= 95%%", 100*reach)
+		logTop(t, "samples under catcher", in)
+	}
+	if runtime < 0.2 {
+		t.Errorf("only %.1f%% of the samples in the exception runtime: the workload does not exercise it", 100*runtime)
+	}
+}
+
+// checkDeep: 300 levels of recursion are cut cleanly at the 127-frame
+// limit: the leaf and 126 recurse frames, nothing else.
+func checkDeep(t *testing.T, ss []sample) {
+	leaf := where(ss, func(s sample) bool { return s.has("deep_leaf") })
+	_, cut := shareOf(leaf, func(s sample) bool {
+		user := s.frames[s.index("deep_leaf"):]
+		if len(user) != 127 {
+			return false
+		}
+		for _, f := range user[1:] {
+			if f.fn != "recurse" {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("deep_leaf: %d samples, %.1f%% cut at 127 frames of recurse", total(leaf), 100*cut)
+	if total(leaf) < 200 {
+		logTop(t, "too few deep_leaf samples", ss)
+		t.Fatalf("%d deep_leaf samples, want >= 200", total(leaf))
+	}
+	if cut < 0.95 {
+		t.Errorf("%.1f%% cut cleanly at the frame limit, want >= 95%%", 100*cut)
+		logTop(t, "deep_leaf samples", leaf)
+	}
+}
+
+// interp is a real CPython to run workloads with.
+type interp struct {
+	name  string // "debian-3.11", "pyenv-3.12", "debian-3.11-venv"
+	path  string
+	minor int // 11 for 3.11
+}
+
+// interpreters returns Debian's python3.11 (required: scripts/deps.sh
+// installs it) and every pyenv CPython 3.9-3.13 on the machine, newest
+// patch release of each; a version that is not installed is skipped by
+// name.
+func interpreters(t *testing.T) []interp {
+	t.Helper()
+	var out []interp
+	if _, err := os.Stat("/usr/bin/python3.11"); err != nil {
+		t.Fatal("Debian's python3.11 is required (apt-get install python3.11; scripts/deps.sh installs it)")
+	}
+	out = append(out, interp{"debian-3.11", "/usr/bin/python3.11", 11})
+	root := os.Getenv("PYENV_ROOT")
+	if root == "" {
+		root = "/root/.pyenv"
+	}
+	for _, minor := range python.SupportedVersions() {
+		m, _ := filepath.Glob(filepath.Join(root, "versions", fmt.Sprintf("3.%d.*", minor), "bin", fmt.Sprintf("python3.%d", minor)))
+		if len(m) == 0 {
+			t.Logf("pyenv CPython 3.%d: not installed, skipped", minor)
+			continue
+		}
+		sort.Strings(m)
+		out = append(out, interp{fmt.Sprintf("pyenv-3.%d", minor), m[len(m)-1], minor})
+	}
+	return out
+}
+
+// oldInterpreter returns the newest pyenv CPython older than 3.9 on the
+// machine (pyenv's 3.6-3.8 here), which the walk does not know; none when
+// there is none, said so by name.
+func oldInterpreter(t *testing.T) interp {
+	t.Helper()
+	root := os.Getenv("PYENV_ROOT")
+	if root == "" {
+		root = "/root/.pyenv"
+	}
+	for minor := 8; minor >= 6; minor-- {
+		m, _ := filepath.Glob(filepath.Join(root, "versions", fmt.Sprintf("3.%d.*", minor), "bin", fmt.Sprintf("python3.%d", minor)))
+		if len(m) > 0 {
+			sort.Strings(m)
+			return interp{fmt.Sprintf("pyenv-3.%d", minor), m[len(m)-1], minor}
+		}
+	}
+	t.Log("no pyenv CPython 3.6-3.8: the unsupported-version case is skipped")
+	return interp{}
+}
+
+// checkNoPython: a CPython the walk does not know keeps its native stacks
+// (from the tables: they reach Py_RunMain through the eval loop) and gets
+// no Python frames, rather than wrong ones.
+func checkNoPython(t *testing.T, ss []sample) {
+	_, py := shareOf(ss, func(s sample) bool { return len(s.python()) > 0 })
+	_, eval := shareOf(ss, func(s sample) bool {
+		i := s.index("Py_RunMain")
+		for _, f := range s.frames[:max(i, 0)] {
+			if strings.Contains(f.fn, "EvalFrame") {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("%d samples, %.1f%% with Python frames, %.1f%% reach Py_RunMain through the eval loop", total(ss), 100*py, 100*eval)
+	if total(ss) < 200 || py > 0 || eval < 0.8 {
+		t.Errorf("%.1f%% of %d samples with Python frames (want none), %.1f%% through the eval loop to Py_RunMain (want >= 80%% of at least 200)", 100*py, total(ss), 100*eval)
+		logTop(t, "samples", ss)
+	}
+}
+
+// venv makes a venv of base in dir (without pip: nothing is fetched); a
+// venv changes how the interpreter is found, not how it runs.
+func venv(t *testing.T, base interp, dir string) interp {
+	t.Helper()
+	if out, err := exec.Command(base.path, "-m", "venv", "--without-pip", dir).CombinedOutput(); err != nil {
+		t.Fatalf("%s -m venv: %v\n%s", base.path, err, out)
+	}
+	return interp{base.name + "-venv", filepath.Join(dir, "bin", "python"), base.minor}
+}
+
+// pyWorkload is a script of internal/testenv/workloads/python.
+func pyWorkload(name string) string {
+	p, err := filepath.Abs(filepath.Join("..", "internal", "testenv", "workloads", "python", name))
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// defLines returns the line of each "def NAME" in a script, and the line
+// after its body.
+func defLines(t *testing.T, path string) map[string][2]int64 {
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[string][2]int64{}
+	var cur string
+	var n int64
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		n++
+		line := sc.Text()
+		if cur != "" && line != "" && line[0] != ' ' && line[0] != '\t' {
+			r := out[cur]
+			r[1] = n
+			out[cur] = r
+			cur = ""
+		}
+		if strings.HasPrefix(line, "def ") || strings.HasPrefix(line, "async def ") {
+			name := strings.TrimPrefix(strings.TrimPrefix(line, "async "), "def ")
+			cur = name[:strings.IndexByte(name, '(')]
+			out[cur] = [2]int64{n, 1 << 30}
+		}
+	}
+	return out
+}
+
+// running is the samples of a Python job once the interpreter runs the
+// script (file): those whose outermost Python frame is elsewhere are
+// interpreter start-up (site, imports) and rightly not under the script.
+// Samples without Python frames count: they are what the walk missed.
+func running(ss []sample, file string) []sample {
+	return where(ss, func(s sample) bool {
+		py := s.python()
+		return len(py) == 0 || py[len(py)-1].file == file
+	})
+}
+
+// checkPySplit: a 70/30 split between two pure-Python functions, within 5
+// points, with at least 80% of the script's samples under them, at the
+// right file and lines, under main and <module>. Not 90%: a process's
+// first 0.1-0.3 s of CPU (more under load) run before the agent has found
+// its interpreter and are native only, and the script runs 2 s of CPU
+// (88% and 87.5% seen on a loaded host).
+func checkPySplit(t *testing.T, ss []sample) { checkPySplitOf(t, ss, pyWorkload("split.py")) }
+
+// checkPySplitOf is checkPySplit of a copy of split.py at script.
+func checkPySplitOf(t *testing.T, ss []sample, script string) {
+	defs := defLines(t, script)
+	run := running(ss, script)
+	var a, b, bad int64
+	for _, s := range run {
+		py := s.python()
+		if len(py) == 0 {
+			continue
+		}
+		leaf := py[0]
+		switch leaf.fn {
+		case "hot_a":
+			a += s.n
+		case "hot_b":
+			b += s.n
+		default:
+			continue
+		}
+		r := defs[leaf.fn]
+		if leaf.file != script || leaf.line < r[0] || leaf.line >= r[1] || len(py) != 3 || py[1].fn != "main" || py[2].fn != "<module>" {
+			bad += s.n
+			if bad < 5 {
+				t.Errorf("%s at %s:%d, stack %q; want %s lines %d-%d under main and <module>", leaf.fn, leaf.file, leaf.line, s.names(), script, r[0], r[1]-1)
+			}
+		}
+	}
+	under := float64(a+b) / float64(max(total(run), 1))
+	t.Logf("hot_a %d, hot_b %d: %.1f%% of the script's %d samples (of %d)", a, b, 100*under, total(run), total(ss))
+	if a+b < 300 {
+		logTop(t, "too few samples under hot_a/hot_b", ss)
+		t.Fatalf("%d samples under hot_a or hot_b, want >= 300", a+b)
+	}
+	if share := float64(a) / float64(a+b); share < 0.65 || share > 0.75 {
+		t.Errorf("hot_a %.1f%% of the two, want 70 +- 5", 100*share)
+	}
+	if under < 0.8 {
+		t.Errorf("%.1f%% of the samples under hot_a/hot_b, want >= 80%%", 100*under)
+		logTop(t, "the script's samples not under hot_a/hot_b", where(run, func(s sample) bool { return !s.has("hot_a") && !s.has("hot_b") }))
+	}
+}
+
+// hashing is a sample in the hash thread's native code (OpenSSL's or
+// CPython's own SHA-256), where that thread runs with the GIL released.
+func hashing(s sample) bool {
+	for _, f := range s.frames {
+		if f.module == python.Module {
+			return false
+		}
+		lf := strings.ToLower(f.fn)
+		if strings.Contains(lf, "sha256") || strings.Contains(lf, "sha2_") || strings.Contains(lf, "hacl") || strings.HasPrefix(f.module, "libcrypto") {
+			return true
+		}
+	}
+	return false
+}
+
+// checkPyThreads: one thread in pure Python (spin_main), one hashing with
+// the GIL released (hash_worker): no sample carries both threads' frames,
+// the hash thread's native samples carry its own Python stack, and the
+// pure-Python thread's carry no hashing code.
+func checkPyThreads(t *testing.T, ss []sample) {
+	spin := where(ss, func(s sample) bool { return s.has("spin_main") })
+	hash := where(ss, func(s sample) bool { return s.has("hash_worker") })
+	both := where(ss, func(s sample) bool { return s.has("spin_main") && s.has("hash_worker") })
+	inHash := where(ss, hashing)
+	_, own := shareOf(inHash, func(s sample) bool { return s.has("hash_worker") && !s.has("spin_main") })
+	spinHashing := where(spin, hashing)
+	t.Logf("spin_main %d samples, hash_worker %d, both %d; %d samples in hashing code, %.1f%% of them under hash_worker alone; %d spin_main samples in hashing code",
+		total(spin), total(hash), total(both), total(inHash), 100*own, total(spinHashing))
+	if total(spin) < 50 || total(hash) < 50 {
+		logTop(t, "too few samples of a thread", ss)
+		t.Fatalf("spin_main %d, hash_worker %d samples: want >= 50 each", total(spin), total(hash))
+	}
+	if total(both) > 0 {
+		t.Errorf("%d samples carry both threads' frames", total(both))
+	}
+	if total(inHash) < 50 || own < 0.95 {
+		t.Errorf("%d samples in hashing code, %.1f%% under hash_worker alone; want >= 95%% of at least 50", total(inHash), 100*own)
+		logTop(t, "hashing samples", inHash)
+	}
+	if total(spinHashing) > total(spin)/50 {
+		t.Errorf("%d of the pure-Python thread's %d samples are in hashing code", total(spinHashing), total(spin))
+	}
+}
+
+// checkPyRecursion: a Python stack deeper than the walk's 64 frames keeps
+// its innermost frames and says it was cut at the outer end.
+func checkPyRecursion(t *testing.T, ss []sample) {
+	in := where(ss, func(s sample) bool { py := s.python(); return len(py) > 0 && py[0].fn == "spin" })
+	_, cut := shareOf(in, func(s sample) bool {
+		py := s.python()
+		if py[len(py)-1].fn != python.TruncatedFunction || len(py) < 40 {
+			return false
+		}
+		for _, f := range py[1 : len(py)-1] {
+			if f.fn != "recurse" {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("spin: %d samples, %.1f%% cut cleanly (recurse frames, then %s)", total(in), 100*cut, python.TruncatedFunction)
+	if total(in) < 100 || cut < 0.95 {
+		t.Errorf("%.1f%% of %d samples in spin cut cleanly, want >= 95%% of at least 100", 100*cut, total(in))
+		logTop(t, "recursion samples", ss)
+	}
+}
+
+// checkPyAsyncio: coroutines under asyncio: crunch is called from its two
+// workers only, under the event loop and <module>.
+func checkPyAsyncio(t *testing.T, ss []sample) {
+	in := where(ss, func(s sample) bool { py := s.python(); return len(py) > 1 && py[0].fn == "crunch" })
+	callers := map[string]int64{}
+	for _, s := range in {
+		callers[s.python()[1].fn] += s.n
+	}
+	_, ok := shareOf(in, func(s sample) bool {
+		py := s.python()
+		loop := false
+		for _, f := range py {
+			loop = loop || (strings.Contains(f.file, "asyncio") && strings.Contains(f.fn, "run_forever"))
+		}
+		return loop && py[len(py)-1].fn == "<module>"
+	})
+	t.Logf("crunch: %d samples, callers %v, %.1f%% under run_forever and <module>", total(in), callers, 100*ok)
+	if callers["worker_a"] == 0 || callers["worker_b"] == 0 || len(callers) != 2 {
+		t.Errorf("crunch called from %v, want worker_a and worker_b only", callers)
+	}
+	if total(in) < 100 || ok < 0.95 {
+		t.Errorf("%.1f%% of %d samples in crunch under run_forever and <module>, want >= 95%% of at least 100", 100*ok, total(in))
+		logTop(t, "asyncio samples", ss)
+	}
+}
+
+// checkPyPool: a multiprocessing pool of 16 forked, short-lived workers:
+// at least 80% of the Python samples of the job are in work_item, from the
+// workers' first samples (a fork inherits its parent's state in BPF).
+func checkPyPool(t *testing.T, ss []sample) {
+	script := pyWorkload("pool.py")
+	pyProc := where(running(ss, script), func(s sample) bool {
+		if py := s.python(); len(py) > 0 && py[0].fn == "main" {
+			return false // the parent's own set-up, before it forks
+		}
+		for _, f := range s.frames {
+			if f.module == python.Module || strings.HasPrefix(f.fn, "_PyEval_EvalFrameDefault") || strings.Contains(f.module, "python3") {
+				return true
+			}
+		}
+		return false
+	})
+	_, in := shareOf(pyProc, func(s sample) bool { return s.has("work_item") })
+	t.Logf("pool: %d samples of the interpreter, %.1f%% in work_item", total(pyProc), 100*in)
+	if total(pyProc) < 300 || in < 0.8 {
+		t.Errorf("%.1f%% of %d samples in work_item, want >= 80%% of at least 300", 100*in, total(pyProc))
+		logTop(t, "pool samples not in work_item", where(pyProc, func(s sample) bool { return !s.has("work_item") }))
+	}
+}
+
+// checkPyCommand: a 2 s `python -c` (of CPU time), started after the
+// agent, has its Python frames: at least 90% of its samples in burn
+// (<string>, lines 3-5).
+func checkPyCommand(t *testing.T, ss []sample) {
+	run := running(ss, "<string>")
+	inBurn := func(s sample) bool {
+		py := s.python()
+		return len(py) > 0 && py[0].fn == "burn" && py[0].file == "<string>" && py[0].line >= 3 && py[0].line <= 5
+	}
+	n, in := shareOf(run, inBurn)
+	t.Logf("python -c: %d of %d samples in burn", n, total(run))
+	if total(run) < 200 || in < 0.9 {
+		t.Errorf("%d of %d samples in burn (<string>:3-5), want >= 90%% of at least 200", n, total(run))
+		logTop(t, "-c samples not in burn", where(run, func(s sample) bool { return !inBurn(s) }))
+	}
+}
+
+// pyCommand is the program of checkPyCommand.
+const pyCommand = "import time\ndef burn(end):\n    x = 0\n    while time.process_time() < end:\n        x += 1\nprint('ready', flush=True)\nburn(time.process_time() + 2)\n"
+
+// pyGPUCheck checks kernels launched through the GPU stand-ins by ctypes
+// from distinct Python methods: each kernel's GPU time sits under the
+// Python frames that launched it, by their qualified names on 3.11+
+// (co_qualname; plain names before). gpu_launch.py.
+func pyGPUCheck(py interp) func(t *testing.T, ss []sample) {
+	q := func(class, fn string) string {
+		if py.minor >= 11 {
+			return class + "." + fn
+		}
+		return fn
+	}
+	want := map[string][]string{
+		"gemm_kernel":   {q("Linear", "forward"), q("Model", "forward"), "train_step", "main", "<module>"},
+		"reduce_kernel": {q("Model", "backward"), "train_step", "main", "<module>"},
+	}
+	return func(t *testing.T, ss []sample) {
+		for kernel, stack := range want {
+			of := where(ss, func(s sample) bool { return len(s.frames) > 0 && s.frames[0].fn == kernel })
+			var ns, under int64
+			for _, s := range of {
+				ns += s.ns
+				if slices.Equal(pyNames(s), stack) {
+					under += s.ns
+				}
+			}
+			t.Logf("%s: %d ns of GPU time, %.1f%% under %s", kernel, ns, 100*float64(under)/float64(max(ns, 1)), strings.Join(stack, " < "))
+			if ns == 0 || float64(under) < 0.95*float64(ns) {
+				t.Errorf("%s: %d of %d ns under %s, want >= 95%%", kernel, under, ns, strings.Join(stack, " < "))
+				logTop(t, kernel+" samples", of)
+			}
+		}
+	}
+}
+
+// pyGPUCPUCheck checks the CPU profile of gpu_launch.py: the interpreter's
+// time under train_step is under the qualified methods it calls (3.11+),
+// never a bare name there.
+func pyGPUCPUCheck(py interp) func(t *testing.T, ss []sample) {
+	callees := map[string]bool{"Model.forward": true, "Model.backward": true}
+	if py.minor < 11 {
+		callees = map[string]bool{"forward": true, "backward": true}
+	}
+	return func(t *testing.T, ss []sample) {
+		by := map[string]int64{}
+		var n int64
+		for _, s := range ss {
+			names := pyNames(s)
+			if i := slices.Index(names, "train_step"); i > 0 {
+				by[names[i-1]] += s.n
+				n += s.n
+			}
+		}
+		var ok int64
+		for fn, c := range by {
+			if callees[fn] {
+				ok += c
+			}
+		}
+		t.Logf("CPU samples under train_step: %d, by callee %v", n, by)
+		if n < 20 || float64(ok) < 0.95*float64(n) {
+			t.Errorf("%d of %d CPU samples under train_step are under %v, want >= 95%% of at least 20", ok, n, callees)
+			logTop(t, "CPU samples", ss)
+		}
+	}
+}
+
+// pyNames is the names of a sample's Python frames, innermost first.
+func pyNames(s sample) []string {
+	var out []string
+	for _, f := range s.python() {
+		out = append(out, f.fn)
+	}
+	return out
+}

@@ -1,0 +1,341 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/slurmscope/slurmscope/internal/testenv/simjob"
+)
+
+// stackJob is one workload of the stack tests, in a job of its own.
+type stackJob struct {
+	name   string   // subtest name
+	argv   []string // the workload
+	env    []string
+	before bool   // started before the agent (a process the agent finds running)
+	prefix string // the profiles checked: "process_cpu-" or "gpu-"
+	check  func(t *testing.T, ss []sample)
+	// cpuCheck, for a job whose check is of GPU profiles, checks its CPU
+	// profiles too.
+	cpuCheck func(t *testing.T, ss []sample)
+	id       string
+}
+
+// stackBins are the workloads built for the stack tests.
+type stackBins struct {
+	unwindc, unwindcxx string // -O2 -fomit-frame-pointer
+	gpuDir             string // the GPU stand-ins and the injection library
+}
+
+// buildStackWorkloads builds the C and C++ workloads without frame
+// pointers, and the GPU stand-ins, into dir.
+func buildStackWorkloads(t *testing.T, dir string) stackBins {
+	t.Helper()
+	b := stackBins{unwindc: filepath.Join(dir, "unwindc"), unwindcxx: filepath.Join(dir, "unwindcxx"), gpuDir: filepath.Join(dir, "gpu")}
+	for _, cmd := range []*exec.Cmd{
+		exec.Command("gcc", "-O2", "-fomit-frame-pointer", "-g", "-o", b.unwindc, "../internal/testenv/workloads/unwindc.c"),
+		exec.Command("g++", "-O2", "-fomit-frame-pointer", "-g", "-o", b.unwindcxx, "../internal/testenv/workloads/unwindcxx.cc"),
+		exec.Command("sh", "../agent/gputrace/inject/build.sh", b.gpuDir),
+		exec.Command("sh", "../agent/gputrace/standin/build.sh", b.gpuDir),
+	} {
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
+		}
+	}
+	return b
+}
+
+// nativeJobs are the C and C++ workloads, built without frame pointers.
+func nativeJobs(b stackBins) []*stackJob {
+	return []*stackJob{
+		{name: "c-split", argv: []string{b.unwindc, "split", "1.5"}, check: checkCSplit},
+		{name: "c-qsort", argv: []string{b.unwindc, "qsort", "1"}, check: checkQsort},
+		{name: "cxx-exceptions", argv: []string{b.unwindcxx, "except", "1"}, check: checkExceptions},
+		{name: "cxx-deep-recursion", argv: []string{b.unwindcxx, "deep", "1"}, check: checkDeep},
+	}
+}
+
+// pythonJobs are the CPython workloads of one interpreter; all, or only the
+// 70/30 split (a venv changes discovery, nothing else). Durations are CPU
+// seconds (the workloads count process_time), so a loaded host slows the
+// test down but leaves it the samples it needs (at 499 Hz, 500 a second).
+func pythonJobs(py interp, b stackBins, all bool) []*stackJob {
+	jobs := []*stackJob{{name: py.name + "/split", argv: []string{py.path, pyWorkload("split.py"), "2"}, check: checkPySplit}}
+	if !all {
+		return jobs
+	}
+	return append(jobs,
+		&stackJob{name: py.name + "/threads", argv: []string{py.path, pyWorkload("threads.py"), "1"}, check: checkPyThreads},
+		&stackJob{name: py.name + "/recursion", argv: []string{py.path, pyWorkload("recurse.py"), "0.7"}, check: checkPyRecursion},
+		&stackJob{name: py.name + "/asyncio", argv: []string{py.path, pyWorkload("asyncio_prog.py"), "1"}, check: checkPyAsyncio},
+		// About 0.15 s of CPU each: the 16 workers live about 1.5 s
+		// (more on a loaded host).
+		&stackJob{name: py.name + "/pool", argv: []string{py.path, pyWorkload("pool.py"), "3000000"}, check: checkPyPool},
+		&stackJob{name: py.name + "/command", argv: []string{py.path, "-c", pyCommand}, check: checkPyCommand},
+		&stackJob{name: py.name + "/gpu-launches", prefix: "gpu-",
+			argv: []string{py.path, pyWorkload("gpu_launch.py"), filepath.Join(b.gpuDir, "libcudart_standin.so"), "1.5"},
+			env: []string{"CUDA_INJECTION64_PATH=" + filepath.Join(b.gpuDir, "libslurmscope_inject.so"),
+				"SLURMSCOPE_CUPTI_PATH=" + filepath.Join(b.gpuDir, "mock", "libcupti.so")},
+			check: pyGPUCheck(py), cpuCheck: pyGPUCPUCheck(py)},
+	)
+}
+
+// TestStacks runs the real agent (its defaults: the .eh_frame unwinder and
+// Python frames) over simulated job cgroups, one job per workload, and
+// checks the profiles it writes: C and C++ built without frame pointers
+// (callers, qsort callbacks, exceptions, a recursion cut at the frame
+// limit), and for Debian's python3.11 (required) and every pyenv CPython
+// 3.9-3.13 on the machine a 70/30 split, two threads, recursion past the
+// frame limit, asyncio, a pool of 16 forked workers, a 2 s `python -c`, and
+// a ctypes program launching kernels through the GPU stand-ins, whose GPU
+// time must sit under the Python methods that launched them (qualified
+// names on 3.11+); a process started before the agent; venvs; and a
+// CPython older than 3.9, which must keep native stacks, counted.
+func TestStacks(t *testing.T) {
+	requireRoot(t)
+	agent := buildAgent(t)
+	work := t.TempDir()
+	bins := buildStackWorkloads(t, work)
+	ins := interpreters(t)
+
+	// Debian's split runs from before the agent starts until after.
+	first := &stackJob{name: "debian-3.11/started-before-the-agent", argv: []string{ins[0].path, pyWorkload("split.py"), "4"},
+		before: true, check: checkPySplit}
+	jobs := []*stackJob{first}
+	jobs = append(jobs, nativeJobs(bins)...)
+	for _, in := range ins {
+		jobs = append(jobs, pythonJobs(in, bins, true)...)
+	}
+	for _, in := range []interp{ins[0], ins[len(ins)-1]} {
+		jobs = append(jobs, pythonJobs(venv(t, in, filepath.Join(work, in.name+"-venv")), bins, false)...)
+	}
+	// A CPython older than the walk knows keeps its native stacks.
+	old := oldInterpreter(t)
+	if old.path != "" {
+		jobs = append(jobs, &stackJob{name: old.name + "/unsupported", argv: []string{old.path, pyWorkload("split.py"), "1"}, check: checkNoPython})
+	}
+
+	if re := os.Getenv("SLURMSCOPE_E2E_STACKS"); re != "" {
+		// A developer's shortcut: only the workloads whose names match.
+		keep := regexp.MustCompile(re)
+		jobs = slices.DeleteFunc(jobs, func(j *stackJob) bool { return !j.before && !keep.MatchString(j.name) })
+	}
+	r := newJobRunner(t, "slurmscope-e2e-stacks.slice")
+	pre := r.start(first)
+	out := evidenceDir(t, "slurmscope-stacks-")
+	// 499 Hz rather than 97: enough samples for 5-point bounds in seconds.
+	ag := startAgent(t, agent, "run", "--output-dir", out, "--upload-interval", "3s", "--node-name", "stacks",
+		"--sample-rate", "499", "--metrics-addr", "127.0.0.1:0", "--gpu-metrics=false",
+		// The simulated jobs' slurmstepd.scope is in their slice, not
+		// slurmd's /system.slice.
+		"--slurm-cgroup-v2-parent", "/"+r.slice,
+		"--gpu-inject-lib", filepath.Join(bins.gpuDir, "libslurmscope_inject.so"))
+	// Two at a time (this host has two CPUs), except the pools: 16
+	// workers would starve a neighbour of its samples.
+	var pools, rest []*stackJob
+	for _, j := range jobs[1:] {
+		if strings.HasSuffix(j.name, "/pool") {
+			pools = append(pools, j)
+		} else {
+			rest = append(rest, j)
+		}
+	}
+	r.runAll(rest, 2)
+	r.wait(pre)
+	r.runAll(pools, 1)
+	// One more interval: the last samples, and the records the stand-in
+	// CUPTI flushed at exit.
+	time.Sleep(4 * time.Second)
+	metrics := ag.logMetrics(t, "slurmscope_agent_")
+	ag.stop(t)
+
+	for _, j := range jobs {
+		t.Run(j.name, func(t *testing.T) {
+			prefix := j.prefix
+			if prefix == "" {
+				prefix = "process_cpu-"
+			}
+			ss := readSamples(t, filepath.Join(out, j.id), prefix)
+			if len(ss) == 0 {
+				t.Fatalf("no %s profiles for job %s", prefix, j.id)
+			}
+			j.check(t, ss)
+			if j.cpuCheck != nil {
+				j.cpuCheck(t, readSamples(t, filepath.Join(out, j.id), "process_cpu-"))
+			}
+		})
+	}
+	t.Run("counted", func(t *testing.T) {
+		pools := 0
+		for _, j := range jobs {
+			if strings.HasSuffix(j.name, "/pool") {
+				pools++
+			}
+		}
+		for _, c := range []struct {
+			series string
+			min    float64
+			why    string
+		}{
+			{`slurmscope_agent_python_frames_total{result="truncated"}`, 1, "recursion past the frame limit"},
+			{`slurmscope_agent_python_processes_total{version="forked"}`, float64(14 * pools), "forked pool workers set up from their parent"},
+			{`slurmscope_agent_unwind_walks_total{end="frame_limit"}`, 100, "deep recursion cut at 127 frames"},
+			{`slurmscope_agent_unwind_frames_total{how="table"}`, 1000, "frames unwound from tables"},
+			{`slurmscope_agent_unwind_mode_info{mode="tables",reason="none"}`, 1, "unwinding from tables (this kernel has bpf_loop)"},
+		} {
+			if v := metricValue(metrics, c.series); v < c.min {
+				t.Errorf("%s = %v, want >= %v (%s)", c.series, v, c.min, c.why)
+			}
+		}
+		if old.path != "" {
+			var v float64
+			for _, r := range []string{"unknown_version", "unsupported"} {
+				v += max(metricValue(metrics, `slurmscope_agent_python_skipped_total{reason="`+r+`"}`), 0)
+			}
+			if v < 1 {
+				t.Errorf("%s: no process counted in python_skipped_total as unknown_version or unsupported", old.name)
+			}
+		}
+	})
+}
+
+// metricValue finds one series in scraped metric lines; -1 if absent.
+func metricValue(lines []string, series string) float64 {
+	for _, l := range lines {
+		if name, val, ok := strings.Cut(l, " "); ok && name == series {
+			v, _ := strconv.ParseFloat(val, 64)
+			return v
+		}
+	}
+	return -1
+}
+
+// jobRunner runs workloads in simulated jobs of their own.
+type jobRunner struct {
+	t     *testing.T
+	slice string
+	next  int
+	mu    sync.Mutex
+}
+
+type runningJob struct {
+	j    *stackJob
+	cmd  *exec.Cmd
+	done chan error
+}
+
+func newJobRunner(t *testing.T, slice string) *jobRunner {
+	return &jobRunner{t: t, slice: slice, next: 3100000 + os.Getpid()%1000*1000}
+}
+
+// start starts j in a new job cgroup (the process is born there:
+// CLONE_INTO_CGROUP) and waits until it prints "ready". It reports errors
+// with t.Errorf and returns nil, so that it may run on any goroutine.
+func (r *jobRunner) start(j *stackJob) *runningJob {
+	t := r.t
+	r.mu.Lock()
+	r.next++
+	j.id = strconv.Itoa(r.next)
+	r.mu.Unlock()
+	job, err := simjob.Create(r.slice, j.id)
+	if err != nil {
+		t.Errorf("%s: %v", j.name, err)
+		return nil
+	}
+	t.Cleanup(func() { job.Remove() })
+	cg, err := unix.Open(job.Leaf, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Errorf("%s: %v", j.name, err)
+		return nil
+	}
+	defer unix.Close(cg)
+	cmd := exec.Command(j.argv[0], j.argv[1:]...)
+	cmd.Env = append(os.Environ(), append([]string{"SLURM_JOB_ID=" + j.id, "SLURM_JOB_NAME=" + j.name}, j.env...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: cg}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Errorf("%s: %v", j.name, err)
+		return nil
+	}
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Errorf("%s: %v", j.name, err)
+		return nil
+	}
+	rj := &runningJob{j: j, cmd: cmd, done: make(chan error, 1)}
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		once := false
+		for sc.Scan() {
+			if sc.Text() == "ready" && !once {
+				once = true
+				close(ready)
+			}
+		}
+		io.Copy(io.Discard, stdout)
+		err := cmd.Wait()
+		if err != nil {
+			err = fmt.Errorf("%w\n%s", err, stderr.String())
+		}
+		if !once {
+			close(ready)
+		}
+		rj.done <- err
+	}()
+	select {
+	case <-ready:
+	case <-time.After(60 * time.Second):
+		t.Errorf("%s did not start within a minute", j.name)
+		cmd.Process.Kill()
+	}
+	return rj
+}
+
+// wait waits for a started job to exit.
+func (r *jobRunner) wait(rj *runningJob) {
+	if rj == nil {
+		return
+	}
+	select {
+	case err := <-rj.done:
+		if err != nil {
+			r.t.Errorf("%s %s: %v", rj.j.name, strings.Join(rj.j.argv, " "), err)
+		}
+	case <-time.After(2 * time.Minute):
+		r.t.Errorf("%s still runs after two minutes", rj.j.name)
+		rj.cmd.Process.Kill()
+		<-rj.done
+	}
+}
+
+// runAll runs jobs to completion, at most parallel at a time (this host
+// has two CPUs: each keeps about one).
+func (r *jobRunner) runAll(jobs []*stackJob, parallel int) {
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			r.wait(r.start(j))
+		}()
+	}
+	wg.Wait()
+}
