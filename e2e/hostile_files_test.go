@@ -77,6 +77,18 @@ func TestHostileJobs(t *testing.T) {
 		h.stop()
 	})
 
+	t.Run("DeviceBehindTheProcessRoot", func(t *testing.T) {
+		// In a mount namespace of its own the perf map is /dev/null,
+		// owned by root (as perf accepts): only the regular-file check
+		// stands between the agent and a device's open (/dev/watchdog
+		// acts on open).
+		h := s.start(t)
+		h.attack("jit", "device")
+		h.run()
+		h.wantCounted("agent_symbolize_errors_total", `reason="not_regular"`)
+		h.stop()
+	})
+
 	t.Run("SymlinkToARootOnlyFile", func(t *testing.T) {
 		// The perf map is a link to a root-only file whose lines look like
 		// perf map lines covering the attacker's JIT code.

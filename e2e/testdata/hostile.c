@@ -11,6 +11,10 @@
  *                               /tmp/perf-<pid>.map as MODE says:
  *       fifo                    a FIFO
  *       symlink TARGET          a symbolic link to TARGET
+ *       device                  a character device (/dev/null), in a
+ *                               mount namespace of its own (an
+ *                               unprivileged user namespace): what the
+ *                               agent finds behind /proc/<pid>/root
  *       link FILE               a hard link to FILE (a big perf map)
  *       churn FILE1 FILE2       FILE1, then a thread that replaces it by
  *                               FILE2, FILE1, ... (a new inode each time)
@@ -35,11 +39,13 @@
 #include <elf.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -231,6 +237,20 @@ int main(int argc, char **argv)
 		if (!strcmp(how, "fifo")) {
 			if (mkfifo(perfmap, 0644) != 0)
 				die("mkfifo");
+		} else if (!strcmp(how, "device")) {
+			// Any user may do this where unprivileged user namespaces
+			// are allowed (Debian's default): the perf map is a regular
+			// file on the host and /dev/null inside the process's root.
+			if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0)
+				die("unshare");
+			if (mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+				die("mount private");
+			int fd = open(perfmap, O_WRONLY | O_CREAT | O_EXCL, 0644);
+			if (fd < 0)
+				die("create perf map");
+			close(fd);
+			if (mount("/dev/null", perfmap, NULL, MS_BIND, NULL) != 0)
+				die("bind /dev/null");
 		} else if (!strcmp(how, "symlink") && argc >= 4) {
 			if (symlink(argv[3], perfmap) != 0)
 				die("symlink");
