@@ -336,7 +336,7 @@ func oldest(o *owner, self *Entry) *Entry {
 func (b *Budget) evictLocked(e *Entry) *Entry {
 	s := b.stats(e.kind)
 	s.evictions++
-	s.evictedBytes += uint64(e.size)
+	s.evictedBytes += uint64(e.size) // #nosec G115 -- Charge and Resize clamp sizes at 0
 	b.remove(e)
 	return e
 }

@@ -235,8 +235,8 @@ func New(opts Options) (*Tracer, error) {
 	spec.Maps[markersMapEvents].MaxEntries = uint32(opts.RingBufferBytes)
 	t := &Tracer{opts: opts, flushed: make(chan struct{}, 1), done: make(chan struct{}),
 		files: map[procfs.FileID]*attachedFile{}, procs: map[procfs.ID]procfs.FileID{}, join: newJoiner(opts.limits())}
-	consts := map[string]any{markersVarExcludeTgid: uint32(opts.ExcludePID), markersVarWakeupBytes: uint64(opts.RingBufferBytes / 4),
-		markersVarUserCallsPerSec: uint64(opts.UserCallsPerSecond), markersVarUserCallsBurst: uint64(opts.UserCallsBurst)}
+	consts := map[string]any{markersVarExcludeTgid: uint32(opts.ExcludePID), markersVarWakeupBytes: uint64(opts.RingBufferBytes / 4), // #nosec G115 -- not negative (setDefaults), a pid
+		markersVarUserCallsPerSec: uint64(opts.UserCallsPerSecond), markersVarUserCallsBurst: uint64(opts.UserCallsBurst)} // #nosec G115 -- not negative (setDefaults)
 	var shared map[string]*ebpf.Map
 	if opts.Stacks != nil {
 		c, m, err := opts.Stacks.Prepare(spec)

@@ -59,7 +59,8 @@ func loadGoTable(f *elf.File, r io.ReaderAt, loads []loadSeg, syms *symTable, is
 	if n < uint64(len(hdr)) {
 		return nil, nil
 	}
-	if _, err := r.ReadAt(hdr[:], int64(off)); err != nil {
+	at := int64(off) // #nosec G115 -- off+n lies inside the file (checkELF), whose size is an int64
+	if _, err := r.ReadAt(hdr[:], at); err != nil {
 		return nil, err
 	}
 	nfunc := pr.word(hdr[8:])
@@ -69,11 +70,12 @@ func loadGoTable(f *elf.File, r io.ReaderAt, loads []loadSeg, syms *symTable, is
 		}
 		return nil, nil
 	}
-	if err := grow(int64(n)); err != nil {
+	size := int64(n) // #nosec G115 -- n <= maxPclntabBytes
+	if err := grow(size); err != nil {
 		return nil, err
 	}
 	data := make([]byte, n)
-	if _, err := r.ReadAt(data, int64(off)); err != nil {
+	if _, err := r.ReadAt(data, at); err != nil {
 		return nil, err
 	}
 	text, ok, err := goTextStart(f, r, loads, syms, pr, data, pclnAddr)
@@ -165,10 +167,11 @@ func scanSegment(r io.ReaderAt, s loadSeg, step uint64, overlap int, fn func(chu
 	if s.filesz == 0 {
 		return nil
 	}
-	buf := make([]byte, min(s.filesz, step+uint64(overlap)))
+	buf := make([]byte, min(s.filesz, step+uint64(overlap))) // #nosec G115 -- overlap is a non-negative constant of the callers
 	for pos := uint64(0); pos < s.filesz; pos += step {
 		n := min(uint64(len(buf)), s.filesz-pos)
-		if _, err := r.ReadAt(buf[:n], int64(s.off+pos)); err != nil {
+		at := int64(s.off + pos) // #nosec G115 -- pos < filesz and the segment lies inside the file (checkELF)
+		if _, err := r.ReadAt(buf[:n], at); err != nil {
 			return err
 		}
 		if !fn(buf[:n], pos) {
@@ -191,7 +194,8 @@ func scanForPclntab(r io.ReaderAt, loads []loadSeg, pr ptrReader) (off, n, vaddr
 		err := scanSegment(r, s, scanChunk, hdrLen, func(chunk []byte, pos uint64) bool {
 			for i := 0; i+hdrLen <= len(chunk) && i < scanChunk; i += 8 {
 				// Segments and the table are 8-aligned in the file.
-				if (pos+uint64(i))%8 != 0 || !plausibleHeader(chunk[i:i+hdrLen], s.filesz-pos-uint64(i), pr) {
+				ui := uint64(i) // #nosec G115 -- i is a non-negative index into chunk
+				if (pos+ui)%8 != 0 || !plausibleHeader(chunk[i:i+hdrLen], s.filesz-pos-ui, pr) {
 					continue
 				}
 				at := pos + uint64(i)
@@ -317,7 +321,8 @@ func relocatedText(f *elf.File, r io.ReaderAt, loads []loadSeg, pclnAddr, funcna
 		// A whole number of 24-byte entries per chunk.
 		return scanSegment(r, seg, scanChunk/24*24, 0, func(buf []byte, _ uint64) bool {
 			for ; len(buf) >= 24; buf = buf[24:] {
-				if relative(uint32(f.ByteOrder.Uint64(buf[8:]))) {
+				typ := uint32(f.ByteOrder.Uint64(buf[8:])) // #nosec G115 -- ELF64_R_TYPE: the type is r_info's low 32 bits
+				if relative(typ) {
 					fn(f.ByteOrder.Uint64(buf), f.ByteOrder.Uint64(buf[16:]))
 				}
 			}

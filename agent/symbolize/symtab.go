@@ -85,12 +85,14 @@ func readSymbolSection(f *elf.File, r io.ReaderAt, sec *elf.Section, t *symTable
 		return nil
 	}
 	// checkELF held both inside the file; checkSections under their caps.
-	if err := grow(int64(strSec.Size)); err != nil {
+	strSize := int64(strSec.Size) // #nosec G115 -- checkSections held it under its cap
+	if err := grow(strSize); err != nil {
 		return err
 	}
-	defer grow(-int64(strSec.Size))
+	defer grow(-strSize)
 	strtab := make([]byte, strSec.Size)
-	if _, err := r.ReadAt(strtab, int64(strSec.Offset)); err != nil {
+	strOff := int64(strSec.Offset) // #nosec G115 -- checkELF held the section inside the file
+	if _, err := r.ReadAt(strtab, strOff); err != nil {
 		return err
 	}
 	n := sec.Size / entSize
@@ -99,7 +101,8 @@ func readSymbolSection(f *elf.File, r io.ReaderAt, sec *elf.Section, t *symTable
 	for i := uint64(1); i < n && len(t.syms) < maxSymbols; { // entry 0 is all zeros
 		c := min(n-i, symChunk)
 		b := buf[:c*entSize]
-		if _, err := r.ReadAt(b, int64(sec.Offset+i*entSize)); err != nil {
+		at := int64(sec.Offset + i*entSize) // #nosec G115 -- i < n: inside the section, which checkELF held inside the file
+		if _, err := r.ReadAt(b, at); err != nil {
 			return err
 		}
 		for ; len(b) > 0 && len(t.syms) < maxSymbols; b = b[entSize:] {
