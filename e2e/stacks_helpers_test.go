@@ -270,8 +270,11 @@ func checkDeep(t *testing.T, ss []sample) {
 		logTop(t, "too few deep_leaf samples", ss)
 		t.Fatalf("%d deep_leaf samples, want >= 200", total(leaf))
 	}
-	if cut < 0.95 {
-		t.Errorf("%.1f%% cut cleanly at the frame limit, want >= 95%%", 100*cut)
+	// Not 95%: the samples before the agent has loaded the process's
+	// tables (libstdc++'s, built on first use) have only the leaf, 10% of
+	// a 1 s job seen on a loaded host.
+	if cut < 0.85 {
+		t.Errorf("%.1f%% cut cleanly at the frame limit, want >= 85%%", 100*cut)
 		logTop(t, "deep_leaf samples", leaf)
 	}
 }
