@@ -190,11 +190,13 @@ func checkCSplit(t *testing.T, ss []sample) {
 		logTop(t, "too few leaf samples", ss)
 		t.Fatalf("%d leaf samples, want >= 300", total(leaf))
 	}
-	if share := float64(a) / float64(a+b); share < 0.65 || share > 0.75 || float64(a+b) < 0.95*float64(total(leaf)) {
+	// 85%, not more: the samples before the agent has loaded the process's
+	// tables keep only the leaf (as in checkDeep).
+	if share := float64(a) / float64(a+b); share < 0.65 || share > 0.75 || float64(a+b) < 0.85*float64(total(leaf)) {
 		t.Errorf("caller_a %.1f%% of leaf's samples (caller_b %d of %d), want 70 +- 5", 100*share, b, total(leaf))
 	}
-	if reach < 0.95 {
-		t.Errorf("%.1f%% of leaf's samples reach main, want >= 95%%", 100*reach)
+	if reach < 0.85 {
+		t.Errorf("%.1f%% of leaf's samples reach main, want >= 85%%", 100*reach)
 		logTop(t, "leaf samples", leaf)
 	}
 }
@@ -270,8 +272,11 @@ func checkDeep(t *testing.T, ss []sample) {
 		logTop(t, "too few deep_leaf samples", ss)
 		t.Fatalf("%d deep_leaf samples, want >= 200", total(leaf))
 	}
-	if cut < 0.95 {
-		t.Errorf("%.1f%% cut cleanly at the frame limit, want >= 95%%", 100*cut)
+	// Not 95%: the samples before the agent has loaded the process's
+	// tables (libstdc++'s, built on first use) have only the leaf, 10% of
+	// a 1 s job seen on a loaded host.
+	if cut < 0.85 {
+		t.Errorf("%.1f%% cut cleanly at the frame limit, want >= 85%%", 100*cut)
 		logTop(t, "deep_leaf samples", leaf)
 	}
 }

@@ -199,6 +199,7 @@ func readCode(m Memory, l *Layout, codeType, addr uint64) (*codeInfo, error) {
 		return nil, fmt.Errorf("%w: 0x%x is not a code object", ErrBadInterpreter, addr)
 	}
 	file, name := le64(hdr, l.CodeFilename), le64(hdr, l.CodeName)
+	// #nosec G115 -- co_firstlineno is a C int: the u32 read is reinterpreted as signed on purpose
 	c := &codeInfo{addr: addr, firstLine: int(int32(le32(hdr, l.CodeFirstLineNo))), check: file ^ (name<<1 | name>>63)}
 	nameField := l.CodeName
 	if l.CodeQualname != NoOffset {

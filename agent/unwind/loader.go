@@ -61,6 +61,9 @@ func (o Options) withDefaults() Options {
 	if o.MaxProcesses <= 0 {
 		o.MaxProcesses = 8192
 	}
+	// A BPF map's size is a u32; far below that the kernel refuses the
+	// memory anyway.
+	o.MaxTables, o.MaxMappings, o.MaxProcesses = min(o.MaxTables, maxMapEntries), min(o.MaxMappings, maxMapEntries), min(o.MaxProcesses, maxMapEntries)
 	return o
 }
 
@@ -168,7 +171,8 @@ func (l *Loader) UnknownFrames() map[int]uint32 {
 	out := map[int]uint32{}
 	var v [procValSize]byte
 	for pid, p := range l.procs {
-		if err := l.maps.procs.Lookup(uint32(pid), &v); err != nil {
+		key := uint32(pid) // #nosec G115 -- a pid is below pid_max (at most 2^22)
+		if err := l.maps.procs.Lookup(key, &v); err != nil {
 			continue
 		}
 		if n := binary.LittleEndian.Uint32(v[12:]); n > 0 && binary.LittleEndian.Uint64(v[:]) == p.start {
@@ -239,7 +243,8 @@ func (l *Loader) SyncProcess(pid int, startTicks uint64) error {
 		switch {
 		case m.Path == "[vdso]" && !l.opts.NoVDSO:
 			t, size, err := l.vdsoTable()
-			if err != nil || uint64(size) != m.End-m.Start || m.Offset != 0 {
+			usize := uint64(size) // #nosec G115 -- the size of the agent's own vDSO copy, not negative
+			if err != nil || usize != m.End-m.Start || m.Offset != 0 {
 				targets = append(targets, target{m: m, fp: true})
 				continue
 			}
@@ -330,8 +335,8 @@ func (l *Loader) SyncProcess(pid int, startTicks uint64) error {
 		binary.LittleEndian.PutUint32(val[32:], pages)
 		prefixes(t.m.Start, t.m.End, func(addr uint64, n int) {
 			var key [mappingKeySize]byte
-			binary.LittleEndian.PutUint32(key[0:], uint32(32+n))
-			binary.BigEndian.PutUint32(key[4:], uint32(pid))
+			binary.LittleEndian.PutUint32(key[0:], uint32(32+n)) // #nosec G115 -- n is a prefix length, at most 64 bits
+			binary.BigEndian.PutUint32(key[4:], uint32(pid))     // #nosec G115 -- a pid is below pid_max (at most 2^22)
 			binary.BigEndian.PutUint64(key[8:], addr)
 			entries = append(entries, entry{key: key, val: val})
 		})
@@ -341,7 +346,7 @@ func (l *Loader) SyncProcess(pid int, startTicks uint64) error {
 	keys := map[[mappingKeySize]byte]bool{}
 	for i, e := range entries {
 		if i >= l.opts.MaxMappingsPerProcess {
-			l.stats.MappingsDropped += uint64(len(entries) - i)
+			l.stats.MappingsDropped += uint64(len(entries) - i) // #nosec G115 -- i < len(entries)
 			break
 		}
 		if err := l.maps.mappings.Update(e.key[:], e.val[:], ebpf.UpdateAny); err != nil {
@@ -360,7 +365,8 @@ func (l *Loader) SyncProcess(pid int, startTicks uint64) error {
 	l.bumpGen()
 	var pv [procValSize]byte // its own mappings (no alias), unknown frames 0
 	binary.LittleEndian.PutUint64(pv[:], startTicks)
-	if err := l.maps.procs.Update(uint32(pid), pv[:], ebpf.UpdateAny); err != nil {
+	key := uint32(pid) // #nosec G115 -- a pid is below pid_max (at most 2^22)
+	if err := l.maps.procs.Update(key, pv[:], ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("unwind: process %d: %w", pid, err)
 	}
 	return nil
@@ -377,7 +383,7 @@ func (l *Loader) RemoveProcess(pid int) {
 }
 
 func (l *Loader) dropProcLocked(pid int, p *proc) {
-	l.maps.procs.Delete(uint32(pid))
+	l.maps.procs.Delete(uint32(pid)) // #nosec G115 -- a pid is below pid_max (at most 2^22)
 	for k := range p.keys {
 		l.maps.mappings.Delete(k[:])
 	}
@@ -445,7 +451,7 @@ func (l *Loader) prepare(id fileID, build func() (*cfi.Table, error)) *built {
 // fillInner creates a table's inner map and writes its elements in
 // batches.
 func fillInner(elems []uint64) (*ebpf.Map, error) {
-	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "unwind_table", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: uint32(len(elems)), Flags: bpfFInnerMap})
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Name: "unwind_table", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: uint32(len(elems)), Flags: bpfFInnerMap}) // #nosec G115 -- a table is bounded by --unwind-table-bytes, far below 2^32 entries
 	if err != nil {
 		return nil, err
 	}
@@ -454,7 +460,7 @@ func fillInner(elems []uint64) (*ebpf.Map, error) {
 	for off := 0; off < len(elems); off += batch {
 		n := min(batch, len(elems)-off)
 		for i := range n {
-			keys[i] = uint32(off + i)
+			keys[i] = uint32(off + i) // #nosec G115 -- below len(elems), which fits (above)
 		}
 		if _, err := m.BatchUpdate(keys[:n], elems[off:off+n], nil); err != nil {
 			if !errors.Is(err, ebpf.ErrNotSupported) {

@@ -37,6 +37,9 @@ const (
 	pageShift      = 9 // UNWIND_PAGE_SHIFT
 )
 
+// maxMapEntries caps the sizes of the maps Options sets.
+const maxMapEntries = 1 << 24
+
 // Mapping kinds (enum unwind_mapping_kind).
 const (
 	mappingTable        = 1
@@ -46,14 +49,15 @@ const (
 func mapSpecs(o Options) map[string]*ebpf.MapSpec {
 	return map[string]*ebpf.MapSpec{
 		mapTables: {
-			Name: mapTables, Type: ebpf.ArrayOfMaps, KeySize: 4, ValueSize: 4, MaxEntries: uint32(o.MaxTables),
+			Name: mapTables, Type: ebpf.ArrayOfMaps, KeySize: 4, ValueSize: 4, MaxEntries: uint32(o.MaxTables), // #nosec G115 -- at most maxMapEntries (withDefaults)
 			// Each table is its own array, sized to fit (BPF_F_INNER_MAP
 			// lets inner maps differ in max_entries), so that unloading a
 			// file frees exactly its memory and nothing fragments.
 			InnerMap: &ebpf.MapSpec{Name: "unwind_table", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1, Flags: bpfFInnerMap},
 		},
+		// #nosec G115 -- both at most maxMapEntries (withDefaults)
 		mapMappings: {Name: mapMappings, Type: ebpf.LPMTrie, KeySize: mappingKeySize, ValueSize: mappingValSize, MaxEntries: uint32(o.MaxMappings), Flags: bpfFNoPrealloc},
-		mapProcs:    {Name: mapProcs, Type: ebpf.Hash, KeySize: 4, ValueSize: procValSize, MaxEntries: uint32(o.MaxProcesses)},
+		mapProcs:    {Name: mapProcs, Type: ebpf.Hash, KeySize: 4, ValueSize: procValSize, MaxEntries: uint32(o.MaxProcesses)}, // #nosec G115 -- at most maxMapEntries (withDefaults)
 		mapStats:    {Name: mapStats, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: statMax},
 		mapScratch:  {Name: mapScratch, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: scratchSize, MaxEntries: 1},
 		mapCache:    {Name: mapCache, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: cacheEntrySize, MaxEntries: cacheEntries},
