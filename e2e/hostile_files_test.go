@@ -243,6 +243,10 @@ func (h *hostileRun) spawn(job *simjob.Job, uid int, args ...string) {
 	if err := cmd.Start(); err != nil {
 		h.t.Fatal(err)
 	}
+	// The perf map it planted (sh exec'd it: same pid), once it is dead;
+	// a link to a big map would keep that on disk.
+	pid := cmd.Process.Pid
+	h.t.Cleanup(func() { os.Remove(fmt.Sprintf("/tmp/perf-%d.map", pid)) })
 	killAtCleanup(h.t, cmd)
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil || strings.TrimSpace(line) != "ready" {
