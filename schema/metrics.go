@@ -271,14 +271,21 @@ var (
 	AgentProfileBytes           = counter("agent_profile_bytes_total", "bytes", "Bytes of encoded profiles produced.")
 	AgentErrors                 = counter("agent_errors_total", "", "Errors in the agent's main loop, by stage.", "stage")
 	AgentSampledCPUs            = Metric{Name: MetricPrefix + "agent_sampled_cpus", Type: Gauge, Help: "CPUs the sampler is attached to."}
-	// The two GPU kernel time counters are in nanoseconds, not Prometheus'
-	// base unit (seconds); their names are kept as they are on the wire.
-	AgentGPUKernelTime             = counter("agent_gpu_kernel_nanoseconds_total", "", "GPU kernel time drained from the GPU tracer.")
-	AgentGPUKernelTimeUnattributed = counter("agent_gpu_kernel_nanoseconds_unattributed_total", "", "GPU kernel time not put in any profile, by reason (exited, other_node, not_in_job).", "reason")
-	AgentGPUTraceLost              = counter("agent_gpu_trace_lost_total", "", "GPU tracer events lost (ring_buffer, bad_args, read_error, decode_error), launches without a stack (stack_error, expired_launch, evicted_launch) and names dropped (name).", "reason")
+	// GPU kernel time is counted in integer nanoseconds and exported in
+	// seconds, Prometheus' base unit.
+	AgentGPUKernelTime             = counter("agent_gpu_kernel_seconds_total", "seconds", "GPU kernel time drained from the GPU tracer.")
+	AgentGPUKernelTimeUnattributed = counter("agent_gpu_kernel_unattributed_seconds_total", "seconds", "GPU kernel time not put in any profile, by reason (exited, other_node, not_in_job).", "reason")
+	AgentGPUTraceLost              = counter("agent_gpu_trace_lost_total", "", "GPU tracer events lost (ring_buffer, bad_args, read_error, decode_error, rate_limited: calls over their user's ration), launches without a stack (stack_error, expired_launch, evicted_launch), names dropped (name), launches and names dropped because their job's memory share was full (over_budget), and records whose time went to their process's over-budget row instead of a row of their own (folded).", "reason")
 	AgentGPUTraceAttachedFiles     = Metric{Name: MetricPrefix + "agent_gpu_trace_attached_files", Type: Gauge, Help: "Injection library files the GPU tracer is attached to."}
 	AgentBPFRunTime                = counter("agent_bpf_run_seconds_total", "seconds", "Time the kernel spent in the sampling program (needs kernel.bpf_stats_enabled=1).")
 	AgentBPFRuns                   = counter("agent_bpf_runs_total", "", "Runs of the sampling program (needs kernel.bpf_stats_enabled=1).")
+	// AgentCPUMapsFull names the job that filled the sampler's kernel maps,
+	// which every job shares: the one with the most distinct keys in a
+	// generation that dropped samples (map_full) or stacks (stack_map_full,
+	// python stack map full).
+	AgentCPUMapsFull = Metric{Name: MetricPrefix + "agent_cpu_maps_full_total", Type: Counter, Attributes: []Attribute{JobID}, Labels: []string{"map"},
+		Help: "Sampler generations whose counts (map=counts), native stacks (map=stacks) or Python stacks (map=python_stacks) map was full, by the job with the most distinct keys in them (slurm_job_id empty: processes in no job)."}
+	AgentSymbolizeErrors = counter("agent_symbolize_errors_total", "", "Frames or files left unsymbolised, by reason: no_symbol, no_mapping, read_maps, open_file, not_regular, owner, link, file_identity, too_large (a size or count over the file's real size or a hard cap), parse_elf, panic, over_budget, work_limit, stalled_io, perf_map, kallsyms, kallsyms_hidden, kernel_no_symbol.", "reason")
 	// The user-stack capture (agent/stackwalk): the table unwinder and the
 	// CPython walk.
 	AgentUnwindMode       = Metric{Name: MetricPrefix + "agent_unwind_mode_info", Type: Gauge, Labels: []string{"mode", "reason"}, Help: "1, labelled with how native user frames are unwound: mode tables (reason none) or frame_pointer, with why: flag (--unwind=fp), arch (not x86-64), no_bpf_loop (the kernel is older than 5.17)."}
@@ -298,6 +305,17 @@ var (
 	// Attribution (agent/attribution): what a user could not make it believe.
 	AgentCgroupRefused  = counter("agent_cgroup_refused_total", "", "Processes put in no job because their Slurm-looking cgroup path is not Slurm's, by reason (outside_slurm_tree: not where slurmd makes its tree; not_root_owned; unverified: its directories could not be checked).", "reason")
 	AgentJobIDConflicts = counter("agent_job_id_conflicts_total", "", "SLUID jobs left with their SLUID as id because their slurmstepd named a job another job of the node holds, or their slurmstepds disagreed.")
+)
+
+// The memory budget (agent/budget): what jobs make the agent hold, by kind
+// (symbols, perf_map, maps, gpu_aggregation, unwind_tables, python_code).
+var (
+	AgentMemoryBudget             = Metric{Name: MetricPrefix + "agent_memory_budget_bytes", Unit: "bytes", Type: Gauge, Help: "The memory budget: the most bytes the agent holds for all jobs together."}
+	AgentMemoryBudgetUsed         = Metric{Name: MetricPrefix + "agent_memory_budget_used_bytes", Unit: "bytes", Type: Gauge, Labels: []string{"kind"}, Help: "Bytes held in the memory budget, by kind."}
+	AgentMemoryBudgetEvictions    = counter("agent_memory_budget_evictions_total", "", "Cache entries evicted from the memory budget (least recently used, by bytes), by kind.", "kind")
+	AgentMemoryBudgetEvictedBytes = counter("agent_memory_budget_evicted_bytes_total", "bytes", "Bytes of the cache entries evicted from the memory budget, by kind.", "kind")
+	AgentMemoryBudgetRefused      = counter("agent_memory_budget_refused_total", "", "Charges the memory budget refused (a job's share or the total was full of what cannot be evicted), by kind; what was refused is left out and counted where it was.", "kind")
+	AgentJobFileReadsDeferred     = counter("agent_job_file_reads_deferred_total", "", "Reads of job files (symbol tables, perf maps, mapping tables) put off because the job had used its read allowance.")
 )
 
 // The shippers' metrics (agent/pyroscope, agent/remotewrite).
@@ -336,7 +354,9 @@ var Metrics = []Metric{
 	JobLastSeen, JobCgroupUnsupported, CgroupPollDuration, CgroupPolls, CgroupReadErrors,
 	AgentCPUSamples, AgentCPUSamplesLost, AgentCPUSamplesUnattributed, AgentProfiles, AgentProfileBytes, AgentErrors,
 	AgentSampledCPUs, AgentGPUKernelTime, AgentGPUKernelTimeUnattributed, AgentGPUTraceLost, AgentGPUTraceAttachedFiles,
-	AgentBPFRunTime, AgentBPFRuns, AgentCgroupRefused, AgentJobIDConflicts,
+	AgentBPFRunTime, AgentBPFRuns, AgentCPUMapsFull, AgentSymbolizeErrors, AgentCgroupRefused, AgentJobIDConflicts,
+	AgentMemoryBudget, AgentMemoryBudgetUsed, AgentMemoryBudgetEvictions, AgentMemoryBudgetEvictedBytes,
+	AgentMemoryBudgetRefused, AgentJobFileReadsDeferred,
 	AgentUnwindMode, AgentUnwindWalks, AgentUnwindFrames, AgentUnwindTableBytes, AgentUnwindBudget, AgentUnwindProcesses, AgentUnwindFiles,
 	AgentUnwindSyncs, AgentPythonWalks, AgentPythonProcesses, AgentPythonSkipped, AgentPythonFrames, AgentPythonCodeBytes,
 	PyroscopePushes, PyroscopePushedBytes, PyroscopePushRetries, PyroscopeDroppedRequests, PyroscopeSpoolRequests, PyroscopeSpoolBytes,

@@ -15,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/slurmscope/slurmscope/agent/attribution"
+	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/cgroup/cgrouptest"
 	"github.com/slurmscope/slurmscope/agent/cpu"
 	"github.com/slurmscope/slurmscope/agent/daemon"
@@ -31,6 +32,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/source"
 	"github.com/slurmscope/slurmscope/agent/spool"
 	"github.com/slurmscope/slurmscope/agent/stackwalk"
+	"github.com/slurmscope/slurmscope/agent/symbolize"
 	"github.com/slurmscope/slurmscope/agent/users"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -72,6 +74,8 @@ func TestAgentExportsTheSchemasMetrics(t *testing.T) {
 	described = append(described, cpuSrc.Collectors()...)
 	described = append(described, gpuSrc.Collectors()...)
 	described = append(described, cpu.ProgramMetrics(func() (uint64, uint64, bool) { return 1, 1, true })...)
+	described = append(described, budget.NewCollector(budget.New(budget.Options{}), budget.NewWork(budget.WorkOptions{})))
+	described = append(described, symbolize.New(symbolize.Options{}).Collector())
 	// The stack capture with neither tables nor Python frames loads
 	// nothing, and describes the same metrics.
 	walker, err := stackwalk.New(stackwalk.Options{})

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime/debug"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -21,6 +23,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 
 	"github.com/slurmscope/slurmscope/agent/attribution"
+	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/cpu"
 	"github.com/slurmscope/slurmscope/agent/daemon"
 	"github.com/slurmscope/slurmscope/agent/gpu"
@@ -72,6 +75,8 @@ type runFlags struct {
 	rw             remotewrite.Config
 	rwSpoolDir     string
 	rwSpoolMax     int64
+	budget         budget.Options
+	work           budget.WorkOptions
 	unwind         string
 	pythonFrames   bool
 	unwindBudget   int64
@@ -126,6 +131,14 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.rw.Interval, "prometheus-remote-write-interval", 15*time.Second, "how often metrics are remote-written")
 	fs.StringVar(&f.rwSpoolDir, "remote-write-spool-dir", "/var/lib/slurmscope/remote-write", "on-disk queue of metric batches waiting for the remote-write endpoint")
 	fs.Int64Var(&f.rwSpoolMax, "remote-write-spool-max-bytes", 64<<20, "bound of the remote-write spool; the oldest batches are dropped (and counted) past it")
+	fs.Int64Var(&f.budget.Total, "memory-budget-bytes", 0,
+		"bytes the agent may hold for all jobs together (symbol tables, perf maps, mapping tables, GPU aggregation); 0: 384 MiB; at most 3/8 of the agent's cgroup memory limit (the unit's MemoryMax)")
+	fs.Int64Var(&f.budget.JobShare, "memory-budget-job-bytes", 0,
+		"the most one job may make the agent hold; past it the job's own least recently used entries are evicted; 0: 128 MiB, or a third of the budget")
+	fs.Int64Var(&f.work.Burst, "job-read-burst-bytes", budget.DefaultWorkBurst,
+		"bytes of a job's files (symbol tables, perf maps, mapping tables) the agent reads at once before --job-read-bytes-per-second applies")
+	fs.Int64Var(&f.work.Rate, "job-read-bytes-per-second", budget.DefaultWorkRate,
+		"bytes of a job's files the agent reads a second past the burst; reads past it wait, counted")
 }
 
 func runCmd(args []string, stdout, stderr io.Writer) int {
@@ -156,6 +169,10 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	if f.interval < time.Second {
 		fmt.Fprintf(stderr, "run: --upload-interval %v is shorter than 1s\n", f.interval)
+		return 2
+	}
+	if f.budget.Total < 0 || f.budget.JobShare < 0 || f.work.Burst <= 0 || f.work.Rate <= 0 {
+		fmt.Fprintln(stderr, "run: --memory-budget-bytes and --memory-budget-job-bytes must not be negative, --job-read-burst-bytes and --job-read-bytes-per-second must be positive")
 		return 2
 	}
 	if f.hostInterval < 100*time.Millisecond {
@@ -351,12 +368,16 @@ func newProfiler(f runFlags, res *attribution.Resolver, coll *gpu.Collector, reg
 		f.gpuKernels.Devices = coll.CUDADevice
 	}
 	proc := procfs.New(f.attr.procRoot)
+	bud, work := memoryBudget(f, proc, log)
+	reg.MustRegister(budget.NewCollector(bud, work))
+	owner, job := owners(res)
 	// One stack capture for every source's probe: the unwind tables and
 	// the CPython state of the processes the agent profiles.
 	// A process the probes meet before a rescan is admitted at once, as a
 	// rescan would (the daemon exists once the sources do).
 	var d atomic.Pointer[daemon.Daemon]
-	sym := symbolize.New(symbolize.Options{Proc: proc})
+	sym := symbolize.New(symbolize.Options{Proc: proc, Budget: bud, Work: work, Owner: owner})
+	reg.MustRegister(sym.Collector())
 	walker, err := stackwalk.New(stackwalk.Options{Proc: proc, Tables: f.unwind == "auto", Python: f.pythonFrames,
 		Remapped:      sym.Refresh,
 		MaxTableBytes: f.unwindBudget, ExitGrace: 2*f.interval + time.Minute, Log: log,
@@ -378,7 +399,8 @@ func newProfiler(f runFlags, res *attribution.Resolver, coll *gpu.Collector, reg
 		return nil, fmt.Errorf("starting the stack unwinder (needs root, BTF, Linux 5.17 or later): %w", err)
 	}
 	p.closers = append(p.closers, walker.Close)
-	env := source.Env{Proc: proc, SysRoot: f.sysRoot, ExcludePID: os.Getpid(), Stacks: walker, Reg: reg, Log: log}
+	env := source.Env{Proc: proc, SysRoot: f.sysRoot, ExcludePID: os.Getpid(), Interval: f.interval,
+		Budget: bud, Owner: owner, Job: job, Stacks: walker, Reg: reg, Log: log}
 	var sources []source.Source
 	var names []string
 	for _, k := range f.kinds {
@@ -438,6 +460,58 @@ func newProfiler(f runFlags, res *attribution.Resolver, coll *gpu.Collector, reg
 	p.info = []any{"node", res.HostName(), "sources", names, "interval", f.interval,
 		"output_dir", f.outputDir, "pyroscope", f.pyro.URL}
 	return p, nil
+}
+
+// memoryBudget makes the agent's memory budget and job read allowance.
+// Under a cgroup memory limit (the unit's MemoryMax) the budget is fitted
+// to it, and, unless GOMEMLIMIT is set, so is the Go runtime's soft limit,
+// so that the collector works harder before the OOM killer acts.
+func memoryBudget(f runFlags, proc procfs.FS, log *slog.Logger) (*budget.Budget, *budget.Work) {
+	o := f.budget
+	if cg, err := proc.Cgroup(os.Getpid()); err == nil {
+		if limit, ok := budget.CgroupMemoryLimit(cg, filepath.Join(f.sysRoot, "fs", "cgroup")); ok {
+			var goLimit int64
+			o, goLimit = budget.ForLimit(o, limit)
+			if os.Getenv("GOMEMLIMIT") == "" {
+				debug.SetMemoryLimit(goLimit)
+			}
+			log.Info("memory limit", "cgroup_bytes", limit, "go_soft_limit_bytes", debug.SetMemoryLimit(-1))
+		}
+	}
+	b := budget.New(o)
+	st := b.Stats()
+	log.Info("memory budget", "bytes", st.Total, "job_bytes", b.Share(budget.JobOwner("")))
+	return b, budget.NewWork(f.work)
+}
+
+// owners names a process's owner in the memory budget (its job, or its
+// user outside jobs) and its job, from the attribution cache: the daemon
+// attributed it when it found it.
+func owners(res *attribution.Resolver) (owner, job func(procfs.ID) string) {
+	lookup := func(id procfs.ID) (attribution.Process, bool) {
+		if p, ok := res.Cached(id); ok {
+			return p, true
+		}
+		p, err := res.Resolve(id.PID)
+		return p, err == nil && p.ID == id
+	}
+	owner = func(id procfs.ID) string {
+		p, ok := lookup(id)
+		switch {
+		case !ok:
+			return budget.Unknown
+		case p.InJob():
+			return budget.JobOwner(p.Job.ID)
+		}
+		return budget.UserOwner(p.UID)
+	}
+	job = func(id procfs.ID) string {
+		if p, ok := res.Cached(id); ok && p.InJob() {
+			return p.Job.ID
+		}
+		return ""
+	}
+	return owner, job
 }
 
 func (p *profiler) run(ctx context.Context, log *slog.Logger) error {

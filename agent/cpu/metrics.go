@@ -13,6 +13,7 @@ type metrics struct {
 	unattributed *prometheus.CounterVec
 	lost         *prometheus.CounterVec
 	cpus         prometheus.Gauge
+	mapsFull     *prometheus.CounterVec // slurm_job_id, map
 	pyWalks      *prometheus.CounterVec
 }
 
@@ -22,6 +23,7 @@ func newMetrics() metrics {
 		unattributed: promschema.CounterVec(schema.AgentCPUSamplesUnattributed),
 		lost:         promschema.CounterVec(schema.AgentCPUSamplesLost),
 		cpus:         promschema.Gauge(schema.AgentSampledCPUs),
+		mapsFull:     promschema.JobCounterVec(schema.AgentCPUMapsFull),
 		pyWalks:      promschema.CounterVec(schema.AgentPythonWalks),
 	}
 }
@@ -29,7 +31,7 @@ func newMetrics() metrics {
 // own are the metrics the source exports itself; the daemon exports
 // samples and unattributed (source.Info).
 func (m metrics) own() []prometheus.Collector {
-	return []prometheus.Collector{m.lost, m.cpus, m.pyWalks}
+	return []prometheus.Collector{m.lost, m.cpus, m.pyWalks, m.mapsFull}
 }
 
 // observe turns the sampler's running totals into counter increments.

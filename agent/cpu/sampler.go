@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -58,11 +59,16 @@ type Options struct {
 	// preallocates it: each entry takes a little over 1 KiB, twice over for
 	// the two generations. A sample whose stack finds the map full is still
 	// counted, without that stack (Stats.KernelStackMapFull,
-	// UserStackMapFull). Default 16384.
+	// UserStackMapFull). Default: see MapSizes.
 	MaxStackEntries int
 	// MaxCountEntries is the number of distinct (process, kernel stack, user
-	// stack) keys per generation. Default 16384.
+	// stack) keys per generation. Default: see MapSizes.
 	MaxCountEntries int
+	// Interval is how often the maps are drained (the daemon's interval),
+	// and CPUs how many CPUs are sampled, for the default map sizes; 0:
+	// 15 s, and the CPUs online at New.
+	Interval time.Duration
+	CPUs     int
 	// MaxPythonStackEntries is the number of distinct Python stacks (per
 	// process) each generation can hold, preallocated like the stacks, at
 	// 1.5 KiB each. A sample that finds the map full keeps its native stack
@@ -88,10 +94,9 @@ type Preparer interface {
 }
 
 const (
-	defaultSampleRate      = 97
-	defaultMaxStackEntries = 16384
-	defaultMaxCountEntries = 16384
-	defaultMaxPyEntries    = 4096
+	defaultSampleRate   = 97
+	defaultInterval     = 15 * time.Second
+	defaultMaxPyEntries = 4096
 	// stackDepth is the most frames of a stack (struct unwind_stack in
 	// stack.h): the default of kernel.perf_event_max_stack.
 	stackDepth = 127
@@ -99,6 +104,34 @@ const (
 	endFrameLimit = 1
 	pyNewBytes    = 1 << 20 // the py_new ring buffer: over 600 new stacks between reads
 )
+
+// Bounds of the map sizes MapSizes picks. The maps are shared by every job
+// on the node and preallocated by the kernel (charged to the agent's
+// memory cgroup): a counts entry is about 100 bytes, a stacks entry about
+// 1.1 KiB, twice over for the two generations. At the caps that is 50 MiB
+// and 140 MiB. The Python stacks map keeps MaxPythonStackEntries (one
+// Python stack, 1.5 KiB, is worth a stacks entry and a half); when it is
+// full, slurmscope_agent_cpu_maps_full_total says so too.
+const (
+	minMapEntries       = 16384
+	maxCountEntriesAuto = 1 << 18
+	maxStackEntriesAuto = 1 << 16
+)
+
+// MapSizes returns the counts and stacks map sizes for cpus CPUs sampled
+// at rate Hz and drained every interval: room for every sample of a
+// generation to be a key of its own (a quarter more, for a drain that runs
+// late), so that one job's many distinct stacks cannot fill the maps and
+// drop the other jobs' samples until the next drain. Within the bounds
+// above; past them, Stats and slurmscope_agent_cpu_maps_full_total say
+// which job filled them.
+func MapSizes(cpus, rate int, interval time.Duration) (counts, stacks int) {
+	perGen := float64(cpus) * float64(rate) * interval.Seconds() * 1.25
+	n := int(min(perGen, float64(maxCountEntriesAuto)))
+	counts = min(max(n, minMapEntries), maxCountEntriesAuto)
+	stacks = min(max(n, minMapEntries), maxStackEntriesAuto)
+	return counts, stacks
+}
 
 // ErrHotplug marks a Drain that could not follow CPU hotplug; its samples
 // are good.
@@ -188,9 +221,15 @@ type Sampler struct {
 	closed  bool
 	// hashSeed is the program's stack_hash_seed, for tests.
 	hashSeed uint64
-	pyNew    *ringbuf.Reader
-	pyDone   chan struct{}
+	// The map sizes chosen, per generation.
+	countEntries, stackEntries int
+	pyNew                      *ringbuf.Reader
+	pyDone                     chan struct{}
 }
+
+// MapEntries returns the sizes of the counts and stacks maps, per
+// generation.
+func (s *Sampler) MapEntries() (counts, stacks int) { return s.countEntries, s.stackEntries }
 
 // New loads the program and attaches it on every online CPU. It needs
 // CAP_BPF and CAP_PERFMON (or root).
@@ -201,17 +240,29 @@ func New(opts Options) (*Sampler, error) {
 	if opts.SysRoot == "" {
 		opts.SysRoot = "/sys"
 	}
+	if opts.SampleRate < 0 || opts.MaxStackEntries < 0 || opts.MaxCountEntries < 0 || opts.MaxPythonStackEntries < 0 ||
+		opts.ExcludePID < 0 || opts.Interval < 0 || opts.CPUs < 0 {
+		return nil, fmt.Errorf("cpu sampler: negative option in %+v", opts)
+	}
+	if opts.Interval == 0 {
+		opts.Interval = defaultInterval
+	}
+	if opts.CPUs == 0 {
+		online, err := readOnlineCPUs(opts.SysRoot)
+		if err != nil {
+			return nil, fmt.Errorf("cpu sampler: %w", err)
+		}
+		opts.CPUs = len(online)
+	}
+	counts, stacks := MapSizes(opts.CPUs, opts.SampleRate, opts.Interval)
 	if opts.MaxStackEntries == 0 {
-		opts.MaxStackEntries = defaultMaxStackEntries
+		opts.MaxStackEntries = stacks
 	}
 	if opts.MaxCountEntries == 0 {
-		opts.MaxCountEntries = defaultMaxCountEntries
+		opts.MaxCountEntries = counts
 	}
 	if opts.MaxPythonStackEntries == 0 {
 		opts.MaxPythonStackEntries = defaultMaxPyEntries
-	}
-	if opts.SampleRate < 0 || opts.MaxStackEntries < 0 || opts.MaxCountEntries < 0 || opts.MaxPythonStackEntries < 0 || opts.ExcludePID < 0 {
-		return nil, fmt.Errorf("cpu sampler: negative option in %+v", opts)
 	}
 
 	spec, err := loadSampler()
@@ -236,7 +287,7 @@ func New(opts Options) (*Sampler, error) {
 	}
 	hashSeed := binary.NativeEndian.Uint64(seed[:])
 
-	s := &Sampler{sysRoot: opts.SysRoot, hashSeed: hashSeed}
+	s := &Sampler{sysRoot: opts.SysRoot, hashSeed: hashSeed, countEntries: opts.MaxCountEntries, stackEntries: opts.MaxStackEntries}
 	consts := map[string]any{samplerVarExcludeTgid: uint32(opts.ExcludePID), samplerVarStackHashSeed: hashSeed}
 	var shared map[string]*ebpf.Map
 	if opts.Stacks != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/profiles"
 	"github.com/slurmscope/slurmscope/agent/python"
 	"github.com/slurmscope/slurmscope/agent/source"
@@ -26,6 +27,9 @@ type Source struct {
 	stacks source.Stacks // resolves Python frames; nil: none
 	m      metrics
 	last   Stats
+	// jobOf names a process's job ("" in none) for the maps-full metric;
+	// nil: every process is in none.
+	jobOf func(procfs.ID) string
 }
 
 var (
@@ -38,6 +42,10 @@ var (
 func NewSource(s drainer, sampleRate int, stacks source.Stacks) *Source {
 	return &Source{s: s, period: 1e9 / int64(sampleRate), stacks: stacks, m: newMetrics()}
 }
+
+// WithJobs makes the source name, when the kernel maps were full, the job
+// that filled them: jobOf gives a process's job id, "" for none.
+func (c *Source) WithJobs(jobOf func(procfs.ID) string) *Source { c.jobOf = jobOf; return c }
 
 // Info describes the source to the daemon.
 func (c *Source) Info() source.Info {
@@ -57,6 +65,7 @@ func (c *Source) Drain() (source.Batch, error) {
 		b.Warn = err
 	}
 	c.m.observe(c.last, st)
+	c.noteFull(samples, c.last, st)
 	c.last = st
 	b.Samples = make([]source.Sample, len(samples))
 	// Right after the drain, while the processes (most of them) live;
@@ -80,6 +89,41 @@ func (c *Source) Drain() (source.Batch, error) {
 		b.Samples[i] = out
 	}
 	return b, nil
+}
+
+// noteFull says which job filled the maps of a generation that was full:
+// the one whose processes hold the most distinct keys (each sample is
+// one) in it.
+func (c *Source) noteFull(samples []Sample, prev, cur Stats) {
+	countsFull := cur.LostMapFull > prev.LostMapFull
+	stacksFull := cur.KernelStackMapFull+cur.UserStackMapFull > prev.KernelStackMapFull+prev.UserStackMapFull
+	pyFull := cur.PythonStackMapFull > prev.PythonStackMapFull
+	if !countsFull && !stacksFull && !pyFull {
+		return
+	}
+	keys := map[string]int{}
+	for _, s := range samples {
+		job := ""
+		if c.jobOf != nil {
+			job = c.jobOf(s.Proc)
+		}
+		keys[job]++
+	}
+	top, most := "", -1
+	for job, n := range keys {
+		if n > most || n == most && job < top {
+			top, most = job, n
+		}
+	}
+	if countsFull {
+		c.m.mapsFull.WithLabelValues(top, "counts").Inc()
+	}
+	if stacksFull {
+		c.m.mapsFull.WithLabelValues(top, "stacks").Inc()
+	}
+	if pyFull {
+		c.m.mapsFull.WithLabelValues(top, "python_stacks").Inc()
+	}
 }
 
 // Collectors are the source's own metrics (the sampler's losses and CPUs).
@@ -112,7 +156,7 @@ func (k *Kind) Open(env source.Env) (source.Source, error) {
 	if !k.on {
 		return nil, nil
 	}
-	opts := Options{SampleRate: k.rate, SysRoot: env.SysRoot, ExcludePID: env.ExcludePID}
+	opts := Options{SampleRate: k.rate, SysRoot: env.SysRoot, ExcludePID: env.ExcludePID, Interval: env.Interval}
 	if env.Stacks != nil {
 		opts.Stacks = env.Stacks
 		// Read each new Python stack's code objects now, while its
@@ -123,10 +167,11 @@ func (k *Kind) Open(env source.Env) (source.Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting the eBPF sampler (needs root, perf events and BTF, Linux 5.17 or later): %w", err)
 	}
-	src := &closingSource{Source: NewSource(s, k.rate, env.Stacks), s: s}
+	src := &closingSource{Source: NewSource(s, k.rate, env.Stacks).WithJobs(env.Job), s: s}
 	env.Reg.MustRegister(src.Collectors()...)
 	env.Reg.MustRegister(programStats(s)...)
-	env.Log.Info("sampling CPU stacks", "sample_rate_hz", k.rate)
+	counts, stacks := s.MapEntries()
+	env.Log.Info("sampling CPU stacks", "sample_rate_hz", k.rate, "count_entries", counts, "stack_entries", stacks)
 	return src, nil
 }
 

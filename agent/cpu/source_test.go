@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -80,5 +81,53 @@ func TestKindChecksTheRate(t *testing.T) {
 	}
 	if err := (&Kind{rate: 0}).Check(); err != nil {
 		t.Errorf("a rate is not checked when CPU profiling is off: %v", err)
+	}
+}
+
+func TestMapSizesFollowCPUsAndInterval(t *testing.T) {
+	for _, tc := range []struct {
+		cpus, rate     int
+		interval       time.Duration
+		counts, stacks int
+	}{
+		{2, 97, 15 * time.Second, minMapEntries, minMapEntries}, // 3637 samples a generation
+		{64, 97, 15 * time.Second, 116400, maxStackEntriesAuto}, // every sample its own key, a quarter more
+		{64, 97, 60 * time.Second, maxCountEntriesAuto, maxStackEntriesAuto},
+		{512, 997, 15 * time.Second, maxCountEntriesAuto, maxStackEntriesAuto},
+	} {
+		c, s := MapSizes(tc.cpus, tc.rate, tc.interval)
+		if c != tc.counts || s != tc.stacks {
+			t.Errorf("MapSizes(%d, %d, %v) = %d, %d; want %d, %d", tc.cpus, tc.rate, tc.interval, c, s, tc.counts, tc.stacks)
+		}
+	}
+}
+
+// TestMapsFullNamesTheJob: a generation whose maps were full names the job
+// with the most distinct keys in it.
+func TestMapsFullNamesTheJob(t *testing.T) {
+	var samples []Sample
+	for i := range 50 {
+		samples = append(samples, Sample{Proc: procfs.ID{PID: 100 + i%5, Start: 1}, Count: 1}) // job 7: 5 processes
+	}
+	samples = append(samples, Sample{Proc: procfs.ID{PID: 9, Start: 1}, Count: 1000}) // job 8: many samples, one key
+	d := &fakeDrainer{samples: samples, stats: []Stats{{}, {LostMapFull: 3}, {LostMapFull: 4, UserStackMapFull: 1, PythonStackMapFull: 2}}}
+	s := NewSource(d, 97, nil).WithJobs(func(p procfs.ID) string {
+		if p.PID >= 100 {
+			return "7"
+		}
+		return "8"
+	})
+	for range 3 {
+		if _, err := s.Drain(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		job, m string
+		want   float64
+	}{{"7", "counts", 2}, {"7", "stacks", 1}, {"7", "python_stacks", 1}, {"8", "counts", 0}} {
+		if got := testutil.ToFloat64(s.m.mapsFull.WithLabelValues(tc.job, tc.m)); got != tc.want {
+			t.Errorf("maps full {job %s, map %s} = %v, want %v", tc.job, tc.m, got, tc.want)
+		}
 	}
 }

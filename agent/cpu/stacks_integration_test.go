@@ -229,7 +229,7 @@ func TestIntegrationManyStacks(t *testing.T) {
 	b := startBurnerMode(t, "stacks")
 	startTicks := procStat(t, b.pid)[22]
 	waitBurnerSamples(t, b.pid, 1500, 10*time.Second, func() bool {
-		return mapLen(t, s.gens[s.active].stacks) >= defaultMaxStackEntries/2
+		return mapLen(t, s.gens[s.active].stacks) >= s.stackEntries/2
 	})
 	maps := execMappings(t, b.pid)
 	checkStackKeys(t, s, maps)
@@ -261,9 +261,9 @@ func TestIntegrationManyStacks(t *testing.T) {
 			t.Errorf("user leaf %#x outside the burner's executable mappings", sm.User[0])
 		}
 	}
-	d, n := float64(len(distinct)), float64(defaultMaxStackEntries)
+	d, n := float64(len(distinct)), float64(s.stackEntries)
 	t.Logf("burner: %d samples, %d with a user stack, %d distinct user stacks; a STACK_TRACE map of %d buckets would expect %.1f colliding pairs among them alone",
-		total, withUser, len(distinct), defaultMaxStackEntries, d*(d-1)/(2*n))
+		total, withUser, len(distinct), s.stackEntries, d*(d-1)/(2*n))
 	if stats.KernelStackMapFull != 0 || stats.UserStackMapFull != 0 {
 		t.Errorf("stacks map full, but it was far from full: %+v", stats)
 	}

@@ -551,3 +551,42 @@ func TestIntegrationLaunchOverhead(t *testing.T) {
 		t.Errorf("probe adds %.2f µs per launch, target ≤ 5 µs", added/1000)
 	}
 }
+
+// TestIntegrationUserRation: while the ring buffer has room, nobody is
+// dropped, whatever the ration says; once it is half full, the calls of a
+// user past the ration are (counted), and those of other users are not.
+func TestIntegrationUserRation(t *testing.T) {
+	needIntegration(t)
+	dir := buildBinaries(t)
+	lib := filepath.Join(dir, "libslurmscope_inject.so")
+	// A ring of 16 launch events (a page is 4 KiB, an event about 1 KiB):
+	// the reader's poll, every 100 ms, cannot keep up with a script.
+	tr := newTracer(t, Options{UserCallsPerSecond: 1, UserCallsBurst: 10, RingBufferBytes: 4 * os.Getpagesize()})
+	if err := tr.AttachFile(lib); err != nil {
+		t.Fatal(err)
+	}
+	a := startCaller(t, lib, filepath.Join(dir, "markercall"))
+	// One at a time, reading in between: the ring never fills, and all
+	// 30 are traced though the ration is 10.
+	for cid := 1; cid <= 30; cid++ {
+		a.do(fmt.Sprintf("launch %d 1 0 0", cid))
+		if _, _, err := tr.Drain(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, st, _ := tr.Drain()
+	if st.LaunchEvents != 30 || st.RateLimited != 0 {
+		t.Fatalf("with room in the ring: %d traced, %d rate limited; want 30, 0", st.LaunchEvents, st.RateLimited)
+	}
+	// A flood past the ration: dropped once the ring is half full.
+	var cmds []string
+	for cid := 100; cid < 2100; cid++ {
+		cmds = append(cmds, fmt.Sprintf("launch %d 1 0 0", cid))
+	}
+	a.do(cmds...)
+	_, st2, _ := tr.Drain()
+	if st2.RateLimited == 0 {
+		t.Fatalf("a flood past the ration: nothing rate limited (%+v)", st2)
+	}
+	t.Logf("flood of 2000: %d traced, %d rate limited, %d lost in the ring", st2.LaunchEvents-st.LaunchEvents, st2.RateLimited, st2.LostRingBuffer)
+}

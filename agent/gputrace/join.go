@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/python"
 )
@@ -32,6 +33,36 @@ import (
 //   - State is bounded: pending launches and held records per process and
 //     in total, names per process and name bytes in total, processes. When a
 //     bound is hit the oldest entry goes first and a counter says so.
+//   - What a process makes the joiner hold (its launches, names and the
+//     interval's aggregate rows) is charged to its job's share of the
+//     memory budget, so that a job forging records (the marker functions
+//     are exported: any process that loads the library can call them) can
+//     exhaust only its own share. Past it, new launches and names are
+//     dropped, and records that would open a new row are folded into one
+//     row per (process, device) under OverBudgetFrame: the GPU time stays
+//     exact, its detail goes. Rows per process and interval are capped too
+//     (maxRowsPerProcess), which bounds the cost of a drain.
+
+// Charges, in bytes, of what a process makes the joiner hold. A row is
+// charged for what it costs downstream too (its sample, and its share of
+// the profile the daemon builds), not only for its map entry.
+const (
+	procBytes    = 1024
+	rowBytes     = 512
+	launchBytes  = 160 // plus 8 per frame of its stack
+	pyFrameBytes = 48  // a Python frame, besides its function and file names
+	nameBytes    = 64  // plus the name, raw and demangled
+	chargeStep   = 64 << 10
+	// maxRowsPerProcess caps one process's rows in an interval, and with
+	// them the work of a drain, which every job's interval waits for; a
+	// real trainer has hundreds (kernels x sampled call sites x devices).
+	maxRowsPerProcess = 4096
+)
+
+// OverBudgetFrame is the leaf under which GPU time is put that could not
+// get a row of its own: its process's job had used its memory share, or
+// the process its row cap.
+const OverBudgetFrame = "[gpu time over the memory budget]"
 
 type limits struct {
 	maxProcesses          int
@@ -42,6 +73,10 @@ type limits struct {
 	maxNameBytes          int // all processes
 	launchTimeout         time.Duration
 	recordGrace           time.Duration
+	// budget and owner charge each process's state to its job; nil
+	// budget: nothing is charged.
+	budget *budget.Budget
+	owner  func(procfs.ID) string
 }
 
 type stackID uint32
@@ -142,6 +177,7 @@ func (t *stackTable) live() int             { return len(t.ids) }
 type pendingLaunch struct {
 	proc   *procState
 	cid    uint64
+	bytes  int64 // charged
 	stack  stackID
 	flags  uint32
 	alias  uint64 // correlation id of the enclosing/nested launch, 0 if none
@@ -163,6 +199,7 @@ type sampleKey struct {
 	nameID uint64
 	device uint32
 	gi     uint32
+	folded bool // the row of time over the budget (nameID and stack 0)
 }
 
 type sums struct{ ns, launches uint64 }
@@ -190,6 +227,11 @@ type procState struct {
 	agg       map[sampleKey]*sums
 	active    bool // saw an event since the last drain
 	lru       *list.Element
+	// Its charge in the memory budget (nil: none, or refused), the bytes
+	// it stands for, and those of agg.
+	charge   *budget.Entry
+	used     int64
+	aggBytes int64
 }
 
 type joinStats struct {
@@ -200,6 +242,9 @@ type joinStats struct {
 	RejectedNames, DroppedNames           uint64
 	EvictedProcesses, ExitedProcesses     uint64
 	NoStackLaunches, TruncatedStacks      uint64
+	// Over the budget: launches and names dropped, records folded into
+	// their process's OverBudgetFrame row.
+	OverBudgetLaunches, OverBudgetNames, FoldedRecords uint64
 }
 
 type joiner struct {
@@ -232,9 +277,49 @@ func (j *joiner) proc(k procfs.ID) *procState {
 	p = &procState{key: k, names: map[uint64]kernelName{}, launches: map[uint64]*pendingLaunch{},
 		order: list.New(), held: map[uint64][]*heldRecord{}, lastOuter: map[uint32]uint64{},
 		agg: map[sampleKey]*sums{}, active: true}
+	if b := j.lim.budget; b != nil {
+		owner := budget.Unknown
+		if j.lim.owner != nil {
+			owner = j.lim.owner(k)
+		}
+		// Refused (the job's share is full of what cannot be evicted): the
+		// process is kept, with everything it brings folded.
+		p.charge, _ = b.Charge(owner, budget.GPUAggregation, chargeStep, nil)
+		p.used = procBytes
+	}
 	p.lru = j.lru.PushBack(p)
 	j.procs[k] = p
 	return p
+}
+
+// grow charges n more bytes to p's job, in steps of chargeStep; false when
+// they do not fit (nothing is charged then). Without a budget everything
+// fits.
+func (j *joiner) grow(p *procState, n int64) bool {
+	if j.lim.budget == nil {
+		return true
+	}
+	if p.charge == nil {
+		return false
+	}
+	if reserved := p.charge.Size(); p.used+n > reserved {
+		if p.charge.Resize((p.used+n+chargeStep-1)/chargeStep*chargeStep) != nil {
+			return false
+		}
+	}
+	p.used += n
+	return true
+}
+
+// shrink returns n bytes of p's charge.
+func (j *joiner) shrink(p *procState, n int64) {
+	if j.lim.budget == nil || p.charge == nil {
+		return
+	}
+	p.used -= n
+	if want := (p.used + chargeStep - 1) / chargeStep * chargeStep; p.charge.Size()-want >= 2*chargeStep {
+		p.charge.Resize(want)
+	}
 }
 
 // dropProc forgets a process with everything it still holds.
@@ -254,6 +339,7 @@ func (j *joiner) dropProc(p *procState) {
 	j.nameBytes -= p.nameBytes
 	j.lru.Remove(p.lru)
 	delete(j.procs, p.key)
+	p.charge.Release()
 }
 
 func (j *joiner) name(e nameEvent) {
@@ -270,6 +356,10 @@ func (j *joiner) name(e nameEvent) {
 	size := len(n.raw) + len(n.demangled)
 	if len(p.names) >= j.lim.maxNamesPerProcess || j.nameBytes+size > j.lim.maxNameBytes {
 		j.st.DroppedNames++
+		return
+	}
+	if !j.grow(p, int64(nameBytes+size)) {
+		j.st.OverBudgetNames++
 		return
 	}
 	p.names[e.nameID] = n
@@ -291,7 +381,19 @@ func (j *joiner) launch(e launchEvent, now time.Time) {
 		// process does that. The newer launch wins.
 		j.removeLaunch(old)
 	}
-	l := &pendingLaunch{proc: p, cid: e.correlationID, stack: j.stacks.intern(e.stack, e.python, e.pyTruncated), flags: e.flags, at: now}
+	// The stack is charged as it is held: 8 bytes a native frame, and
+	// the Python frames with their names and files.
+	cost := int64(launchBytes + 8*len(e.stack))
+	for _, f := range e.python {
+		cost += pyFrameBytes + int64(len(f.Function)+len(f.File))
+	}
+	if !j.grow(p, cost) {
+		// Over the job's share: the launch is not kept. Its records will
+		// count as unsampled, or fold.
+		j.st.OverBudgetLaunches++
+		return
+	}
+	l := &pendingLaunch{proc: p, cid: e.correlationID, bytes: cost, stack: j.stacks.intern(e.stack, e.python, e.pyTruncated), flags: e.flags, at: now}
 	if e.flags&FlagNested != 0 {
 		// Same call stack as the enclosing launch on this thread; the record
 		// may carry either id, so matching one retires both.
@@ -338,6 +440,7 @@ func (j *joiner) removeLaunch(l *pendingLaunch) {
 	p.order.Remove(l.local)
 	j.launches.Remove(l.global)
 	j.stacks.unref(l.stack)
+	j.shrink(p, l.bytes)
 	if l.alias != 0 {
 		if a := p.launches[l.alias]; a != nil && a.alias == l.cid {
 			a.alias = 0
@@ -361,16 +464,35 @@ func (j *joiner) records(h header, recs []kernelRecord, now time.Time) {
 	}
 }
 
+// row returns p's aggregate row for k, opening it if p's job can afford
+// it; otherwise the process's folded row of the same device.
+func (j *joiner) row(p *procState, k sampleKey) *sums {
+	if s := p.agg[k]; s != nil {
+		return s
+	}
+	if len(p.agg) < maxRowsPerProcess && j.grow(p, rowBytes) {
+		s := &sums{}
+		p.agg[k] = s
+		p.aggBytes += rowBytes
+		j.stacks.ref(k.stack)
+		return s
+	}
+	j.st.FoldedRecords++
+	// One folded row per device and GPU instance: its bytes are the
+	// process's base charge, bounded by the devices there are.
+	fk := sampleKey{device: k.device, gi: k.gi, folded: true}
+	s := p.agg[fk]
+	if s == nil {
+		s = &sums{}
+		p.agg[fk] = s
+	}
+	return s
+}
+
 func (j *joiner) matched(p *procState, l *pendingLaunch, r kernelRecord) {
 	j.st.MatchedRecords++
 	k := sampleKey{stack: l.stack, nameID: r.nameID, device: r.device, gi: r.gpuInstance}
-	s := p.agg[k]
-	if s == nil {
-		s = &sums{}
-		p.agg[k] = s
-		j.stacks.ref(l.stack)
-	}
-	s.add(r.duration(), 1)
+	j.row(p, k).add(r.duration(), 1)
 	// Every kernel of a graph carries the graph launch's id: keep it until
 	// it times out. Any other launch completes exactly once.
 	if l.flags&FlagGraph == 0 {
@@ -386,12 +508,7 @@ func (j *joiner) matched(p *procState, l *pendingLaunch, r kernelRecord) {
 func (j *joiner) unsampled(p *procState, r kernelRecord) {
 	j.st.UnsampledRecords++
 	k := sampleKey{stack: noStack, nameID: r.nameID, device: r.device, gi: r.gpuInstance}
-	s := p.agg[k]
-	if s == nil {
-		s = &sums{}
-		p.agg[k] = s
-	}
-	s.add(r.duration(), 1)
+	j.row(p, k).add(r.duration(), 1)
 }
 
 func (j *joiner) hold(p *procState, r kernelRecord, now time.Time) {
@@ -517,17 +634,23 @@ func (j *joiner) drainProc(out []Sample, p *procState) []Sample {
 		stack stackID
 		sums
 	}
+	type stackOf struct {
+		nameID uint64
+		stack  stackID
+	}
 	weights := map[uint64][]weight{}
+	index := map[stackOf]int{} // into weights[nameID]: no quadratic search
 	rows := map[sampleKey]*sums{}
 	for k, s := range p.agg {
 		if k.stack == noStack {
 			continue
 		}
 		ws := weights[k.nameID]
-		i := slices.IndexFunc(ws, func(w weight) bool { return w.stack == k.stack })
-		if i < 0 {
+		i, ok := index[stackOf{k.nameID, k.stack}]
+		if !ok {
 			ws = append(ws, weight{stack: k.stack})
 			i = len(ws) - 1
+			index[stackOf{k.nameID, k.stack}] = i
 		}
 		ws[i].add(s.ns, s.launches)
 		weights[k.nameID] = ws
@@ -542,7 +665,7 @@ func (j *joiner) drainProc(out []Sample, p *procState) []Sample {
 			continue
 		}
 		ws := weights[k.nameID]
-		if len(ws) == 0 {
+		if len(ws) == 0 || k.folded {
 			rows[k] = &sums{s.ns, s.launches}
 			continue
 		}
@@ -583,7 +706,9 @@ func (j *joiner) drainProc(out []Sample, p *procState) []Sample {
 			s.User = j.stacks.frames(k.stack)
 			s.Python, s.PythonTruncated = j.stacks.python(k.stack)
 		}
-		if n, ok := p.names[k.nameID]; ok {
+		if k.folded {
+			s.Kernel, s.KernelRaw = OverBudgetFrame, OverBudgetFrame
+		} else if n, ok := p.names[k.nameID]; ok {
 			s.Kernel, s.KernelRaw = n.demangled, n.raw
 		} else {
 			s.Kernel = unknownKernel(k.nameID)
@@ -597,6 +722,8 @@ func (j *joiner) drainProc(out []Sample, p *procState) []Sample {
 		j.stacks.unref(k.stack)
 	}
 	clear(p.agg)
+	j.shrink(p, p.aggBytes)
+	p.aggBytes = 0
 	return out
 }
 

@@ -111,6 +111,7 @@ enum stat_index {
 	STAT_BAD_ARGS,          // calls dropped: n or len out of range
 	STAT_READ_ERRORS,       // calls dropped: user memory unreadable
 	STAT_SKIPPED_SELF,      // calls by the excluded pid
+	STAT_RATE_LIMITED,      // calls dropped: their user past its ration, the ring half full
 	STAT_MAX,
 };
 
@@ -144,8 +145,71 @@ const struct records_event *unused_records __attribute__((unused));
 const struct name_event *unused_name __attribute__((unused));
 const enum event_kind *unused_kind __attribute__((unused));
 
+// The ring buffer is every job's: when the reader falls behind (the ring
+// half full), the calls of users who used more than half their ration (a
+// token bucket per uid) are dropped, so that one user calling the exported
+// markers in a loop fills at most half the ring and never crowds out
+// another user's events. While the ring has room nobody is dropped. Set by
+// the loader; 0: no ration.
+volatile const __u64 user_calls_per_sec = 0;
+volatile const __u64 user_calls_burst = 0;
+
+// UAPI; here, not in ../bpf/include, as only this program needs them.
+#define BPF_MAP_TYPE_LRU_HASH 9
+#define BPF_RB_RING_SIZE 1
+
+struct user_rate {
+	__u64 at_ns;
+	__s64 tokens; // signed: CPUs racing past zero leave it a little below
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct user_rate);
+} user_rates SEC(".maps");
+
+static __always_inline int over_rate(void)
+{
+	if (user_calls_per_sec == 0)
+		return 0;
+	__u32 uid = (__u32)bpf_get_current_uid_gid();
+	__u64 now = bpf_ktime_get_ns();
+	struct user_rate *r = bpf_map_lookup_elem(&user_rates, &uid);
+	if (!r) {
+		struct user_rate fresh = {.at_ns = now, .tokens = (__s64)user_calls_burst};
+		bpf_map_update_elem(&user_rates, &uid, &fresh, BPF_NOEXIST);
+		return 0;
+	}
+	__u64 idle = now - r->at_ns;
+	if (idle > 1000000000000ULL) // 1000 s: full anyway, and no overflow
+		idle = 1000000000000ULL;
+	__s64 add = (__s64)(idle * user_calls_per_sec / 1000000000ULL);
+	if (add > 0) {
+		__s64 t = r->tokens + add;
+		r->tokens = t < (__s64)user_calls_burst ? t : (__s64)user_calls_burst;
+		r->at_ns = now;
+	}
+	// Every call takes a token, dropped ones too, down to one burst of
+	// debt: a user calling in a loop stays heavy for as long as it does.
+	// Atomic: calls of one user on other CPUs take from the same bucket.
+	__s64 left = r->tokens;
+	if (left > -(__s64)user_calls_burst)
+		__sync_fetch_and_add(&r->tokens, -1);
+	// Past half of the ring, only users with more than half their burst
+	// left get in: the light ones.
+	if (left <= (__s64)(user_calls_burst / 2) &&
+	    bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 2) {
+		stat_inc(&stats, STAT_RATE_LIMITED);
+		return 1;
+	}
+	return 0;
+}
+
 // skip reports a call not to trace: the agent's own (it never loads the
-// library, but a test binary that does must not trace itself).
+// library, but a test binary that does must not trace itself), and a
+// user's over its ration.
 static __always_inline int skip(void)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
@@ -154,7 +218,7 @@ static __always_inline int skip(void)
 		stat_inc(&stats, STAT_SKIPPED_SELF);
 		return 1;
 	}
-	return 0;
+	return over_rate();
 }
 
 static __always_inline void header(struct event_header *h, __u32 kind)

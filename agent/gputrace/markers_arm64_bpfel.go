@@ -152,7 +152,8 @@ const (
 	markersStatIndexSTAT_BAD_ARGS       markersStatIndex = 5
 	markersStatIndexSTAT_READ_ERRORS    markersStatIndex = 6
 	markersStatIndexSTAT_SKIPPED_SELF   markersStatIndex = 7
-	markersStatIndexSTAT_MAX            markersStatIndex = 8
+	markersStatIndexSTAT_RATE_LIMITED   markersStatIndex = 8
+	markersStatIndexSTAT_MAX            markersStatIndex = 9
 )
 
 type markersUnwindStack struct {
@@ -164,30 +165,39 @@ type markersUnwindStack struct {
 	Pad   uint32
 }
 
+type markersUserRate struct {
+	_      structs.HostLayout
+	AtNs   uint64
+	Tokens int64
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	markersMapEvents         = "events"
-	markersMapPyEvents       = "py_events"
-	markersMapPyFrameScratch = "py_frame_scratch"
-	markersMapPyProcs        = "py_procs"
-	markersMapPySeen         = "py_seen"
-	markersMapPyThreads      = "py_threads"
-	markersMapStackFpScratch = "stack_fp_scratch"
-	markersMapStackPyScratch = "stack_py_scratch"
-	markersMapStats          = "stats"
-	markersProgKernelLaunch  = "kernel_launch"
-	markersProgKernelName    = "kernel_name"
-	markersProgKernelRecords = "kernel_records"
-	markersVarExcludeTgid    = "exclude_tgid"
-	markersVarStackPython    = "stack_python"
-	markersVarStackTables    = "stack_tables"
-	markersVarUnusedKind     = "unused_kind"
-	markersVarUnusedLaunch   = "unused_launch"
-	markersVarUnusedName     = "unused_name"
-	markersVarUnusedRecords  = "unused_records"
-	markersVarWakeupBytes    = "wakeup_bytes"
+	markersMapEvents          = "events"
+	markersMapPyEvents        = "py_events"
+	markersMapPyFrameScratch  = "py_frame_scratch"
+	markersMapPyProcs         = "py_procs"
+	markersMapPySeen          = "py_seen"
+	markersMapPyThreads       = "py_threads"
+	markersMapStackFpScratch  = "stack_fp_scratch"
+	markersMapStackPyScratch  = "stack_py_scratch"
+	markersMapStats           = "stats"
+	markersMapUserRates       = "user_rates"
+	markersProgKernelLaunch   = "kernel_launch"
+	markersProgKernelName     = "kernel_name"
+	markersProgKernelRecords  = "kernel_records"
+	markersVarExcludeTgid     = "exclude_tgid"
+	markersVarStackPython     = "stack_python"
+	markersVarStackTables     = "stack_tables"
+	markersVarUnusedKind      = "unused_kind"
+	markersVarUnusedLaunch    = "unused_launch"
+	markersVarUnusedName      = "unused_name"
+	markersVarUnusedRecords   = "unused_records"
+	markersVarUserCallsBurst  = "user_calls_burst"
+	markersVarUserCallsPerSec = "user_calls_per_sec"
+	markersVarWakeupBytes     = "wakeup_bytes"
 )
 
 // loadMarkers returns the embedded CollectionSpec for markers.
@@ -250,20 +260,23 @@ type markersMapSpecs struct {
 	StackFpScratch *ebpf.MapSpec `ebpf:"stack_fp_scratch"`
 	StackPyScratch *ebpf.MapSpec `ebpf:"stack_py_scratch"`
 	Stats          *ebpf.MapSpec `ebpf:"stats"`
+	UserRates      *ebpf.MapSpec `ebpf:"user_rates"`
 }
 
 // markersVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type markersVariableSpecs struct {
-	ExcludeTgid   *ebpf.VariableSpec `ebpf:"exclude_tgid"`
-	StackPython   *ebpf.VariableSpec `ebpf:"stack_python"`
-	StackTables   *ebpf.VariableSpec `ebpf:"stack_tables"`
-	UnusedKind    *ebpf.VariableSpec `ebpf:"unused_kind"`
-	UnusedLaunch  *ebpf.VariableSpec `ebpf:"unused_launch"`
-	UnusedName    *ebpf.VariableSpec `ebpf:"unused_name"`
-	UnusedRecords *ebpf.VariableSpec `ebpf:"unused_records"`
-	WakeupBytes   *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	ExcludeTgid     *ebpf.VariableSpec `ebpf:"exclude_tgid"`
+	StackPython     *ebpf.VariableSpec `ebpf:"stack_python"`
+	StackTables     *ebpf.VariableSpec `ebpf:"stack_tables"`
+	UnusedKind      *ebpf.VariableSpec `ebpf:"unused_kind"`
+	UnusedLaunch    *ebpf.VariableSpec `ebpf:"unused_launch"`
+	UnusedName      *ebpf.VariableSpec `ebpf:"unused_name"`
+	UnusedRecords   *ebpf.VariableSpec `ebpf:"unused_records"`
+	UserCallsBurst  *ebpf.VariableSpec `ebpf:"user_calls_burst"`
+	UserCallsPerSec *ebpf.VariableSpec `ebpf:"user_calls_per_sec"`
+	WakeupBytes     *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // markersObjects contains all objects after they have been loaded into the kernel.
@@ -295,6 +308,7 @@ type markersMaps struct {
 	StackFpScratch *ebpf.Map `ebpf:"stack_fp_scratch"`
 	StackPyScratch *ebpf.Map `ebpf:"stack_py_scratch"`
 	Stats          *ebpf.Map `ebpf:"stats"`
+	UserRates      *ebpf.Map `ebpf:"user_rates"`
 }
 
 func (m *markersMaps) Close() error {
@@ -308,6 +322,7 @@ func (m *markersMaps) Close() error {
 		m.StackFpScratch,
 		m.StackPyScratch,
 		m.Stats,
+		m.UserRates,
 	)
 }
 
@@ -315,14 +330,16 @@ func (m *markersMaps) Close() error {
 //
 // It can be passed to loadMarkersObjects or ebpf.CollectionSpec.LoadAndAssign.
 type markersVariables struct {
-	ExcludeTgid   *ebpf.Variable `ebpf:"exclude_tgid"`
-	StackPython   *ebpf.Variable `ebpf:"stack_python"`
-	StackTables   *ebpf.Variable `ebpf:"stack_tables"`
-	UnusedKind    *ebpf.Variable `ebpf:"unused_kind"`
-	UnusedLaunch  *ebpf.Variable `ebpf:"unused_launch"`
-	UnusedName    *ebpf.Variable `ebpf:"unused_name"`
-	UnusedRecords *ebpf.Variable `ebpf:"unused_records"`
-	WakeupBytes   *ebpf.Variable `ebpf:"wakeup_bytes"`
+	ExcludeTgid     *ebpf.Variable `ebpf:"exclude_tgid"`
+	StackPython     *ebpf.Variable `ebpf:"stack_python"`
+	StackTables     *ebpf.Variable `ebpf:"stack_tables"`
+	UnusedKind      *ebpf.Variable `ebpf:"unused_kind"`
+	UnusedLaunch    *ebpf.Variable `ebpf:"unused_launch"`
+	UnusedName      *ebpf.Variable `ebpf:"unused_name"`
+	UnusedRecords   *ebpf.Variable `ebpf:"unused_records"`
+	UserCallsBurst  *ebpf.Variable `ebpf:"user_calls_burst"`
+	UserCallsPerSec *ebpf.Variable `ebpf:"user_calls_per_sec"`
+	WakeupBytes     *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // markersPrograms contains all programs after they have been loaded into the kernel.

@@ -152,7 +152,8 @@ const (
 	markersStatIndexSTAT_BAD_ARGS       markersStatIndex = 5
 	markersStatIndexSTAT_READ_ERRORS    markersStatIndex = 6
 	markersStatIndexSTAT_SKIPPED_SELF   markersStatIndex = 7
-	markersStatIndexSTAT_MAX            markersStatIndex = 8
+	markersStatIndexSTAT_RATE_LIMITED   markersStatIndex = 8
+	markersStatIndexSTAT_MAX            markersStatIndex = 9
 )
 
 type markersUnwindCacheEntry struct {
@@ -220,6 +221,12 @@ type markersUnwindStack struct {
 	Pad   uint32
 }
 
+type markersUserRate struct {
+	_      structs.HostLayout
+	AtNs   uint64
+	Tokens int64
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -240,6 +247,7 @@ const (
 	markersMapUnwindScratchMap = "unwind_scratch_map"
 	markersMapUnwindStats      = "unwind_stats"
 	markersMapUnwindTables     = "unwind_tables"
+	markersMapUserRates        = "user_rates"
 	markersProgKernelLaunch    = "kernel_launch"
 	markersProgKernelName      = "kernel_name"
 	markersProgKernelRecords   = "kernel_records"
@@ -250,6 +258,8 @@ const (
 	markersVarUnusedLaunch     = "unused_launch"
 	markersVarUnusedName       = "unused_name"
 	markersVarUnusedRecords    = "unused_records"
+	markersVarUserCallsBurst   = "user_calls_burst"
+	markersVarUserCallsPerSec  = "user_calls_per_sec"
 	markersVarWakeupBytes      = "wakeup_bytes"
 )
 
@@ -320,20 +330,23 @@ type markersMapSpecs struct {
 	UnwindScratchMap *ebpf.MapSpec `ebpf:"unwind_scratch_map"`
 	UnwindStats      *ebpf.MapSpec `ebpf:"unwind_stats"`
 	UnwindTables     *ebpf.MapSpec `ebpf:"unwind_tables"`
+	UserRates        *ebpf.MapSpec `ebpf:"user_rates"`
 }
 
 // markersVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type markersVariableSpecs struct {
-	ExcludeTgid   *ebpf.VariableSpec `ebpf:"exclude_tgid"`
-	StackPython   *ebpf.VariableSpec `ebpf:"stack_python"`
-	StackTables   *ebpf.VariableSpec `ebpf:"stack_tables"`
-	UnusedKind    *ebpf.VariableSpec `ebpf:"unused_kind"`
-	UnusedLaunch  *ebpf.VariableSpec `ebpf:"unused_launch"`
-	UnusedName    *ebpf.VariableSpec `ebpf:"unused_name"`
-	UnusedRecords *ebpf.VariableSpec `ebpf:"unused_records"`
-	WakeupBytes   *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	ExcludeTgid     *ebpf.VariableSpec `ebpf:"exclude_tgid"`
+	StackPython     *ebpf.VariableSpec `ebpf:"stack_python"`
+	StackTables     *ebpf.VariableSpec `ebpf:"stack_tables"`
+	UnusedKind      *ebpf.VariableSpec `ebpf:"unused_kind"`
+	UnusedLaunch    *ebpf.VariableSpec `ebpf:"unused_launch"`
+	UnusedName      *ebpf.VariableSpec `ebpf:"unused_name"`
+	UnusedRecords   *ebpf.VariableSpec `ebpf:"unused_records"`
+	UserCallsBurst  *ebpf.VariableSpec `ebpf:"user_calls_burst"`
+	UserCallsPerSec *ebpf.VariableSpec `ebpf:"user_calls_per_sec"`
+	WakeupBytes     *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // markersObjects contains all objects after they have been loaded into the kernel.
@@ -372,6 +385,7 @@ type markersMaps struct {
 	UnwindScratchMap *ebpf.Map `ebpf:"unwind_scratch_map"`
 	UnwindStats      *ebpf.Map `ebpf:"unwind_stats"`
 	UnwindTables     *ebpf.Map `ebpf:"unwind_tables"`
+	UserRates        *ebpf.Map `ebpf:"user_rates"`
 }
 
 func (m *markersMaps) Close() error {
@@ -392,6 +406,7 @@ func (m *markersMaps) Close() error {
 		m.UnwindScratchMap,
 		m.UnwindStats,
 		m.UnwindTables,
+		m.UserRates,
 	)
 }
 
@@ -399,14 +414,16 @@ func (m *markersMaps) Close() error {
 //
 // It can be passed to loadMarkersObjects or ebpf.CollectionSpec.LoadAndAssign.
 type markersVariables struct {
-	ExcludeTgid   *ebpf.Variable `ebpf:"exclude_tgid"`
-	StackPython   *ebpf.Variable `ebpf:"stack_python"`
-	StackTables   *ebpf.Variable `ebpf:"stack_tables"`
-	UnusedKind    *ebpf.Variable `ebpf:"unused_kind"`
-	UnusedLaunch  *ebpf.Variable `ebpf:"unused_launch"`
-	UnusedName    *ebpf.Variable `ebpf:"unused_name"`
-	UnusedRecords *ebpf.Variable `ebpf:"unused_records"`
-	WakeupBytes   *ebpf.Variable `ebpf:"wakeup_bytes"`
+	ExcludeTgid     *ebpf.Variable `ebpf:"exclude_tgid"`
+	StackPython     *ebpf.Variable `ebpf:"stack_python"`
+	StackTables     *ebpf.Variable `ebpf:"stack_tables"`
+	UnusedKind      *ebpf.Variable `ebpf:"unused_kind"`
+	UnusedLaunch    *ebpf.Variable `ebpf:"unused_launch"`
+	UnusedName      *ebpf.Variable `ebpf:"unused_name"`
+	UnusedRecords   *ebpf.Variable `ebpf:"unused_records"`
+	UserCallsBurst  *ebpf.Variable `ebpf:"user_calls_burst"`
+	UserCallsPerSec *ebpf.Variable `ebpf:"user_calls_per_sec"`
+	WakeupBytes     *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // markersPrograms contains all programs after they have been loaded into the kernel.

@@ -8,16 +8,17 @@ import (
 )
 
 type metrics struct {
-	gpuTime      prometheus.Counter
-	unattributed *prometheus.CounterVec
+	// GPU time is counted in integer nanoseconds, exported in seconds.
+	gpuTime      *promschema.ScaledCounter
+	unattributed *promschema.ScaledCounterVec
 	lost         *prometheus.CounterVec
 	files        prometheus.Gauge
 }
 
 func newMetrics() metrics {
 	return metrics{
-		gpuTime:      promschema.Counter(schema.AgentGPUKernelTime),
-		unattributed: promschema.CounterVec(schema.AgentGPUKernelTimeUnattributed),
+		gpuTime:      promschema.NewScaledCounter(schema.AgentGPUKernelTime, 1e9),
+		unattributed: promschema.NewScaledCounterVec(schema.AgentGPUKernelTimeUnattributed, 1e9),
 		lost:         promschema.CounterVec(schema.AgentGPUTraceLost),
 		files:        promschema.Gauge(schema.AgentGPUTraceAttachedFiles),
 	}
@@ -36,11 +37,14 @@ func (m metrics) observe(prev, cur Stats) {
 	}
 	add("ring_buffer", prev.LostRingBuffer, cur.LostRingBuffer)
 	add("bad_args", prev.BadArgs, cur.BadArgs)
+	add("rate_limited", prev.RateLimited, cur.RateLimited)
 	add("read_error", prev.ReadErrors, cur.ReadErrors)
 	add("decode_error", prev.DecodeErrors, cur.DecodeErrors)
 	add("stack_error", prev.StackErrors, cur.StackErrors)
 	add("expired_launch", prev.ExpiredLaunches, cur.ExpiredLaunches)
 	add("evicted_launch", prev.EvictedLaunches, cur.EvictedLaunches)
 	add("name", prev.RejectedNames+prev.DroppedNames, cur.RejectedNames+cur.DroppedNames)
+	add("over_budget", prev.OverBudgetLaunches+prev.OverBudgetNames, cur.OverBudgetLaunches+cur.OverBudgetNames)
+	add("folded", prev.FoldedRecords, cur.FoldedRecords)
 	m.files.Set(float64(cur.AttachedFiles))
 }

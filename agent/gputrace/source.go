@@ -176,7 +176,7 @@ func (k *Kind) Open(env source.Env) (source.Source, error) {
 	if _, err := os.Stat(k.lib); err != nil {
 		return nil, fmt.Errorf("--gpu-inject-lib: %w", err)
 	}
-	tr, err := New(Options{Proc: env.Proc, ExcludePID: env.ExcludePID, Stacks: env.Stacks})
+	tr, err := New(Options{Proc: env.Proc, ExcludePID: env.ExcludePID, Stacks: env.Stacks, Budget: env.Budget, Owner: env.Owner})
 	if err != nil {
 		return nil, fmt.Errorf("starting the GPU kernel tracer (needs root, uprobes, BTF and Linux 5.17 or later): %w", err)
 	}

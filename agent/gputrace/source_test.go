@@ -124,3 +124,25 @@ func TestSourceSamples(t *testing.T) {
 		t.Error("closed tracer drained")
 	}
 }
+
+// The daemon adds GPU time in nanoseconds, as the samples carry it; the
+// counters export it in seconds, exactly.
+func TestSourceCountsGPUTimeInSeconds(t *testing.T) {
+	info := NewSource(&fakeTracer{}, procfs.FS{}, nil, nil).Info()
+	if info.Counted != 1 {
+		t.Fatalf("counted value %d, want the gpu_time one", info.Counted)
+	}
+	for range 3 {
+		info.Drained.Add(500_000_001)
+		info.Unattributed.WithLabelValues("exited").Add(1)
+	}
+	if got := testutil.ToFloat64(info.Drained); got != 1.500000003 {
+		t.Errorf("drained = %v s, want 1.500000003", got)
+	}
+	if got := testutil.ToFloat64(info.Unattributed.WithLabelValues("exited")); got != 3e-9 {
+		t.Errorf("unattributed = %v s, want 3e-9", got)
+	}
+	if schema.AgentGPUKernelTime.Unit != "seconds" {
+		t.Errorf("unit %q", schema.AgentGPUKernelTime.Unit)
+	}
+}

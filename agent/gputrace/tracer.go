@@ -32,6 +32,7 @@ import (
 	"io/fs"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -40,6 +41,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/slurmscope/slurmscope/agent/bpf"
+	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/source"
 )
@@ -70,6 +72,22 @@ type Options struct {
 	// RecordGrace is how long a record flagged sampled waits for a launch
 	// event not seen yet before it counts as unsampled. Default 2 s.
 	RecordGrace time.Duration
+	// UserCallsPerSecond and UserCallsBurst are each user's (uid's) ration
+	// of marker calls: the ring buffer is shared by every job and the
+	// markers are exported, so one user calling them in a loop would
+	// otherwise crowd out every other user's events. While the reader
+	// keeps up nothing is dropped; once the ring is half full, the calls
+	// of users who used more than half their ration are dropped in the
+	// kernel, counted (rate_limited), leaving the other half to the users
+	// who call little. Defaults
+	// 2048 a second (131,072 records: a batch holds 64) and 16384 at once;
+	// -1: no ration.
+	UserCallsPerSecond, UserCallsBurst int
+	// Budget, when set, holds what each process makes the tracer keep
+	// (launches, names, the interval's rows), charged to Owner(process):
+	// its job (budget.JobOwner). See join.go.
+	Budget *budget.Budget
+	Owner  func(procfs.ID) string
 	// Stacks is the user-stack capture the probes share with the CPU
 	// sampler (stack.h: the table unwinder and the CPython walk), which
 	// also resolves each launch's Python frames as its event is read, while
@@ -96,6 +114,8 @@ func (o *Options) setDefaults() error {
 	def(&o.MaxHeldRecords, 16384)
 	def(&o.MaxNamesPerProcess, 16384)
 	def(&o.MaxNameBytes, 64<<20)
+	def(&o.UserCallsPerSecond, 2048)
+	def(&o.UserCallsBurst, 16384)
 	if o.LaunchTimeout == 0 {
 		o.LaunchTimeout = 10 * time.Minute
 	}
@@ -105,8 +125,11 @@ func (o *Options) setDefaults() error {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.UserCallsPerSecond < 0 {
+		o.UserCallsPerSecond, o.UserCallsBurst = 0, 0 // no ration
+	}
 	for _, v := range []int{o.ExcludePID, o.RingBufferBytes, o.MaxFiles, o.MaxProcesses, o.MaxPendingLaunches,
-		o.MaxPendingLaunchesPerProcess, o.MaxHeldRecords, o.MaxNamesPerProcess, o.MaxNameBytes} {
+		o.MaxPendingLaunchesPerProcess, o.MaxHeldRecords, o.MaxNamesPerProcess, o.MaxNameBytes, o.UserCallsBurst} {
 		if v < 0 {
 			return fmt.Errorf("negative option in %+v", *o)
 		}
@@ -123,6 +146,7 @@ func (o *Options) limits() limits {
 		maxLaunchesPerProcess: o.MaxPendingLaunchesPerProcess, maxHeld: o.MaxHeldRecords,
 		maxNamesPerProcess: o.MaxNamesPerProcess, maxNameBytes: o.MaxNameBytes,
 		launchTimeout: o.LaunchTimeout, recordGrace: o.RecordGrace,
+		budget: o.Budget, owner: o.Owner,
 	}
 }
 
@@ -136,6 +160,7 @@ type Stats struct {
 	BadArgs                                 uint64 // calls with n or len out of range
 	ReadErrors                              uint64 // calls whose user memory could not be read
 	SkippedSelf                             uint64
+	RateLimited                             uint64 // calls over their user's ration (UserCallsPerSecond)
 	// Go side.
 	DecodeErrors                     uint64 // malformed events (a bug, not a caller)
 	Records                          uint64 // kernel records received
@@ -146,6 +171,9 @@ type Stats struct {
 	RejectedNames                    uint64 // names whose id is not their hash, or empty
 	DroppedNames                     uint64 // names over a bound
 	TruncatedStacks                  uint64
+	OverBudgetLaunches               uint64 // launches and names dropped: the job's memory share was full
+	OverBudgetNames                  uint64
+	FoldedRecords                    uint64 // records put under OverBudgetFrame
 	EvictedProcesses                 uint64
 	ExitedProcesses                  uint64
 	FlushTimeouts                    uint64 // drains that could not wait for the reader
@@ -173,7 +201,12 @@ type Tracer struct {
 	objs    markersObjects
 	rd      *ringbuf.Reader
 	flushed chan struct{}
-	done    chan struct{}
+	// flushWant is what a Drain waits for: the bytes that were in the
+	// ring when it asked (want), under a request number (seq). While jobs
+	// keep the ring busy it is never empty, so "consumed what was there"
+	// is the handshake, not "empty".
+	flushWant atomic.Pointer[flushRequest]
+	done      chan struct{}
 
 	attachMu     sync.Mutex
 	files        map[procfs.FileID]*attachedFile
@@ -202,7 +235,8 @@ func New(opts Options) (*Tracer, error) {
 	spec.Maps[markersMapEvents].MaxEntries = uint32(opts.RingBufferBytes)
 	t := &Tracer{opts: opts, flushed: make(chan struct{}, 1), done: make(chan struct{}),
 		files: map[procfs.FileID]*attachedFile{}, procs: map[procfs.ID]procfs.FileID{}, join: newJoiner(opts.limits())}
-	consts := map[string]any{markersVarExcludeTgid: uint32(opts.ExcludePID), markersVarWakeupBytes: uint64(opts.RingBufferBytes / 4)}
+	consts := map[string]any{markersVarExcludeTgid: uint32(opts.ExcludePID), markersVarWakeupBytes: uint64(opts.RingBufferBytes / 4), // #nosec G115 -- not negative (setDefaults), a pid
+		markersVarUserCallsPerSec: uint64(opts.UserCallsPerSecond), markersVarUserCallsBurst: uint64(opts.UserCallsBurst)} // #nosec G115 -- not negative (setDefaults)
 	var shared map[string]*ebpf.Map
 	if opts.Stacks != nil {
 		c, m, err := opts.Stacks.Prepare(spec)
@@ -353,24 +387,48 @@ func (t *Tracer) attachLocked(f *os.File, r io.ReaderAt, fk procfs.FileID) error
 	return nil
 }
 
+// flushRequest is a Drain's: consume want bytes of the ring.
+type flushRequest struct {
+	want int64
+}
+
+// ringRecordBytes is what a sample of n bytes takes in a BPF ring buffer:
+// an 8-byte header, the data rounded up to 8 (BPF_RINGBUF_HDR_SZ, kernel
+// ABI).
+func ringRecordBytes(n int) int64 { return 8 + int64(n+7)&^7 }
+
 func (t *Tracer) readLoop() {
 	defer close(t.done)
 	var rec ringbuf.Record
 	var recs []kernelRecord
+	var req *flushRequest
+	var consumed int64
+	ack := func() {
+		select {
+		case t.flushed <- struct{}{}:
+		default:
+		}
+	}
 	for {
 		// The probes wake the reader only when the ring is a quarter full;
 		// the deadline makes it poll the rest.
 		t.rd.SetDeadline(time.Now().Add(pollInterval))
 		err := t.rd.ReadInto(&rec)
+		if r := t.flushWant.Load(); r != req {
+			req, consumed = r, 0
+		}
 		switch {
 		case err == nil:
 			recs = t.handle(rec.RawSample, recs[:0])
+			if req != nil {
+				if consumed += ringRecordBytes(len(rec.RawSample)); consumed >= req.want {
+					t.flushWant.CompareAndSwap(req, nil)
+					ack()
+				}
+			}
 		case errors.Is(err, os.ErrDeadlineExceeded):
 		case errors.Is(err, ringbuf.ErrFlushed):
-			select {
-			case t.flushed <- struct{}{}:
-			default:
-			}
+			ack()
 		case errors.Is(err, os.ErrClosed):
 			return
 		default:
@@ -420,8 +478,11 @@ func (t *Tracer) handle(b []byte, recs []kernelRecord) []kernelRecord {
 // being woken.
 const pollInterval = 100 * time.Millisecond
 
-// flushWait bounds how long Drain waits for the reader to catch up.
-const flushWait = 5 * time.Second
+// flushWait bounds how long Drain waits for the reader to catch up. What
+// it has not read by then is the next interval's: a reader kept behind (a
+// job flooding the markers, starved of CPU) must not hold every job's
+// interval, nor the agent's stop.
+const flushWait = time.Second
 
 // Drain returns the GPU time joined since the previous Drain (or New) and
 // clears it, with the counters since New. Every event the probes emitted
@@ -444,6 +505,7 @@ func (t *Tracer) Drain() ([]Sample, Stats, error) {
 	default:
 	}
 	timedOut := false
+	t.flushWant.Store(&flushRequest{want: int64(t.rd.AvailableBytes())})
 	if err := t.rd.Flush(); err == nil {
 		select {
 		case <-t.flushed:
@@ -451,6 +513,7 @@ func (t *Tracer) Drain() ([]Sample, Stats, error) {
 			timedOut = true
 		}
 	}
+	t.flushWant.Store(nil)
 	bst, berr := t.bpfStats()
 
 	t.mu.Lock()
@@ -486,6 +549,7 @@ func (t *Tracer) bpfStats() (Stats, error) {
 		markersStatIndexSTAT_BAD_ARGS:       &st.BadArgs,
 		markersStatIndexSTAT_READ_ERRORS:    &st.ReadErrors,
 		markersStatIndexSTAT_SKIPPED_SELF:   &st.SkippedSelf,
+		markersStatIndexSTAT_RATE_LIMITED:   &st.RateLimited,
 	}
 	var perCPU []uint64
 	for idx, dst := range fields {
@@ -508,6 +572,7 @@ func (t *Tracer) statsLocked(st Stats) Stats {
 	st.HeldRecords, st.ExpiredHeld, st.EvictedHeld = j.HeldRecords, j.ExpiredHeld, j.EvictedHeld
 	st.RejectedNames, st.DroppedNames = j.RejectedNames, j.DroppedNames
 	st.TruncatedStacks = j.TruncatedStacks
+	st.OverBudgetLaunches, st.OverBudgetNames, st.FoldedRecords = j.OverBudgetLaunches, j.OverBudgetNames, j.FoldedRecords
 	st.EvictedProcesses, st.ExitedProcesses = j.EvictedProcesses, j.ExitedProcesses
 	st.FlushTimeouts = t.flushTimeout
 	st.PendingLaunches = t.join.launches.Len()

@@ -47,6 +47,9 @@ const (
 	MaxMapsBytes = 32 << 20
 	// maxMapsLine bounds a single line; the kernel limits paths to PATH_MAX.
 	maxMapsLine = 8192
+	// MaxMappings bounds the mappings kept from one maps file: the kernel's
+	// default vm.max_map_count (65530) and some room.
+	MaxMappings = 1 << 17
 )
 
 const deletedSuffix = " (deleted)"
@@ -55,24 +58,44 @@ const deletedSuffix = " (deleted)"
 // them when keep is nil); see ParseMaps. A process that is gone gives an
 // error wrapping ErrGone.
 func (p FS) Maps(pid int, keep func(*Mapping) bool) ([]Mapping, error) {
+	maps, _, err := p.MapsRead(pid, keep)
+	return maps, err
+}
+
+// MapsRead is Maps, and also says how many bytes of the maps file it read,
+// for callers that bound the work a process costs them.
+func (p FS) MapsRead(pid int, keep func(*Mapping) bool) ([]Mapping, int64, error) {
 	path := p.path(pid, "maps")
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, gone(err)
+		return nil, 0, gone(err)
 	}
 	defer f.Close()
-	maps, _, err := ParseMaps(f, keep)
+	cr := &countingReader{r: f}
+	maps, _, err := ParseMaps(cr, keep)
 	if err != nil {
-		return maps, gone(&fs.PathError{Op: "read", Path: path, Err: err})
+		return maps, cr.n, gone(&fs.PathError{Op: "read", Path: path, Err: err})
 	}
-	return maps, nil
+	return maps, cr.n, nil
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	c.n += int64(n)
+	return n, err
 }
 
 // ParseMaps parses a maps file, returning the mappings keep accepts (all
 // when keep is nil) in the kernel's order (ascending, non-overlapping) and
 // the number of lines skipped as malformed or out of order, so that lookups
-// can rely on the ordering. An over-long line ends the parse, keeping what
-// was read; only a read error is returned.
+// can rely on the ordering. An over-long line, or a mapping past
+// MaxMappings kept, ends the parse, keeping what was read; only a read
+// error is returned.
 func ParseMaps(r io.Reader, keep func(*Mapping) bool) (maps []Mapping, bad int, err error) {
 	sc := bufio.NewScanner(io.LimitReader(r, MaxMapsBytes))
 	sc.Buffer(make([]byte, 0, 4096), maxMapsLine)
@@ -89,6 +112,9 @@ func ParseMaps(r io.Reader, keep func(*Mapping) bool) (maps []Mapping, bad int, 
 		}
 		prevEnd = m.End
 		if keep == nil || keep(&m) {
+			if len(maps) >= MaxMappings {
+				return maps, bad + 1, nil
+			}
 			maps = append(maps, m)
 		}
 	}

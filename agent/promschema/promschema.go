@@ -46,6 +46,16 @@ func CounterVec(m schema.Metric) *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: m.Name, Help: m.Help}, m.Labels)
 }
 
+// JobCounterVec returns a counter vector for m, a counter of the agent's
+// own whose series name a job: its attributes (no host_name: a scrape adds
+// the instance, remote write the host) then its own labels.
+func JobCounterVec(m schema.Metric) *prometheus.CounterVec {
+	if m.Type != schema.Counter || len(m.Attributes) == 0 || slices.Contains(m.LabelNames(false), schema.HostName.Label) {
+		panic(fmt.Sprintf("promschema: %s is not a per-job counter of the agent", m.Name))
+	}
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: m.Name, Help: m.Help}, m.LabelNames(false))
+}
+
 // CounterFunc returns a counter for m that reads f at each scrape.
 func CounterFunc(m schema.Metric, f func() float64) prometheus.CounterFunc {
 	check(m, schema.Counter, false)

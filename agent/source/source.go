@@ -10,10 +10,12 @@ package source
 import (
 	"flag"
 	"log/slog"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/profiles"
 	"github.com/slurmscope/slurmscope/agent/python"
@@ -52,13 +54,22 @@ type Info struct {
 	Type   profiles.Type
 	Period int64 // the pprof period, in Type.PeriodType's unit
 	// Counted is the index of the value of each sample that Drained and
-	// Unattributed add up (samples for CPU, nanoseconds for GPU).
+	// Unattributed add up (samples for CPU, nanoseconds for GPU, which the
+	// GPU source's counters export in seconds).
 	Counted int
 	// Drained counts every sample drained; Unattributed the samples put in
 	// no profile, by reason (exited, other_node, not_in_job). The daemon
 	// counts and exports both.
 	Drained      prometheus.Counter
-	Unattributed *prometheus.CounterVec
+	Unattributed CounterVec
+}
+
+// CounterVec is what the daemon needs of a counter vector: prometheus's,
+// or one that sums whole units exactly and exports them in the metric's
+// base unit (promschema.ScaledCounterVec).
+type CounterVec interface {
+	prometheus.Collector
+	WithLabelValues(lvs ...string) prometheus.Counter
 }
 
 // Batch is what one Drain delivers.
@@ -121,6 +132,15 @@ type Env struct {
 	Proc       procfs.FS
 	SysRoot    string // where sysfs is mounted
 	ExcludePID int    // the agent itself: never profiled
+	// Interval is how often the daemon drains the source.
+	Interval time.Duration
+	// Budget is the agent's memory budget: what a source keeps per job is
+	// charged to Owner(process), the process's job's owner key (see
+	// agent/budget). Job names a process's job ("" for none). Any may be
+	// nil in tests.
+	Budget *budget.Budget
+	Owner  func(procfs.ID) string
+	Job    func(procfs.ID) string
 	// Stacks captures user stacks for the source's probe; nil: frame
 	// pointers only (bpf_get_stack) and no Python frames.
 	Stacks Stacks

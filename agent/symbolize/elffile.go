@@ -7,14 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
+
+	"github.com/slurmscope/slurmscope/agent/budget"
 )
 
-// Limits that keep a hostile or absurd file from costing unbounded memory.
+// Limits that keep a hostile or absurd file from costing unbounded memory
+// (with the caps of elfcheck.go).
 const (
-	maxSymbols      = 4 << 20   // symbols kept per file
-	maxNoteBytes    = 64 << 10  // PT_NOTE bytes read for build ids
-	maxSegmentBytes = 512 << 20 // segment bytes read when scanning for pclntab
-	maxProgHeaders  = 4096
+	maxSymbols     = 4 << 20  // symbols kept per file
+	maxNoteBytes   = 64 << 10 // PT_NOTE bytes read for build ids
+	maxProgHeaders = 4096
 )
 
 // loadSeg is one PT_LOAD program header.
@@ -28,10 +31,15 @@ type objFile struct {
 	buildID string
 	loads   []loadSeg
 	syms    symTable
-	gotab   *goTable // nil unless the file has a Go pclntab
-	results resultCache
-	size    int64     // approximate retained bytes, for the cache budget
+	gotab   *goTable  // nil unless the file has a Go pclntab
+	size    int64     // approximate retained bytes, without the results
 	failed  ErrorKind // set for a cached parse failure; nothing else is
+
+	// The results cache, shared by every process that maps the file, and
+	// the file's charge in the memory budget, which grows with it.
+	mu      sync.Mutex
+	results resultCache
+	charge  *budget.Entry
 }
 
 func isPanic(err error) bool { return errors.Is(err, errPanic) }
@@ -39,20 +47,30 @@ func isPanic(err error) bool { return errors.Is(err, errPanic) }
 // errPanic marks errors recovered from a parser panic.
 var errPanic = errors.New("parser panic")
 
-// openObj parses an ELF file of the given size. It never panics: malformed input that trips a
-// parser (ours or the standard library's) is reported as errPanic.
-func openObj(r io.ReaderAt, size int64) (obj *objFile, err error) {
+// openObj parses an ELF file of the given size. Every size its headers
+// claim is checked first (checkELF, checkSections); what it keeps is
+// charged with grow as it goes, and an error from grow (the budget, or the
+// reader's allowance) ends the parse with that error. It never panics:
+// malformed input that trips a parser (ours or the standard library's) is
+// reported as errPanic.
+func openObj(r io.ReaderAt, size int64, grow func(int64) error) (obj *objFile, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			obj, err = nil, fmt.Errorf("%w: %v", errPanic, p)
 		}
 	}()
+	if err := checkELF(r, size); err != nil {
+		return nil, err
+	}
 	f, err := elf.NewFile(r)
 	if err != nil {
 		return nil, err
 	}
 	if len(f.Progs) > maxProgHeaders {
-		return nil, fmt.Errorf("%d program headers", len(f.Progs))
+		return nil, tooLarge("%d program headers", len(f.Progs))
+	}
+	if err := checkSections(f); err != nil {
+		return nil, err
 	}
 	obj = &objFile{}
 	for _, p := range f.Progs {
@@ -61,7 +79,7 @@ func openObj(r io.ReaderAt, size int64) (obj *objFile, err error) {
 			// buffer it allocates, within the file: a truncated or lying
 			// header cannot make us allocate what is not there.
 			if p.Off > uint64(size) || p.Filesz > uint64(size)-p.Off {
-				return nil, fmt.Errorf("segment at %#x+%#x beyond end of file", p.Off, p.Filesz)
+				return nil, tooLarge("segment at %#x+%#x beyond the file's %d bytes", p.Off, p.Filesz, size)
 			}
 			obj.loads = append(obj.loads, loadSeg{
 				off: p.Off, filesz: p.Filesz, vaddr: p.Vaddr, memsz: p.Memsz,
@@ -74,14 +92,22 @@ func openObj(r io.ReaderAt, size int64) (obj *objFile, err error) {
 	}
 	isGo := false
 	obj.buildID, isGo = readNotes(f)
-	obj.syms = loadSymbols(f)
-	obj.gotab = loadGoTable(f, r, obj.loads, &obj.syms, isGo)
-	obj.size = 1024 + obj.syms.size()
+	if obj.syms, err = loadSymbols(f, r, grow); err != nil {
+		return nil, err
+	}
+	if obj.gotab, err = loadGoTable(f, r, obj.loads, &obj.syms, isGo, grow); err != nil {
+		return nil, err
+	}
+	obj.size = objBaseBytes + obj.syms.size()
 	if obj.gotab != nil {
 		obj.size += obj.gotab.size
 	}
 	return obj, nil
 }
+
+// objBaseBytes is what a parsed file costs with no symbols: its
+// structures, and the entry for a file that failed to parse.
+const objBaseBytes = 1024
 
 // vaddr converts a file offset into the ELF virtual address it is loaded at.
 // Mappings are page granular, so an offset can fall in the slack between two
@@ -97,12 +123,15 @@ func (o *objFile) vaddr(fileOff uint64) (uint64, bool) {
 
 // resolve symbolises an ELF virtual address: Go pclntab first (it knows file,
 // line and Go's own naming), then the ELF symbol tables (C code in cgo
-// binaries and everything else).
-func (o *objFile) resolve(vaddr uint64) []resolved {
-	if r, ok := o.results.get(vaddr); ok {
-		return r
+// binaries and everything else). cached says the answer came from the
+// results cache.
+func (o *objFile) resolve(vaddr uint64) (out []resolved, cached bool) {
+	o.mu.Lock()
+	r, ok := o.results.get(vaddr)
+	o.mu.Unlock()
+	if ok {
+		return r, true
 	}
-	var out []resolved
 	if o.gotab != nil {
 		out = o.gotab.lookup(vaddr)
 	}
@@ -111,8 +140,21 @@ func (o *objFile) resolve(vaddr uint64) []resolved {
 			out = []resolved{{function: demangleName(name)}}
 		}
 	}
+	o.mu.Lock()
+	charge, before := o.charge, o.results.bytes
 	o.results.put(vaddr, out)
-	return out
+	after := o.results.bytes
+	o.mu.Unlock()
+	// The charge follows the cache in steps, not per result.
+	if charge != nil && (after/resultChargeStep != before/resultChargeStep) {
+		if err := charge.Resize(o.size + after); err != nil {
+			o.mu.Lock()
+			o.results = resultCache{} // over the job's share: cache no more
+			o.mu.Unlock()
+			charge.Resize(o.size)
+		}
+	}
+	return out, false
 }
 
 // readNotes returns the GNU build id (hex) and whether a Go build note is
@@ -160,22 +202,6 @@ func readNotes(f *elf.File) (buildID string, isGo bool) {
 }
 
 func alignUp(v, a uint64) uint64 { return (v + a - 1) &^ (a - 1) }
-
-// readSegment reads a PT_LOAD segment's file bytes, bounded.
-func readSegment(r io.ReaderAt, s loadSeg) ([]byte, error) {
-	if s.filesz > maxSegmentBytes {
-		return nil, fmt.Errorf("segment of %d bytes", s.filesz)
-	}
-	buf := make([]byte, s.filesz)
-	n, err := r.ReadAt(buf, int64(s.off))
-	if n < len(buf) {
-		if err == nil {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, err
-	}
-	return buf, nil
-}
 
 // ptrReader reads pointer-sized words in the file's byte order.
 type ptrReader struct {

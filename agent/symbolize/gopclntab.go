@@ -22,35 +22,70 @@ var pclntabMagics = [][]byte{
 	{0xfb, 0xff, 0xff, 0xff}, // 1.2
 }
 
-const maxGoFuncs = 8 << 20
+// maxGoFuncs caps the functions a pclntab may claim; the largest Go
+// binaries have a few hundred thousand.
+const maxGoFuncs = 2 << 20
+
+// goFuncBytes is what debug/gosym holds per function (its Func and Sym and
+// their slices), measured by BenchmarkGoTableBytes.
+const goFuncBytes = 240
 
 // loadGoTable finds and parses the Go pclntab, or returns nil. The section
 // survives "-ldflags=-s -w"; when section headers are gone too, the table is
-// found by its magic in the read-only segments.
-func loadGoTable(f *elf.File, r io.ReaderAt, loads []loadSeg, syms *symTable, isGo bool) *goTable {
+// found by its magic in the read-only segments. What it holds is charged
+// (grow) before it is read: the table's bytes, then the functions its
+// header claims, checked against the table's size first.
+func loadGoTable(f *elf.File, r io.ReaderAt, loads []loadSeg, syms *symTable, isGo bool, grow func(int64) error) (*goTable, error) {
 	if f.Class != elf.ELFCLASS64 || f.ByteOrder != binary.LittleEndian {
-		return nil // only little-endian 64-bit targets are profiled
+		return nil, nil // only little-endian 64-bit targets are profiled
 	}
 	pr := ptrReader{order: f.ByteOrder, ptrSize: 8}
-	var data []byte
-	var pclnAddr uint64
+	var off, n, pclnAddr uint64
 	if sec := f.Section(".gopclntab"); sec != nil && sec.Type != elf.SHT_NOBITS {
-		d, err := sec.Data()
-		if err != nil {
-			return nil
-		}
-		data, pclnAddr = d, sec.Addr
+		off, n, pclnAddr = sec.Offset, sec.Size, sec.Addr // held to the file and its cap by checkELF, checkSections
 	} else if isGo || len(f.Sections) == 0 {
-		data, pclnAddr = scanForPclntab(r, loads, pr)
+		var err error
+		if off, n, pclnAddr, err = scanForPclntab(r, loads, pr); err != nil {
+			return nil, err
+		}
 	}
-	if data == nil {
-		return nil
+	if n == 0 {
+		return nil, nil
 	}
-	text, ok := goTextStart(f, r, loads, syms, pr, data, pclnAddr)
-	if !ok {
-		return nil
+	if n > maxPclntabBytes {
+		return nil, tooLarge("pclntab of %d bytes", n)
 	}
-	return parsePclntab(data, text, loads)
+	var hdr [8 + 8*8]byte
+	if n < uint64(len(hdr)) {
+		return nil, nil
+	}
+	at := int64(off) // #nosec G115 -- off+n lies inside the file (checkELF), whose size is an int64
+	if _, err := r.ReadAt(hdr[:], at); err != nil {
+		return nil, err
+	}
+	nfunc := pr.word(hdr[8:])
+	if !plausibleHeader(hdr[:], n, pr) {
+		if nfunc > maxGoFuncs || nfunc*8 > n {
+			return nil, tooLarge("pclntab of %d bytes claims %d functions", n, nfunc)
+		}
+		return nil, nil
+	}
+	size := int64(n) // #nosec G115 -- n <= maxPclntabBytes
+	if err := grow(size); err != nil {
+		return nil, err
+	}
+	data := make([]byte, n)
+	if _, err := r.ReadAt(data, at); err != nil {
+		return nil, err
+	}
+	text, ok, err := goTextStart(f, r, loads, syms, pr, data, pclnAddr)
+	if err != nil || !ok {
+		return nil, err
+	}
+	if err := grow(int64(nfunc) * goFuncBytes); err != nil {
+		return nil, err
+	}
+	return parsePclntab(data, text, loads), nil
 }
 
 // parsePclntab builds the table and checks that it describes code that lies
@@ -73,7 +108,7 @@ func parsePclntab(data []byte, text uint64, loads []loadSeg) (gt *goTable) {
 	if !inExec(loads, first.Entry) || !inExec(loads, last.End-1) {
 		return nil
 	}
-	size := int64(len(data)) + int64(len(tab.Funcs))*160
+	size := int64(len(data)) + int64(len(tab.Funcs))*goFuncBytes
 	return &goTable{tab: tab, size: size}
 }
 
@@ -88,17 +123,32 @@ func inExec(loads []loadSeg, vaddr uint64) bool {
 
 // plausiblePclntab checks the header fields that gosym trusts blindly.
 func plausiblePclntab(d []byte, pr ptrReader) bool {
-	if len(d) < 8+8*8 || d[4] != 0 || d[5] != 0 || (d[6] != 1 && d[6] != 2 && d[6] != 4) || d[7] != 8 {
+	return len(d) >= 8+8*8 && plausibleHeader(d[:8+8*8], uint64(len(d)), pr)
+}
+
+// plausibleHeader checks a pclntab header hdr (its first 72 bytes) for a
+// table of n bytes: a known magic, sane quantum and pointer size, a
+// function count the table can hold (each function has at least an 8-byte
+// functab entry) and under the cap, and sub-table offsets inside it.
+func plausibleHeader(d []byte, n uint64, pr ptrReader) bool {
+	if d[4] != 0 || d[5] != 0 || (d[6] != 1 && d[6] != 2 && d[6] != 4) || d[7] != 8 {
+		return false
+	}
+	known := false
+	for _, m := range pclntabMagics {
+		known = known || bytes.Equal(d[:4], m)
+	}
+	if !known {
 		return false
 	}
 	nfunc := pr.word(d[8:])
-	if nfunc == 0 || nfunc > maxGoFuncs {
+	if nfunc == 0 || nfunc > maxGoFuncs || nfunc*8 > n {
 		return false
 	}
 	if bytes.Equal(d[:4], pclntabMagics[0]) || bytes.Equal(d[:4], pclntabMagics[1]) {
 		// Words 3..7 are offsets of the sub-tables; all must be inside.
 		for w := 3; w <= 7; w++ {
-			if off := pr.word(d[8+w*8:]); off == 0 || off >= uint64(len(d)) {
+			if off := pr.word(d[8+w*8:]); off == 0 || off >= n {
 				return false
 			}
 		}
@@ -106,53 +156,83 @@ func plausiblePclntab(d []byte, pr ptrReader) bool {
 	return true
 }
 
-// scanForPclntab searches non-executable segments for a pclntab header.
-func scanForPclntab(r io.ReaderAt, loads []loadSeg, pr ptrReader) ([]byte, uint64) {
+// scanChunk is how much of a segment is read at a time when scanning it.
+const scanChunk = 1 << 20
+
+// scanSegment calls fn with the segment's bytes step at a time, each chunk
+// starting at its offset pos in the segment and running overlap bytes into
+// the next, so that a record of up to overlap bytes starting in the chunk
+// (at an offset below step) is whole in it. fn returns false to stop.
+func scanSegment(r io.ReaderAt, s loadSeg, step uint64, overlap int, fn func(chunk []byte, pos uint64) bool) error {
+	if s.filesz == 0 {
+		return nil
+	}
+	buf := make([]byte, min(s.filesz, step+uint64(overlap))) // #nosec G115 -- overlap is a non-negative constant of the callers
+	for pos := uint64(0); pos < s.filesz; pos += step {
+		n := min(uint64(len(buf)), s.filesz-pos)
+		at := int64(s.off + pos) // #nosec G115 -- pos < filesz and the segment lies inside the file (checkELF)
+		if _, err := r.ReadAt(buf[:n], at); err != nil {
+			return err
+		}
+		if !fn(buf[:n], pos) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// scanForPclntab searches non-executable segments for a pclntab header,
+// and returns where the table is: from the header to the end of its
+// segment.
+func scanForPclntab(r io.ReaderAt, loads []loadSeg, pr ptrReader) (off, n, vaddr uint64, err error) {
+	const hdrLen = 8 + 8*8
 	for _, s := range loads {
 		if s.exec {
 			continue
 		}
-		seg, err := readSegment(r, s)
-		if err != nil {
-			continue
-		}
-		for _, magic := range pclntabMagics {
-			for from := 0; from < len(seg); {
-				i := bytes.Index(seg[from:], magic)
-				if i < 0 {
-					break
-				}
-				pos := from + i
-				from = pos + 1
-				if pos%8 != 0 || !plausiblePclntab(seg[pos:], pr) {
+		found := false
+		err := scanSegment(r, s, scanChunk, hdrLen, func(chunk []byte, pos uint64) bool {
+			for i := 0; i+hdrLen <= len(chunk) && i < scanChunk; i += 8 {
+				// Segments and the table are 8-aligned in the file.
+				ui := uint64(i) // #nosec G115 -- i is a non-negative index into chunk
+				if (pos+ui)%8 != 0 || !plausibleHeader(chunk[i:i+hdrLen], s.filesz-pos-ui, pr) {
 					continue
 				}
-				// Copy so the rest of the segment can be collected.
-				return bytes.Clone(seg[pos:]), s.vaddr + uint64(pos)
+				at := pos + uint64(i)
+				off, n, vaddr, found = s.off+at, s.filesz-at, s.vaddr+at, true
+				return false
 			}
+			return true
+		})
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		if found {
+			return off, n, vaddr, nil
 		}
 	}
-	return nil, 0
+	return 0, 0, 0, nil
 }
 
 // goTextStart finds runtime.text, the base that pclntab entry offsets are
 // relative to (Go 1.18+). The header field for it is zero on disk, so: the
 // runtime.text symbol if present, else the moduledata that points at the
 // pclntab (direct pointer, or a RELATIVE relocation in PIE), else .text.
-func goTextStart(f *elf.File, r io.ReaderAt, loads []loadSeg, syms *symTable, pr ptrReader, pcln []byte, pclnAddr uint64) (uint64, bool) {
+func goTextStart(f *elf.File, r io.ReaderAt, loads []loadSeg, syms *symTable, pr ptrReader, pcln []byte, pclnAddr uint64) (uint64, bool, error) {
 	for _, s := range syms.syms {
 		if s.name == "runtime.text" {
-			return s.addr, true
+			return s.addr, true, nil
 		}
 	}
 	funcnameAddr := pclnAddr + pr.word(pcln[8+3*8:])
-	if text, ok := moduledataText(f, r, loads, pr, pclnAddr, funcnameAddr); ok {
-		return text, true
+	text, ok, err := moduledataText(f, r, loads, pr, pclnAddr, funcnameAddr)
+	if err != nil || ok {
+		return text, ok, err
 	}
 	if sec := f.Section(".text"); sec != nil {
-		return sec.Addr, true
+		return sec.Addr, true, nil
 	}
-	return 0, false
+	return 0, false, nil
 }
 
 // Offsets in runtime.moduledata (stable since Go 1.16): pcHeader pointer,
@@ -163,42 +243,44 @@ const (
 	mdTextWord     = 22
 )
 
-func moduledataText(f *elf.File, r io.ReaderAt, loads []loadSeg, pr ptrReader, pclnAddr, funcnameAddr uint64) (uint64, bool) {
+func moduledataText(f *elf.File, r io.ReaderAt, loads []loadSeg, pr ptrReader, pclnAddr, funcnameAddr uint64) (uint64, bool, error) {
 	// Non-PIE: the pointers are stored directly in a data segment.
+	const mdLen = (mdTextWord + 1) * 8
 	for _, s := range loads {
 		if s.exec {
 			continue
 		}
-		seg, err := readSegment(r, s)
+		var text uint64
+		err := scanSegment(r, s, scanChunk, mdLen, func(seg []byte, _ uint64) bool {
+			for off := 0; off+mdLen <= len(seg) && off < scanChunk; off += 8 {
+				if pr.word(seg[off:]) != pclnAddr || pr.word(seg[off+mdFuncnameWord*8:]) != funcnameAddr {
+					continue
+				}
+				if text = pr.word(seg[off+mdTextWord*8:]); text != 0 {
+					return false
+				}
+			}
+			return true
+		})
 		if err != nil {
-			continue
+			return 0, false, err
 		}
-		for off := 0; off+(mdTextWord+1)*8 <= len(seg); off += 8 {
-			if pr.word(seg[off:]) != pclnAddr || pr.word(seg[off+mdFuncnameWord*8:]) != funcnameAddr {
-				continue
-			}
-			if text := pr.word(seg[off+mdTextWord*8:]); text != 0 {
-				return text, true
-			}
+		if text != 0 {
+			return text, true, nil
 		}
 	}
 	// PIE: the words are zero on disk and filled from RELATIVE relocations.
-	relocs := relativeRelocs(f, r, loads)
-	for off, addend := range relocs {
-		if addend == pclnAddr && relocs[off+mdFuncnameWord*8] == funcnameAddr {
-			if text, ok := relocs[off+mdTextWord*8]; ok {
-				return text, true
-			}
-		}
-	}
-	return 0, false
+	return relocatedText(f, r, loads, pclnAddr, funcnameAddr)
 }
 
 const maxRelocBytes = 16 << 20
 
-// relativeRelocs returns offset → addend for the R_*_RELATIVE entries found
-// through PT_DYNAMIC (section headers may be absent).
-func relativeRelocs(f *elf.File, r io.ReaderAt, loads []loadSeg) map[uint64]uint64 {
+// relocatedText finds, among the R_*_RELATIVE entries found through
+// PT_DYNAMIC (section headers may be absent), a moduledata whose pcHeader
+// and funcnametab words are relocated to the pclntab, and returns the
+// address its text word is relocated to. The relocations are streamed
+// twice rather than held: first for the candidates, then for their words.
+func relocatedText(f *elf.File, r io.ReaderAt, loads []loadSeg, pclnAddr, funcnameAddr uint64) (uint64, bool, error) {
 	var rela, relasz uint64
 	for _, p := range f.Progs {
 		if p.Type != elf.PT_DYNAMIC || p.Filesz > 1<<20 {
@@ -206,7 +288,7 @@ func relativeRelocs(f *elf.File, r io.ReaderAt, loads []loadSeg) map[uint64]uint
 		}
 		d := make([]byte, p.Filesz)
 		if _, err := p.ReadAt(d, 0); err != nil {
-			return nil
+			return 0, false, nil
 		}
 		for ; len(d) >= 16; d = d[16:] {
 			switch elf.DynTag(f.ByteOrder.Uint64(d)) {
@@ -218,32 +300,59 @@ func relativeRelocs(f *elf.File, r io.ReaderAt, loads []loadSeg) map[uint64]uint
 		}
 	}
 	if rela == 0 || relasz == 0 || relasz > maxRelocBytes || relasz > maxFileSize(loads) {
-		return nil
+		return 0, false, nil
 	}
-	var fileOff uint64
+	var seg loadSeg
 	found := false
 	for _, s := range loads {
-		if rela >= s.vaddr && rela-s.vaddr < s.filesz {
-			fileOff, found = rela-s.vaddr+s.off, true
+		if rela >= s.vaddr && rela-s.vaddr < s.filesz && relasz <= s.filesz-(rela-s.vaddr) {
+			seg, found = loadSeg{off: rela - s.vaddr + s.off, filesz: relasz}, true
 			break
 		}
 	}
 	if !found {
-		return nil
+		return 0, false, nil
 	}
-	buf := make([]byte, relasz)
-	if n, _ := r.ReadAt(buf, int64(fileOff)); n < len(buf) {
-		return nil
+	relative := func(typ uint32) bool {
+		return (f.Machine == elf.EM_X86_64 && typ == uint32(elf.R_X86_64_RELATIVE)) ||
+			(f.Machine == elf.EM_AARCH64 && typ == uint32(elf.R_AARCH64_RELATIVE))
 	}
-	out := make(map[uint64]uint64, len(buf)/24)
-	for ; len(buf) >= 24; buf = buf[24:] {
-		typ := uint32(f.ByteOrder.Uint64(buf[8:]))
-		if (f.Machine == elf.EM_X86_64 && typ == uint32(elf.R_X86_64_RELATIVE)) ||
-			(f.Machine == elf.EM_AARCH64 && typ == uint32(elf.R_AARCH64_RELATIVE)) {
-			out[f.ByteOrder.Uint64(buf)] = f.ByteOrder.Uint64(buf[16:])
+	each := func(fn func(off, addend uint64)) error {
+		// A whole number of 24-byte entries per chunk.
+		return scanSegment(r, seg, scanChunk/24*24, 0, func(buf []byte, _ uint64) bool {
+			for ; len(buf) >= 24; buf = buf[24:] {
+				typ := uint32(f.ByteOrder.Uint64(buf[8:])) // #nosec G115 -- ELF64_R_TYPE: the type is r_info's low 32 bits
+				if relative(typ) {
+					fn(f.ByteOrder.Uint64(buf), f.ByteOrder.Uint64(buf[16:]))
+				}
+			}
+			return true
+		})
+	}
+	cands := map[uint64]bool{}
+	if err := each(func(off, addend uint64) {
+		if addend == pclnAddr && len(cands) < 64 {
+			cands[off] = true
+		}
+	}); err != nil || len(cands) == 0 {
+		return 0, false, err
+	}
+	words := map[uint64]uint64{}
+	if err := each(func(off, addend uint64) {
+		if cands[off-mdFuncnameWord*8] || cands[off-mdTextWord*8] {
+			words[off] = addend
+		}
+	}); err != nil {
+		return 0, false, err
+	}
+	for off := range cands {
+		if words[off+mdFuncnameWord*8] == funcnameAddr {
+			if text, ok := words[off+mdTextWord*8]; ok {
+				return text, true, nil
+			}
 		}
 	}
-	return out
+	return 0, false, nil
 }
 
 // lookup returns the Go function, file and line for vaddr, or nil.

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -90,7 +91,7 @@ func buildGo(t *testing.T, dir, name string, flags ...string) string {
 	return out
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -113,3 +114,7 @@ func checkResolves(t *testing.T, frames []Frame, want string) {
 		}
 	}
 }
+
+func mkfifo(path string) error          { return syscall.Mkfifo(path, 0o644) }
+func symlink(target, path string) error { return os.Symlink(target, path) }
+func removeFile(path string) error      { return os.Remove(path) }

@@ -3,13 +3,18 @@ package symbolize
 import (
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/slurmscope/slurmscope/agent/procfs"
 )
 
 func TestProcessFixture(t *testing.T) {
 	s := New(Options{Proc: procfs.New(filepath.Join("testdata", "proc"))})
-	p := s.loadProcess(4242)
+	p := s.process(procfs.ID{PID: 4242})
+	if p == nil {
+		t.Fatal("no process")
+	}
+	defer p.mu.Unlock()
 	if p.status.NSpid != 7 {
 		t.Errorf("nspid = %d, want 7", p.status.NSpid)
 	}
@@ -77,18 +82,27 @@ func TestVaddrMultipleExecSegments(t *testing.T) {
 // exits could no longer open it), and retries the ones that failed.
 func TestReReadKeepsResolvedFiles(t *testing.T) {
 	s := New(Options{Proc: procfs.New(filepath.Join("testdata", "proc"))})
-	p := s.loadProcess(4242)
-	if len(p.maps) < 2 {
-		t.Fatalf("fixture maps: %+v", p.maps)
+	p := s.process(procfs.ID{PID: 4242})
+	if p == nil {
+		t.Fatal("fixture process 4242 not loaded")
+	}
+	defer p.mu.Unlock()
+	maps := p.table.Load().maps
+	if len(maps) < 2 {
+		t.Fatalf("fixture maps: %+v", maps)
 	}
 	ok := &fileRef{id: fileIdentity{size: 1}}
-	p.maps[0].file = ok
-	p.maps[1].file = &fileRef{err: ErrOpenFile}
-	s.readMaps(p)
-	if p.maps[0].file != ok {
-		t.Errorf("mapping %s lost its resolved file on a re-read", p.maps[0].Path)
+	maps[0].file = ok
+	maps[1].file = &fileRef{err: ErrOpenFile}
+	p.mapsReadAt = time.Time{}
+	if fresh, kind := s.readMaps(p); !fresh {
+		t.Fatalf("maps not read again: %q", kind)
 	}
-	if p.maps[1].file != nil {
-		t.Errorf("mapping %s kept its failure across a re-read: %+v", p.maps[1].Path, p.maps[1].file)
+	maps = p.table.Load().maps
+	if maps[0].file != ok {
+		t.Errorf("mapping %s lost its resolved file on a re-read", maps[0].Path)
+	}
+	if maps[1].file != nil {
+		t.Errorf("mapping %s kept its failure across a re-read: %+v", maps[1].Path, maps[1].file)
 	}
 }

@@ -3,7 +3,9 @@ package symbolize
 import (
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/procfs/procfstest"
@@ -33,7 +35,8 @@ func TestPerfMap(t *testing.T) {
 
 func TestPerfMapGrowth(t *testing.T) {
 	root := copyTree(t, filepath.Join("testdata", "proc"))
-	s := New(Options{Proc: procfs.New(root)})
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	s := New(Options{Proc: procfs.New(root), Now: clock.now})
 	const addr = 0x7f0000005010
 	if f := s.User(procfs.ID{PID: 4242}, []uint64{addr}); f[0].Function != "" {
 		t.Fatalf("before growth: %+v", f)
@@ -46,12 +49,19 @@ func TestPerfMapGrowth(t *testing.T) {
 	// A partial line must wait until the writer finishes it.
 	_, err = f.WriteString("7f0000005000 100 new_jit")
 	must(t, err)
+	clock.advance(minPerfMapRefresh)
 	if fr := s.User(procfs.ID{PID: 4242}, []uint64{addr}); fr[0].Function != "" {
 		t.Fatalf("partial line resolved: %+v", fr)
 	}
 	_, err = f.WriteString("_func\n")
 	must(t, err)
 	must(t, f.Close())
+	// Read again at most once per minPerfMapRefresh: a miss sooner is a
+	// miss.
+	if fr := s.User(procfs.ID{PID: 4242}, []uint64{addr}); fr[0].Function != "" {
+		t.Fatalf("read again within %v: %+v", minPerfMapRefresh, fr)
+	}
+	clock.advance(minPerfMapRefresh)
 	if fr := s.User(procfs.ID{PID: 4242}, []uint64{addr}); fr[0].Function != "new_jit_func" {
 		t.Fatalf("after growth: %+v", fr)
 	}
@@ -66,8 +76,19 @@ func TestPerfMapNewerEntryWins(t *testing.T) {
 	must(t, os.MkdirAll(filepath.Join(dir, "1", "root"), 0o755))
 	path := filepath.Join(dir, "1", "root", "perf-1.map")
 	must(t, os.WriteFile(path, []byte("1000 100 old\n1000 100 new\n1080 10 inner\n"), 0o644))
-	pm := &perfMap{proc: procfs.New(dir), req: procfs.JobFile{PID: 1, Path: "/perf-1.map", UID: -1, MaxSize: maxPerfMapBytes}}
-	must(t, pm.refresh())
+	req := procfs.JobFile{PID: 1, Path: "/perf-1.map", UID: -1, MaxSize: maxPerfMapBytes}
+	var pm *perfMap
+	refresh := func() {
+		t.Helper()
+		var from perfFrom
+		if pm != nil {
+			from = perfFrom{file: pm.file, readOff: pm.readOff}
+		}
+		res := readPerfMap(procfs.New(dir), req, from, nil, "test", func() {})
+		must(t, res.err)
+		pm = pm.merged(res)
+	}
+	refresh()
 	for addr, want := range map[uint64]string{0x1010: "new", 0x1085: "inner", 0x10a0: "new"} {
 		if got, _ := pm.lookup(addr); got != want {
 			t.Errorf("lookup(%#x) = %q, want %q", addr, got, want)
@@ -75,7 +96,7 @@ func TestPerfMapNewerEntryWins(t *testing.T) {
 	}
 	// A rewritten (shorter) file is read from scratch.
 	must(t, os.WriteFile(path, []byte("2000 10 only\n"), 0o644))
-	must(t, pm.refresh())
+	refresh()
 	if got, ok := pm.lookup(0x1010); ok {
 		t.Errorf("stale entry %q after rewrite", got)
 	}
@@ -83,3 +104,13 @@ func TestPerfMapNewerEntryWins(t *testing.T) {
 		t.Errorf("lookup after rewrite = %q", got)
 	}
 }
+
+// fakeClock is a symbolizer's clock that only moves when told.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+
+func (c *fakeClock) advance(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }

@@ -5,6 +5,13 @@
 // agent's peak RSS and the profile bytes per interval. Needs root.
 //
 //	go run ./tools/bench/agent --duration 60s
+//
+// --beside runs a shell command inside the same job while the load runs
+// (and the agent profiles it), to see what the agent costs beside real
+// work with many short processes and files:
+//
+//	go run ./tools/bench/agent --duration 60s --beside 'go build -a -o /dev/null ./...'
+
 package main
 
 import (
@@ -36,8 +43,9 @@ func main() {
 	duration := flag.Duration("duration", 60*time.Second, "how long to profile")
 	interval := flag.Duration("interval", 15*time.Second, "the agent's --upload-interval")
 	rate := flag.Int("sample-rate", 97, "the agent's --sample-rate")
+	beside := flag.String("beside", "", "a shell command to run in the job beside the load (e.g. a go build)")
 	flag.Parse()
-	if err := bench(*duration, *interval, *rate); err != nil {
+	if err := bench(*duration, *interval, *rate, *beside); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -56,7 +64,7 @@ func spin() {
 	}
 }
 
-func bench(duration, interval time.Duration, rate int) error {
+func bench(duration, interval time.Duration, rate int, beside string) error {
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (eBPF, cgroups)")
 	}
@@ -118,7 +126,33 @@ func bench(duration, interval time.Duration, rate int) error {
 	if err := a.Start(); err != nil {
 		return err
 	}
+	var besideErr chan error
+	if beside != "" {
+		b := exec.Command("sh", "-c", beside)
+		b.Env = append(os.Environ(), "SLURM_JOB_ID="+jobID, "SLURM_JOB_NAME=bench-beside")
+		b.Stdout, b.Stderr = os.Stderr, os.Stderr
+		b.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		// In the job from its first instruction: sh moves itself, then
+		// execs the command, so every process it starts is in the job.
+		b.Args = []string{"sh", "-c", "echo $$ > " + filepath.Join(job.Leaf, "cgroup.procs") + " && exec sh -c \"$0\"", beside}
+		if err := b.Start(); err != nil {
+			return err
+		}
+		besideErr = make(chan error, 1)
+		go func() { besideErr <- b.Wait() }()
+		// Its own process group, so that what is still running at the end
+		// goes with it.
+		defer syscall.Kill(-b.Process.Pid, syscall.SIGKILL)
+	}
 	time.Sleep(duration)
+	if besideErr != nil {
+		select {
+		case err := <-besideErr:
+			fmt.Printf("beside: %q finished (%v)\n", beside, err)
+		default:
+			fmt.Printf("beside: %q still running at the end\n", beside)
+		}
+	}
 	metrics, merr := scrape("http://" + metricsAddr + "/metrics")
 	a.Process.Signal(syscall.SIGTERM)
 	werr := a.Wait()
