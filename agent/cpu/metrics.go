@@ -46,8 +46,9 @@ func (m metrics) observe(prev, cur Stats) {
 	add("stack_map_full", prev.KernelStackMapFull+prev.UserStackMapFull, cur.KernelStackMapFull+cur.UserStackMapFull)
 	add("python_stack_map_full", prev.PythonStackMapFull, cur.PythonStackMapFull)
 	for i := range cur.PythonWalks {
-		if c, p := cur.PythonWalks[i], prev.PythonWalks[i]; c > p && python.Status(i) != python.StatusNotPython {
-			m.pyWalks.WithLabelValues(python.Status(i).String()).Add(float64(c - p))
+		st := python.Status(i) // #nosec G115 -- i indexes a short fixed array
+		if c, p := cur.PythonWalks[i], prev.PythonWalks[i]; c > p && st != python.StatusNotPython {
+			m.pyWalks.WithLabelValues(st.String()).Add(float64(c - p))
 		}
 	}
 	m.cpus.Set(float64(cur.AttachedCPUs))

@@ -133,6 +133,10 @@ func MapSizes(cpus, rate int, interval time.Duration) (counts, stacks int) {
 	return counts, stacks
 }
 
+// maxMapEntries bounds a map size set in Options: a BPF map's size is a
+// u32, and far below that the kernel refuses the memory anyway.
+const maxMapEntries = 1 << 24
+
 // ErrHotplug marks a Drain that could not follow CPU hotplug; its samples
 // are good.
 var ErrHotplug = errors.New("following CPU hotplug")
@@ -240,6 +244,9 @@ func New(opts Options) (*Sampler, error) {
 	if opts.SysRoot == "" {
 		opts.SysRoot = "/sys"
 	}
+	if opts.MaxStackEntries > maxMapEntries || opts.MaxCountEntries > maxMapEntries || opts.MaxPythonStackEntries > maxMapEntries {
+		return nil, fmt.Errorf("cpu sampler: a map of more than %d entries in %+v", maxMapEntries, opts)
+	}
 	if opts.SampleRate < 0 || opts.MaxStackEntries < 0 || opts.MaxCountEntries < 0 || opts.MaxPythonStackEntries < 0 ||
 		opts.ExcludePID < 0 || opts.Interval < 0 || opts.CPUs < 0 {
 		return nil, fmt.Errorf("cpu sampler: negative option in %+v", opts)
@@ -270,13 +277,13 @@ func New(opts Options) (*Sampler, error) {
 		return nil, fmt.Errorf("cpu sampler: %w", err)
 	}
 	for _, name := range []string{samplerMapCounts0, samplerMapCounts1} {
-		spec.Maps[name].MaxEntries = uint32(opts.MaxCountEntries)
+		spec.Maps[name].MaxEntries = uint32(opts.MaxCountEntries) // #nosec G115 -- at most maxMapEntries (checked above)
 	}
 	for _, name := range []string{samplerMapStacks0, samplerMapStacks1} {
-		spec.Maps[name].MaxEntries = uint32(opts.MaxStackEntries)
+		spec.Maps[name].MaxEntries = uint32(opts.MaxStackEntries) // #nosec G115 -- at most maxMapEntries (checked above)
 	}
 	for _, name := range []string{samplerMapPyStacks0, samplerMapPyStacks1} {
-		spec.Maps[name].MaxEntries = uint32(opts.MaxPythonStackEntries)
+		spec.Maps[name].MaxEntries = uint32(opts.MaxPythonStackEntries) // #nosec G115 -- at most maxMapEntries (checked above)
 	}
 	spec.Maps[samplerMapPyNew].MaxEntries = pyNewBytes
 	// A secret seed per load: no process can predict the key of any stack,
@@ -288,7 +295,7 @@ func New(opts Options) (*Sampler, error) {
 	hashSeed := binary.NativeEndian.Uint64(seed[:])
 
 	s := &Sampler{sysRoot: opts.SysRoot, hashSeed: hashSeed, countEntries: opts.MaxCountEntries, stackEntries: opts.MaxStackEntries}
-	consts := map[string]any{samplerVarExcludeTgid: uint32(opts.ExcludePID), samplerVarStackHashSeed: hashSeed}
+	consts := map[string]any{samplerVarExcludeTgid: uint32(opts.ExcludePID), samplerVarStackHashSeed: hashSeed} // #nosec G115 -- a pid is below pid_max (at most 2^22)
 	var shared map[string]*ebpf.Map
 	if opts.Stacks != nil {
 		c, m, err := opts.Stacks.Prepare(spec)
@@ -308,7 +315,8 @@ func New(opts Options) (*Sampler, error) {
 		{selector: s.objs.Gen1, counts: s.objs.Counts1, stacks: s.objs.Stacks1, py: s.objs.PyStacks1, stats: s.objs.Stats1},
 	}
 	for i, g := range s.gens {
-		if err := g.selector.Put(uint32(0), uint32(i)); err != nil {
+		gen := uint32(i) // #nosec G115 -- i is 0 or 1, the two generations
+		if err := g.selector.Put(uint32(0), gen); err != nil {
 			s.objs.Close()
 			return nil, fmt.Errorf("cpu sampler: init generation: %w", err)
 		}
@@ -342,10 +350,10 @@ func (s *Sampler) syncCPUs() error {
 		return fmt.Errorf("read online cpus: %w", err)
 	}
 	res, err := s.cpus.sync(online)
-	s.stats.CPUAttaches += uint64(res.Attached)
-	s.stats.CPUDetaches += uint64(res.Detached)
-	s.stats.CPUReattaches += uint64(res.Reattached)
-	s.stats.AttachErrors += uint64(res.AttachErrors)
+	s.stats.CPUAttaches += uint64(res.Attached)      // #nosec G115 -- counts of CPUs, not negative
+	s.stats.CPUDetaches += uint64(res.Detached)      // #nosec G115 -- as above
+	s.stats.CPUReattaches += uint64(res.Reattached)  // #nosec G115 -- as above
+	s.stats.AttachErrors += uint64(res.AttachErrors) // #nosec G115 -- as above
 	return err
 }
 
@@ -557,7 +565,7 @@ func (s *Sampler) addStats(g generation) error {
 	fields[samplerStatIndexSTAT_PYSTACK_MAP_FULL] = &st.PythonStackMapFull
 	fields[samplerStatIndexSTAT_PY_NEW_LOST] = &st.PythonNewLost
 	for i := range st.PythonWalks {
-		fields[samplerStatIndexSTAT_PY_STATUS+samplerStatIndex(i)] = &st.PythonWalks[i]
+		fields[samplerStatIndexSTAT_PY_STATUS+samplerStatIndex(i)] = &st.PythonWalks[i] // #nosec G115 -- i indexes a short fixed array
 	}
 	var perCPU []uint64
 	for idx, dst := range fields {
@@ -584,7 +592,7 @@ func (s *Sampler) ProgramStats() (runNs, runCount uint64, ok bool) {
 	if err != nil || ps.RunCount == 0 {
 		return 0, 0, false
 	}
-	return uint64(ps.Runtime.Nanoseconds()), ps.RunCount, true
+	return uint64(ps.Runtime.Nanoseconds()), ps.RunCount, true // #nosec G115 -- the kernel's run time, not negative
 }
 
 // Close detaches from every CPU and unloads the program. Undrained samples

@@ -76,12 +76,12 @@ func (c *Source) Drain() (source.Batch, error) {
 	}
 	pys := map[*python.RawStack]resolved{}
 	for i, s := range samples {
-		n := int64(s.Count)
+		n := int64(s.Count) // #nosec G115 -- samples of one interval, counted by the kernel
 		out := source.Sample{Proc: s.Proc, Kernel: s.Kernel, User: s.User, Values: []int64{n, n * c.period}}
 		if s.Python != nil && c.stacks != nil {
 			r, ok := pys[s.Python]
 			if !ok {
-				r.frames, r.truncated = c.stacks.Python(uint32(s.Proc.PID), s.StartNs, s.Python)
+				r.frames, r.truncated = c.stacks.Python(uint32(s.Proc.PID), s.StartNs, s.Python) // #nosec G115 -- a pid is below pid_max (at most 2^22)
 				pys[s.Python] = r
 			}
 			out.Python, out.PythonTruncated = r.frames, r.truncated

@@ -119,7 +119,7 @@ func decodeLaunch(h header, b []byte) (launchEvent, error) {
 		device:        le.Uint32(b[36:]),
 		flags:         le.Uint32(b[40:]),
 	}
-	n := int32(le.Uint32(b[44:]))
+	n := int32(le.Uint32(b[44:])) // #nosec G115 -- the BPF side's s32 (a negative errno), reinterpreted on purpose
 	ret := le.Uint64(b[48:])
 	end := le.Uint32(b[56:])
 	if py := decodePython(b[launchPyOff:]); py.Len > 0 {
@@ -155,7 +155,8 @@ func decodePython(b []byte) *python.RawStack {
 	py.Len = min(py.Len, python.MaxFrames)
 	for i := range int(py.Len) {
 		f := b[16+24*i:]
-		py.Frames[i] = python.RawFrame{Code: le.Uint64(f), Check: le.Uint64(f[8:]), Lasti: int32(le.Uint32(f[16:])), Owner: f[20], IsEntry: f[21]}
+		py.Frames[i] = python.RawFrame{Code: le.Uint64(f), Check: le.Uint64(f[8:]), Lasti: int32(le.Uint32(f[16:])), // #nosec G115 -- CPython's int lasti, reinterpreted as signed on purpose
+			Owner: f[20], IsEntry: f[21]}
 	}
 	return py
 }

@@ -142,7 +142,7 @@ func (t *stackTable) intern(frames []uint64, py []python.Frame, pyCut bool) stac
 		t.free = t.free[:n-1]
 		t.slots[id] = s
 	} else {
-		id = stackID(len(t.slots))
+		id = stackID(len(t.slots)) // #nosec G115 -- the slots are bounded by the budget, far below 2^32
 		t.slots = append(t.slots, s)
 	}
 	t.ids[key] = id

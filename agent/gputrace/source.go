@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"sync"
 	"syscall"
@@ -118,7 +119,7 @@ func (g *Source) Drain() (source.Batch, error) {
 		}
 		out := source.Sample{Proc: s.Proc, Frames: []symbolize.Frame{leaf}, User: s.User,
 			Python: s.Python, PythonTruncated: s.PythonTruncated,
-			Labels: g.labels(s.Proc, s.Device), Values: []int64{int64(s.Launches), int64(s.GPUTime)}}
+			Labels: g.labels(s.Proc, s.Device), Values: []int64{saturate(s.Launches), saturate(s.GPUTime)}}
 		if s.Unsampled {
 			out.Frames = append(out.Frames, symbolize.Frame{Function: UnsampledFrame})
 			out.User, out.Python = nil, nil
@@ -197,3 +198,13 @@ type closingSource struct {
 }
 
 func (c *closingSource) Close() error { return c.t.Close() }
+
+// saturate converts a counter to pprof's int64. The GPU time comes from
+// records a job can forge: past 2^63 it stays at the largest value
+// rather than wrapping negative.
+func saturate(v uint64) int64 {
+	if v > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(v)
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -144,5 +145,15 @@ func TestSourceCountsGPUTimeInSeconds(t *testing.T) {
 	}
 	if schema.AgentGPUKernelTime.Unit != "seconds" {
 		t.Errorf("unit %q", schema.AgentGPUKernelTime.Unit)
+	}
+}
+
+// Forged records can push a counter past what pprof's int64 holds: it
+// saturates, never wraps negative.
+func TestSaturate(t *testing.T) {
+	for in, want := range map[uint64]int64{0: 0, 42: 42, math.MaxInt64: math.MaxInt64, math.MaxInt64 + 1: math.MaxInt64, math.MaxUint64: math.MaxInt64} {
+		if got := saturate(in); got != want {
+			t.Errorf("saturate(%d) = %d, want %d", in, got, want)
+		}
 	}
 }

@@ -232,7 +232,7 @@ func New(opts Options) (*Tracer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gpu tracer: %w", err)
 	}
-	spec.Maps[markersMapEvents].MaxEntries = uint32(opts.RingBufferBytes)
+	spec.Maps[markersMapEvents].MaxEntries = uint32(opts.RingBufferBytes) // #nosec G115 -- a power of two the kernel accepts (checked in setDefaults)
 	t := &Tracer{opts: opts, flushed: make(chan struct{}, 1), done: make(chan struct{}),
 		files: map[procfs.FileID]*attachedFile{}, procs: map[procfs.ID]procfs.FileID{}, join: newJoiner(opts.limits())}
 	consts := map[string]any{markersVarExcludeTgid: uint32(opts.ExcludePID), markersVarWakeupBytes: uint64(opts.RingBufferBytes / 4), // #nosec G115 -- not negative (setDefaults), a pid
@@ -451,7 +451,7 @@ func (t *Tracer) handle(b []byte, recs []kernelRecord) []kernelRecord {
 			var e launchEvent
 			if e, err = decodeLaunch(h, b); err == nil {
 				if e.py != nil && t.opts.Stacks != nil {
-					e.python, e.pyTruncated = t.opts.Stacks.Python(uint32(h.proc.PID), le.Uint64(b[8:]), e.py)
+					e.python, e.pyTruncated = t.opts.Stacks.Python(uint32(h.proc.PID), le.Uint64(b[8:]), e.py) // #nosec G115 -- a pid is below pid_max (at most 2^22)
 				}
 				t.join.launch(e, now)
 			}

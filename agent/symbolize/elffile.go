@@ -78,7 +78,8 @@ func openObj(r io.ReaderAt, size int64, grow func(int64) error) (obj *objFile, e
 			// Checking against the real size keeps every later read, and the
 			// buffer it allocates, within the file: a truncated or lying
 			// header cannot make us allocate what is not there.
-			if p.Off > uint64(size) || p.Filesz > uint64(size)-p.Off {
+			usize := uint64(size) // #nosec G115 -- a file's size from fstat, not negative
+			if p.Off > usize || p.Filesz > usize-p.Off {
 				return nil, tooLarge("segment at %#x+%#x beyond the file's %d bytes", p.Off, p.Filesz, size)
 			}
 			obj.loads = append(obj.loads, loadSeg{

@@ -291,7 +291,8 @@ func relocatedText(f *elf.File, r io.ReaderAt, loads []loadSeg, pclnAddr, funcna
 			return 0, false, nil
 		}
 		for ; len(d) >= 16; d = d[16:] {
-			switch elf.DynTag(f.ByteOrder.Uint64(d)) {
+			tag := elf.DynTag(f.ByteOrder.Uint64(d)) // #nosec G115 -- a tag that wraps matches no case below
+			switch tag {
 			case elf.DT_RELA:
 				rela = f.ByteOrder.Uint64(d[8:])
 			case elf.DT_RELASZ:
