@@ -11,6 +11,19 @@
 // work with many short processes and files:
 //
 //	go run ./tools/bench/agent --duration 60s --beside 'go build -a -o /dev/null ./...'
+//
+// --load picks the busy processes: go (a Go spinner, frame pointers), c
+// (a C split built -O2 -fomit-frame-pointer: the .eh_frame unwinder's
+// case) or python (split.py under --python, Python frames); --procs how
+// many (default one per CPU) and --agent-flags extra agent flags, so that
+// the same load runs with and without a feature side by side:
+//
+//	go run ./tools/bench/agent --load c --agent-flags=--unwind=fp
+//	go run ./tools/bench/agent --load c
+//	go run ./tools/bench/agent --load python --procs 32
+//
+// Besides the whole run it prints the steady state: the agent's CPU over
+// the last three quarters of the run, against the CPU profiled then.
 
 package main
 
@@ -44,8 +57,14 @@ func main() {
 	interval := flag.Duration("interval", 15*time.Second, "the agent's --upload-interval")
 	rate := flag.Int("sample-rate", 97, "the agent's --sample-rate")
 	beside := flag.String("beside", "", "a shell command to run in the job beside the load (e.g. a go build)")
+	var o loadOpts
+	flag.StringVar(&o.kind, "load", "go", "busy processes: go, c (built -O2 -fomit-frame-pointer) or python")
+	flag.IntVar(&o.procs, "procs", runtime.NumCPU(), "how many busy processes")
+	flag.StringVar(&o.python, "python", "/usr/bin/python3.11", "the interpreter of --load python")
+	agentFlags := flag.String("agent-flags", "", "extra flags for the agent, space-separated (e.g. --unwind=fp)")
 	flag.Parse()
-	if err := bench(*duration, *interval, *rate, *beside); err != nil {
+	o.agentFlags = strings.Fields(*agentFlags)
+	if err := bench(*duration, *interval, *rate, *beside, o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -64,7 +83,36 @@ func spin() {
 	}
 }
 
-func bench(duration, interval time.Duration, rate int, beside string) error {
+// loadOpts say what the profiled job runs.
+type loadOpts struct {
+	kind, python string
+	procs        int
+	agentFlags   []string
+}
+
+// command returns how to start one busy process of the load.
+func (o loadOpts) command(work, self string) (*exec.Cmd, error) {
+	switch o.kind {
+	case "go":
+		c := exec.Command(self)
+		c.Env = append(os.Environ(), loadEnv+"=1")
+		return c, nil
+	case "c":
+		bin := filepath.Join(work, "unwindc")
+		if _, err := os.Stat(bin); err != nil {
+			cc := exec.Command("gcc", "-O2", "-fomit-frame-pointer", "-g", "-o", bin, "internal/testenv/workloads/unwindc.c")
+			if out, err := cc.CombinedOutput(); err != nil {
+				return nil, fmt.Errorf("building the C load (run from the repository root): %v\n%s", err, out)
+			}
+		}
+		return exec.Command(bin, "split", "1000000"), nil
+	case "python":
+		return exec.Command(o.python, "internal/testenv/workloads/python/split.py", "1000000"), nil
+	}
+	return nil, fmt.Errorf("--load %q: want go, c or python", o.kind)
+}
+
+func bench(duration, interval time.Duration, rate int, beside string, o loadOpts) error {
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (eBPF, cgroups)")
 	}
@@ -93,7 +141,6 @@ func bench(duration, interval time.Duration, rate int, beside string) error {
 	}
 	defer restore()
 
-	ncpu := runtime.NumCPU()
 	self, _ := os.Executable()
 	var loads []*exec.Cmd
 	defer func() {
@@ -102,9 +149,15 @@ func bench(duration, interval time.Duration, rate int, beside string) error {
 			l.Wait()
 		}
 	}()
-	for i := 0; i < ncpu; i++ {
-		l := exec.Command(self)
-		l.Env = append(os.Environ(), loadEnv+"=1", "SLURM_JOB_ID="+jobID, "SLURM_JOB_NAME=bench-load")
+	for i := 0; i < o.procs; i++ {
+		l, err := o.command(work, self)
+		if err != nil {
+			return err
+		}
+		if l.Env == nil {
+			l.Env = os.Environ()
+		}
+		l.Env = append(l.Env, "SLURM_JOB_ID="+jobID, "SLURM_JOB_NAME=bench-load")
 		if err := l.Start(); err != nil {
 			return err
 		}
@@ -116,8 +169,9 @@ func bench(duration, interval time.Duration, rate int, beside string) error {
 
 	out := filepath.Join(work, "out")
 	metricsAddr := "127.0.0.1:19810"
-	a := exec.Command(agent, "run", "--output-dir", out, "--upload-interval", interval.String(),
-		"--sample-rate", strconv.Itoa(rate), "--metrics-addr", metricsAddr, "--node-name", "bench", "--slurm-cgroup-v2-parent", job.Parent)
+	args := append([]string{"run", "--output-dir", out, "--upload-interval", interval.String(),
+		"--sample-rate", strconv.Itoa(rate), "--metrics-addr", metricsAddr, "--node-name", "bench", "--slurm-cgroup-v2-parent", job.Parent}, o.agentFlags...)
+	a := exec.Command(agent, args...)
 	a.Stderr = os.Stderr
 	busy0, err := busyCPU()
 	if err != nil {
@@ -144,7 +198,12 @@ func bench(duration, interval time.Duration, rate int, beside string) error {
 		// goes with it.
 		defer syscall.Kill(-b.Process.Pid, syscall.SIGKILL)
 	}
-	time.Sleep(duration)
+	// The steady state leaves out the first quarter: start-up, the first
+	// symbolisation and table builds.
+	time.Sleep(duration / 4)
+	agentMid, busyMid := procCPU(a.Process.Pid), mustBusy()
+	time.Sleep(duration - duration/4)
+	agentEnd, busyEnd := procCPU(a.Process.Pid), mustBusy()
 	if besideErr != nil {
 		select {
 		case err := <-besideErr:
@@ -170,9 +229,13 @@ func bench(duration, interval time.Duration, rate int, beside string) error {
 	bpfNs := metrics[schema.AgentBPFRunTime.Name] * 1e9
 	bpfRuns := metrics[schema.AgentBPFRuns.Name]
 	intervals := float64(duration) / float64(interval)
-	fmt.Printf("load: %d busy processes in simulated job %s for %v, %d Hz, %v interval\n", ncpu, jobID, duration, rate, interval)
+	fmt.Printf("load: %d busy %s processes in simulated job %s for %v, %d Hz, %v interval, agent flags %q\n", o.procs, o.kind, jobID, duration, rate, interval, o.agentFlags)
 	fmt.Printf("agent CPU time:          %v (%.3f%% of the %.1fs of CPU time profiled; target <= 0.5%%)\n",
 		agentCPU.Round(time.Millisecond), 100*agentCPU.Seconds()/profiled.Seconds(), profiled.Seconds())
+	if steady := busyEnd - busyMid; steady > 0 && agentEnd > 0 {
+		fmt.Printf("agent CPU, steady state: %v (%.3f%% of the %.1fs profiled in the last three quarters)\n",
+			(agentEnd - agentMid).Round(time.Millisecond), 100*(agentEnd-agentMid).Seconds()/steady.Seconds(), steady.Seconds())
+	}
 	if bpfRuns > 0 {
 		fmt.Printf("BPF run time per sample: %.2f us over %.0f samples (target <= 3 us)\n", bpfNs/bpfRuns/1e3, bpfRuns)
 	}
@@ -193,6 +256,31 @@ func enableBPFStats() (func(), error) {
 		return nil, err
 	}
 	return func() { os.WriteFile(p, old, 0o644) }, nil
+}
+
+// procCPU is a process's user plus system time, from /proc/<pid>/stat
+// (0 when it cannot be read).
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+st) * (time.Second / 100)
+}
+
+func mustBusy() time.Duration {
+	d, _ := busyCPU()
+	return d
 }
 
 // busyCPU is the non-idle CPU time of the whole machine, from /proc/stat.
