@@ -62,10 +62,10 @@ func buildStackWorkloads(t *testing.T, dir string) stackBins {
 // nativeJobs are the C and C++ workloads, built without frame pointers.
 func nativeJobs(b stackBins) []*stackJob {
 	return []*stackJob{
-		{name: "c-split", argv: []string{b.unwindc, "split", "1.5"}, check: checkCSplit},
+		{name: "c-split", argv: []string{b.unwindc, "split", "4"}, check: checkCSplit},
 		{name: "c-qsort", argv: []string{b.unwindc, "qsort", "1"}, check: checkQsort},
 		{name: "cxx-exceptions", argv: []string{b.unwindcxx, "except", "1"}, check: checkExceptions},
-		{name: "cxx-deep-recursion", argv: []string{b.unwindcxx, "deep", "1"}, check: checkDeep},
+		{name: "cxx-deep-recursion", argv: []string{b.unwindcxx, "deep", "4"}, check: checkDeep},
 	}
 }
 
@@ -74,7 +74,7 @@ func nativeJobs(b stackBins) []*stackJob {
 // seconds (the workloads count process_time), so a loaded host slows the
 // test down but leaves it the samples it needs (at 499 Hz, 500 a second).
 func pythonJobs(py interp, b stackBins, all bool) []*stackJob {
-	jobs := []*stackJob{{name: py.name + "/split", argv: []string{py.path, pyWorkload("split.py"), "2"}, check: checkPySplit}}
+	jobs := []*stackJob{{name: py.name + "/split", argv: []string{py.path, pyWorkload("split.py"), "4"}, check: checkPySplit}}
 	if !all {
 		return jobs
 	}
