@@ -426,17 +426,23 @@ func (w *Walker) handle(ev python.Event, now time.Time) {
 	if ev.MM == 0 {
 		return // an exiting task (the BPF side does not send these)
 	}
+	id := procfs.ID{PID: int(ev.TGID), Start: procfs.StartFromBoottime(ev.StartBoottime)}
 	if ev.ParentTGID != 0 {
+		// A child that inherited its parent's state is never announced by
+		// a probe: admit it now, while it lives, or a short-lived worker's
+		// samples find it gone at the drain and are lost as exited (a
+		// 16-worker pool lost every worker's samples so, once, in CI).
+		// Before its entry exists, which profiled takes as admitted.
+		w.profiled(id, ev.MM, now)
 		if w.tracker != nil && w.tracker.Fork(ev) {
 			w.mu.Lock()
-			p := w.procLocked(procfs.ID{PID: int(ev.TGID), Start: procfs.StartFromBoottime(ev.StartBoottime)})
+			p := w.procLocked(id)
 			p.pyStart = ev.StartBoottime
 			w.m.forks++
 			w.mu.Unlock()
 		}
 		return
 	}
-	id := procfs.ID{PID: int(ev.TGID), Start: procfs.StartFromBoottime(ev.StartBoottime)}
 	if !w.profiled(id, ev.MM, now) {
 		w.mu.Lock()
 		if len(w.declined) >= maxNotProfile {

@@ -6,9 +6,13 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/agent/python"
 )
 
 // modeOf gathers agent_unwind_mode_info from w: its mode and reason.
@@ -79,5 +83,22 @@ func TestFramePointerFallback(t *testing.T) {
 	w.Close()
 	if asked {
 		t.Error("bpf_loop probed with tables off")
+	}
+}
+
+// A forked child inherits its parent's state in BPF, so no probe ever
+// announces it: the fork event itself must ask whether it is profiled
+// (the daemon admits it while it lives), once.
+func TestForkedChildIsAdmitted(t *testing.T) {
+	var asked []procfs.ID
+	w := &Walker{o: Options{Profiled: func(id procfs.ID) bool { asked = append(asked, id); return true }},
+		procs: map[int]*proc{}, notProfile: map[int]declinedImage{}, declined: map[int]python.Event{}}
+	ev := python.Event{TGID: 4321, ParentTGID: 4300, StartBoottime: 7e9, MM: 0xdead}
+	now := time.Now()
+	w.handle(ev, now)
+	w.handle(ev, now) // a repeat asks nothing more
+	want := procfs.ID{PID: 4321, Start: procfs.StartFromBoottime(ev.StartBoottime)}
+	if len(asked) != 1 || asked[0] != want {
+		t.Fatalf("Profiled asked %v, want once for %v", asked, want)
 	}
 }
