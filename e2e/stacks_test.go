@@ -84,7 +84,7 @@ func pythonJobs(py interp, b stackBins, all bool) []*stackJob {
 		&stackJob{name: py.name + "/asyncio", argv: []string{py.path, pyWorkload("asyncio_prog.py"), "1"}, check: checkPyAsyncio},
 		// About 0.15 s of CPU each: the 16 workers live about 1.5 s
 		// (more on a loaded host).
-		&stackJob{name: py.name + "/pool", argv: []string{py.path, pyWorkload("pool.py"), "3000000"}, check: checkPyPool},
+		&stackJob{name: py.name + "/pool", argv: []string{py.path, pyWorkload("pool.py"), "6000000"}, check: checkPyPool},
 		&stackJob{name: py.name + "/command", argv: []string{py.path, "-c", pyCommand}, check: checkPyCommand},
 		&stackJob{name: py.name + "/gpu-launches", prefix: "gpu-",
 			argv: []string{py.path, pyWorkload("gpu_launch.py"), filepath.Join(b.gpuDir, "libcudart_standin.so"), "1.5"},

@@ -428,13 +428,17 @@ func (w *Walker) handle(ev python.Event, now time.Time) {
 	}
 	id := procfs.ID{PID: int(ev.TGID), Start: procfs.StartFromBoottime(ev.StartBoottime)}
 	if ev.ParentTGID != 0 {
-		// A child that inherited its parent's state is never announced by
-		// a probe: admit it now, while it lives, or a short-lived worker's
-		// samples find it gone at the drain and are lost as exited (a
-		// 16-worker pool lost every worker's samples so, once, in CI).
-		// Before its entry exists, which profiled takes as admitted.
-		w.profiled(id, ev.MM, now)
 		if w.tracker != nil && w.tracker.Fork(ev) {
+			// A child that inherited a Python parent's state is never
+			// announced by a probe: admit it now, while it lives, or a
+			// short-lived worker's samples find it gone at the drain and
+			// are lost as exited (a 16-worker pool lost every worker's
+			// samples so, once, in CI). Only such a child: any other fork
+			// (slurmstepd's, before it execs the task) would be attributed
+			// from what it is before its exec, root and no job environment.
+			if w.o.Profiled != nil {
+				w.o.Profiled(id)
+			}
 			w.mu.Lock()
 			p := w.procLocked(id)
 			p.pyStart = ev.StartBoottime

@@ -86,19 +86,16 @@ func TestFramePointerFallback(t *testing.T) {
 	}
 }
 
-// A forked child inherits its parent's state in BPF, so no probe ever
-// announces it: the fork event itself must ask whether it is profiled
-// (the daemon admits it while it lives), once.
-func TestForkedChildIsAdmitted(t *testing.T) {
+// A fork whose parent has no Python state (slurmstepd forking a task, a
+// shell) is not admitted at its fork: the child is still its parent until
+// it execs (root, no job environment), and would be attributed as that.
+// (A Python parent's child is admitted at its fork: e2e TestStacks' pool.)
+func TestUntrackedForkIsNotAdmittedEarly(t *testing.T) {
 	var asked []procfs.ID
 	w := &Walker{o: Options{Profiled: func(id procfs.ID) bool { asked = append(asked, id); return true }},
 		procs: map[int]*proc{}, notProfile: map[int]declinedImage{}, declined: map[int]python.Event{}}
-	ev := python.Event{TGID: 4321, ParentTGID: 4300, StartBoottime: 7e9, MM: 0xdead}
-	now := time.Now()
-	w.handle(ev, now)
-	w.handle(ev, now) // a repeat asks nothing more
-	want := procfs.ID{PID: 4321, Start: procfs.StartFromBoottime(ev.StartBoottime)}
-	if len(asked) != 1 || asked[0] != want {
-		t.Fatalf("Profiled asked %v, want once for %v", asked, want)
+	w.handle(python.Event{TGID: 4321, ParentTGID: 4300, StartBoottime: 7e9, MM: 0xdead}, time.Now())
+	if len(asked) != 0 || len(w.procs) != 0 {
+		t.Fatalf("Profiled asked %v, procs %v: want nothing for an untracked parent's fork", asked, w.procs)
 	}
 }
