@@ -299,7 +299,7 @@ var (
 	AgentPythonWalks      = counter("agent_python_walks_total", "", "CPython frame walks of CPU samples of CPython processes, by outcome (ok, no_thread_state, thread_read, threads_max, frame_read).", "status")
 	AgentPythonProcesses  = counter("agent_python_processes_total", "", "Processes set up for the CPython walk, by version (3.11) or forked (from a set-up parent).", "version")
 	AgentPythonSkipped    = counter("agent_python_skipped_total", "", "Looks at processes that left them to native stacks, by reason (not_python, unknown_version, unsupported, bad_interpreter, not_initialized, open, maps, memory, bpf_map).", "reason")
-	AgentPythonFrames     = counter("agent_python_frames_total", "", "Python frames resolved, by result: resolved, gone (its code object was freed before it was read), read_budget (the process's read budget was spent), truncated (stacks cut at 64 frames).", "result")
+	AgentPythonFrames     = counter("agent_python_frames_total", "", "Python frames resolved, by result: resolved, gone (its code object was freed before it was read), unreadable (its code object could not be read, or was none: the process exited before its frames were resolved, a freed or faked frame), read_budget (the process's read budget was spent), truncated (stacks cut at 64 frames).", "result")
 	AgentPythonCodeBytes  = Metric{Name: MetricPrefix + "agent_python_code_cache_bytes", Unit: "bytes", Type: Gauge, Help: "Bytes of the cache of CPython code objects (names, files, line tables)."}
 
 	// Attribution (agent/attribution): what a user could not make it believe.

@@ -61,7 +61,9 @@ func (t *Tracker) Resolve(pid uint32, start uint64, s *RawStack) (frames []Frame
 			// The code object the sample saw is gone: its address now
 			// holds another (or nothing readable). Never the wrong name.
 			t.stats.CodeGone++
-		case !c.bad:
+		case c.bad:
+			t.stats.CodeUnreadable++
+		default:
 			fr.Function, fr.File = c.name, c.file
 			fr.Line = Line(l.Lines, c.table, c.firstLine, cf.Offset)
 		}
@@ -83,20 +85,18 @@ func (t *Tracker) code(p *proc, addr, check uint64) *codeInfo {
 		p.lru.l = list.New()
 		p.codes = map[uint64]*codeInfo{}
 	}
-	if c := p.codes[addr]; c != nil {
-		if c.check == check || check == 0 {
-			t.stats.CodeHits++
-			p.lru.l.MoveToFront(c.elem)
-			return c
-		}
-		// Another code object took the address since: read it again.
-		t.remove(p, c)
+	old := p.codes[addr]
+	if old != nil && (old.check == check || check == 0) {
+		t.stats.CodeHits++
+		p.lru.l.MoveToFront(old.elem)
+		return old
 	}
 	if par := p.parent; par != nil && par.codes != nil {
 		// A forked child runs its parent's code objects: the parent's
 		// cache holds them when the check says it is the same object.
 		if c := par.codes[addr]; c != nil && c.check == check && check != 0 && !c.bad {
 			t.stats.CodeHits++
+			par.lru.l.MoveToFront(c.elem)
 			return c
 		}
 	}
@@ -118,13 +118,39 @@ func (t *Tracker) code(p *proc, addr, check uint64) *codeInfo {
 	if err != nil {
 		t.stats.CodeBad++
 		c = &codeInfo{addr: addr, bad: true, check: check}
+		if old != nil && !old.bad {
+			// Another code object at the address, or a torn check, and
+			// the process is gone (or its memory unreadable): the cached
+			// object stays, for its own samples still to be resolved
+			// (a short process's are, after it exits).
+			return c
+		}
+	}
+	if old != nil {
+		// Another code object took the address since.
+		t.remove(p, old)
 	}
 	t.spend(p, float64(len(c.table)))
-	c.elem = p.lru.l.PushFront(c)
-	p.codes[addr] = c
-	p.codeBytes += c.size()
+	// What a forked child reads goes to its parent's cache, where the
+	// parent has nothing at the address: its siblings (a pool's 16
+	// workers, a DataLoader's 8) run the same code objects, and find
+	// them there without reading them again, even after they exit. The
+	// check keeps the parent's own samples to its own objects.
+	home := p
+	if par := p.parent; par != nil && !c.bad {
+		if par.lru.l == nil {
+			par.lru.l = list.New()
+			par.codes = map[uint64]*codeInfo{}
+		}
+		if par.codes[addr] == nil {
+			home = par
+		}
+	}
+	c.elem = home.lru.l.PushFront(c)
+	home.codes[addr] = c
+	home.codeBytes += c.size()
 	t.bytes += c.size()
-	t.evict(p)
+	t.evict(home)
 	return c
 }
 

@@ -79,10 +79,12 @@ type Stats struct {
 	// Code-object cache: hits, misses (each a read of the process), code
 	// objects that failed to read or validate, entries evicted for bytes,
 	// frames left unresolved because the process's read budget was spent,
-	// and frames whose code object was gone (freed, its address reused) by
-	// the time they were resolved.
-	CodeHits, CodeMisses, CodeBad, CodeEvicted, ReadBudgetExceeded, CodeGone uint64
-	CodeBytes                                                                int64
+	// frames whose code object was gone (freed, its address reused) by
+	// the time they were resolved, and frames whose code object could not
+	// be read or was none (the process gone before its frames were
+	// resolved, a freed or faked frame).
+	CodeHits, CodeMisses, CodeBad, CodeEvicted, ReadBudgetExceeded, CodeGone, CodeUnreadable uint64
+	CodeBytes                                                                                int64
 	// Frames resolved, and Python stacks cut at MaxFrames.
 	Frames, Truncated uint64
 	// Forked counts children set up from their parent (Fork), and

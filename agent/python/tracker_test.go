@@ -288,8 +288,31 @@ func TestTrackerResolve(t *testing.T) {
 			t.Errorf("bad code object 0x%x: %+v", addr, frames)
 		}
 	}
-	if st := f.tracker.Stats(); st.CodeBad < 3 {
-		t.Errorf("bad code objects counted %d, want 3", st.CodeBad)
+	if st := f.tracker.Stats(); st.CodeBad < 3 || st.CodeUnreadable != 3 {
+		t.Errorf("bad code objects counted %d, unreadable frames %d, want 3 and 3", st.CodeBad, st.CodeUnreadable)
+	}
+}
+
+// A short process's samples are resolved after it exits: a sample whose
+// check differs then (a torn read, or another code object at the address)
+// must not evict the code object the process's other samples saw.
+func TestTrackerResolveAfterExit(t *testing.T) {
+	f := newFakeProc(t, nil)
+	f.notify(1)
+	check := uint64(0x60000) ^ (0x61000<<1 | 0x61000>>63)
+	good := RawFrame{Code: code0, Check: check}
+	if frames, _ := f.tracker.Resolve(42, 5, stackOf(good)); frames[0].Function != "Model.forward" {
+		t.Fatalf("alive: %+v", frames)
+	}
+	clear(f.mem.seg) // exited: nothing reads
+	if frames, _ := f.tracker.Resolve(42, 5, stackOf(RawFrame{Code: code0, Check: check + 1})); frames[0].Function != UnknownFunction {
+		t.Errorf("other check after exit: %+v", frames)
+	}
+	if frames, _ := f.tracker.Resolve(42, 5, stackOf(good)); frames[0].Function != "Model.forward" {
+		t.Errorf("after exit, the code object read while alive is lost: %+v", frames)
+	}
+	if st := f.tracker.Stats(); st.CodeUnreadable != 1 {
+		t.Errorf("unreadable frames %d, want 1", st.CodeUnreadable)
 	}
 }
 
@@ -368,6 +391,31 @@ func TestTrackerFork(t *testing.T) {
 	}
 	if n, ok := f.tracker.Start(43); !ok || n != 9 {
 		t.Errorf("child start %d %v", n, ok)
+	}
+}
+
+// Forked siblings share what one of them read: a pool's workers run their
+// parent's code objects, and a worker that exits before its samples are
+// resolved finds the object another worker read, through the parent.
+func TestTrackerForkSiblingsShareCodes(t *testing.T) {
+	f := newFakeProc(t, nil)
+	f.notify(1)
+	for _, pid := range []uint32{43, 45} {
+		if !f.tracker.Fork(Event{TGID: pid, ParentTGID: 42, StartBoottime: 9, ParentStartBoottime: 5, MM: 3}) {
+			t.Fatal("fork refused")
+		}
+	}
+	check := uint64(0x60000) ^ (0x61000<<1 | 0x61000>>63)
+	raw := stackOf(RawFrame{Code: code0, Check: check})
+	if frames, _ := f.tracker.Resolve(43, 9, raw); frames[0].Function != "Model.forward" {
+		t.Fatalf("first worker: %+v", frames)
+	}
+	clear(f.mem.seg) // every process is gone
+	if frames, _ := f.tracker.Resolve(45, 9, raw); frames[0].Function != "Model.forward" {
+		t.Errorf("second worker, after all exited: %+v", frames)
+	}
+	if st := f.tracker.Stats(); st.CodeMisses != 1 {
+		t.Errorf("%d code objects read, want 1", st.CodeMisses)
 	}
 }
 

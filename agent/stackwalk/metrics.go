@@ -79,8 +79,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		for r, n := range st.Skipped {
 			emit(schema.AgentPythonSkipped, float64(n), r)
 		}
-		emit(schema.AgentPythonFrames, float64(st.Frames-min(st.Frames, st.CodeGone+st.ReadBudgetExceeded)), "resolved")
+		emit(schema.AgentPythonFrames, float64(st.Frames-min(st.Frames, st.CodeGone+st.ReadBudgetExceeded+st.CodeUnreadable)), "resolved")
 		emit(schema.AgentPythonFrames, float64(st.CodeGone), "gone")
+		emit(schema.AgentPythonFrames, float64(st.CodeUnreadable), "unreadable")
 		emit(schema.AgentPythonFrames, float64(st.ReadBudgetExceeded), "read_budget")
 		emit(schema.AgentPythonFrames, float64(st.Truncated), "truncated")
 		emit(schema.AgentPythonCodeBytes, float64(st.CodeBytes))
