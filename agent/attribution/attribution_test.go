@@ -348,6 +348,55 @@ func TestExitedProcessesStayForTheGrace(t *testing.T) {
 	}
 }
 
+// A process is forked in no job and joins one before it execs the job's
+// program (slurmstepd's task before proctrack adds it, a shell that writes
+// cgroup.procs, then execs). Caught before it joins, it must not stay "in
+// no job" for NegativeTTL: the next refresh reads it again, once.
+func TestCaughtBeforeItJoinsAJob(t *testing.T) {
+	root := t.TempDir()
+	now := time.Unix(1000, 0)
+	task := "0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n"
+	writeProc(t, root, 600, task, 5151, 1001) // for the cgroup tree's mirror
+	r := newFixtureResolver(t, root, func(o *Options) { o.Now = func() time.Time { return now } })
+	writeProc(t, root, 600, "0::/user.slice/user-0.slice/session-1.scope\n", 5151, 0)
+	if _, err := r.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	id := procfs.ID{PID: 600, Start: 5151}
+	if p, ok := r.Cached(id); !ok || p.InJob() {
+		t.Fatalf("before it joins: %+v %v", p, ok)
+	}
+	writeProc(t, root, 600, task, 5151, 1001)
+	now = now.Add(50 * time.Millisecond)
+	if fresh, _ := r.Refresh(); len(fresh) != 0 {
+		t.Errorf("a refresh within %v read it again: %+v", recheckAfter, fresh)
+	}
+	now = now.Add(recheckAfter)
+	fresh, err := r.Refresh()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fresh) != 1 || !fresh[0].InJob() || fresh[0].Job.ID != "4242" {
+		t.Fatalf("the refresh after it joined returned %+v (last error %v)", fresh, r.LastError())
+	}
+	if p, _ := r.Cached(id); !p.InJob() {
+		t.Fatalf("cached after it joined: %+v", p)
+	}
+	// A process that stays in no job is read twice, not at every refresh.
+	writeProc(t, root, 601, "0::/user.slice\n", 6161, 1001)
+	r.Refresh()
+	now = now.Add(recheckAfter)
+	r.Refresh()
+	cold := r.Stats().ColdLookups
+	for range 3 {
+		now = now.Add(recheckAfter)
+		r.Refresh()
+	}
+	if got := r.Stats().ColdLookups - cold; got != 0 {
+		t.Errorf("a process confirmed in no job was read %d more times", got)
+	}
+}
+
 // A pid that comes back after its process exited is a new process.
 func TestRefreshSeesAReusedPidOfAnExitedProcess(t *testing.T) {
 	root := copyTree(t, "testdata/proc")

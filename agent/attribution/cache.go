@@ -27,7 +27,16 @@ type procEntry struct {
 	foreign bool
 	job     *jobEntry // nil: in no job (negative entry)
 	goneAt  time.Time // when a scan first missed it; zero while it lives
+	// recheck marks a process's first "in no job": it may be between its
+	// fork and joining a job's cgroup (slurmstepd's task before proctrack
+	// adds it, a shell that joins, then execs the job's program), so it is
+	// read again at the next refresh instead of believed for NegativeTTL.
+	recheck bool
 }
+
+// recheckAfter is how old a first "in no job" must be before a refresh
+// reads it again: long past any fork-to-join window, short of an interval.
+const recheckAfter = 200 * time.Millisecond
 
 // Cached returns the attribution of process id if it is cached. It never
 // reads /proc and never allocates: the sampling path calls it per sample. A
@@ -124,7 +133,9 @@ func (r *Resolver) resolve(pid int, st procfs.Stat) (Process, error) {
 	}
 
 	r.mu.Lock()
-	if old := r.procs[pid]; old != nil && old.job != nil {
+	old := r.procs[pid]
+	ne.recheck = !loc.InJob && (old == nil || old.start != ne.start)
+	if old != nil && old.job != nil {
 		// The job entry stays: the process (or the pid's new owner)
 		// usually rejoins it below; empty jobs are collected by scans.
 		if old.goneAt.IsZero() {
@@ -182,6 +193,9 @@ func (r *Resolver) ttl(e *procEntry) time.Duration {
 	if e.job == nil {
 		// pam_slurm_adopt can move an existing process into a job, so "in
 		// no job" is only believed for a while.
+		if e.recheck {
+			return min(recheckAfter, r.o.NegativeTTL)
+		}
 		return r.o.NegativeTTL
 	}
 	return r.o.JobTTL
@@ -284,20 +298,22 @@ func (r *Resolver) Jobs() []*Job {
 }
 
 // Refresh attributes processes the resolver has not seen and forgets those
-// that are gone, without re-reading known ones: cheap enough to run every
-// second, so that short-lived processes are labelled before they exit.
+// that are gone, without re-reading known ones (but a first "in no job",
+// once: procEntry.recheck): cheap enough to run every second, so that
+// short-lived processes are labelled before they exit.
 func (r *Resolver) Refresh() ([]Process, error) {
 	pids, err := r.o.Proc.PIDs()
 	if err != nil {
 		return nil, fmt.Errorf("listing processes: %w", err)
 	}
 	live := make(map[int]bool, len(pids))
+	now := r.o.Now()
 	r.mu.RLock()
 	var fresh []int
 	for _, pid := range pids {
 		live[pid] = true
 		// A pid whose entry is marked exited is back: a new process.
-		if e := r.procs[pid]; e == nil || !e.goneAt.IsZero() {
+		if e := r.procs[pid]; e == nil || !e.goneAt.IsZero() || (e.recheck && now.Sub(e.checked) >= r.ttl(e)) {
 			fresh = append(fresh, pid)
 		}
 	}
@@ -311,7 +327,7 @@ func (r *Resolver) Refresh() ([]Process, error) {
 	r.forgetExcept(live)
 	// Jobs still missing metadata are retried here too, so profiles get
 	// their names within seconds of the tasks' exec.
-	now := r.o.Now()
+	now = r.o.Now()
 	r.mu.RLock()
 	var stale []*jobEntry
 	for _, j := range r.jobs {

@@ -399,9 +399,6 @@ func (d *Daemon) profileFor(builders map[string]*jobProfile, s *src, key procfs.
 			return nil
 		}
 	}
-	d.knownMu.Lock()
-	d.known[key] = true
-	d.knownMu.Unlock()
 	if p.Foreign {
 		unattr.WithLabelValues("other_node").Add(count)
 		return nil
@@ -415,6 +412,11 @@ func (d *Daemon) profileFor(builders map[string]*jobProfile, s *src, key procfs.
 		unattr.WithLabelValues("not_in_job").Add(count)
 		return nil
 	}
+	// Known once profiled, not before: a process in no job yet (before
+	// it joins, or is adopted) must still be admitted in full when it is.
+	d.knownMu.Lock()
+	d.known[key] = true
+	d.knownMu.Unlock()
 	jp := builders[bk]
 	if jp == nil {
 		jp = &jobProfile{typ: s.info.Type, b: profiles.NewBuilder(s.info.Type, s.info.Period, s.start),

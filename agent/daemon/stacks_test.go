@@ -107,3 +107,23 @@ func TestAdmit(t *testing.T) {
 		t.Errorf("watcher forgot %v, want pid 10", w.forgotten)
 	}
 }
+
+// A process sampled while in no job (between its fork and joining the job's
+// cgroup, or before pam_slurm_adopt moves it) is admitted in full once a
+// rescan finds it in one: its symbols read, the watchers told.
+func TestSampledBeforeItJoinedAJob(t *testing.T) {
+	res := fixtureProcs()
+	sym := &fakeSym{}
+	w := &watcher{}
+	d := New(Config{Watchers: []source.ProcessAttacher{w}}, []source.Source{cpuLike([]source.Sample{cpuSample(proc(30, 300), 1, nil, 5)})}, sym, res, &memSink{})
+	if err := d.Collect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p := res.procs[30]
+	p.Job = res.procs[10].Job
+	res.procs[30] = p
+	d.rescan(false)
+	if !slices.Contains(sym.prepared, 30) || !slices.Contains(w.attached, proc(30, 300)) {
+		t.Errorf("prepared %v, watcher told of %v; want pid 30 among them", sym.prepared, w.attached)
+	}
+}
