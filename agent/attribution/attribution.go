@@ -103,6 +103,11 @@ type Options struct {
 	// Controller, when set, is asked about each job once per JobTTL; its
 	// answer wins over the tasks' environment.
 	Controller slurm.Controller
+	// ControllerWait is how long a refresh waits for the Controller
+	// before it publishes what the node knows, the answer following when
+	// it comes (the callers are the host poll and a new process's
+	// announce). Default 100 ms.
+	ControllerWait time.Duration
 	// NodeName, when set, restricts attribution to this node's jobs where
 	// the cgroup path names the node (multiple slurmd on one host).
 	NodeName string
@@ -174,6 +179,9 @@ func New(o Options) *Resolver {
 	}
 	if o.HostName == "" {
 		o.HostName = o.NodeName
+	}
+	if o.ControllerWait <= 0 {
+		o.ControllerWait = 100 * time.Millisecond
 	}
 	if o.JobTTL <= 0 {
 		o.JobTTL = 60 * time.Second

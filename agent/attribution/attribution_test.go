@@ -265,6 +265,50 @@ func TestControllerWinsForMetadataButNotForTheOwner(t *testing.T) {
 	}
 }
 
+// slowCtld answers only once released.
+type slowCtld struct {
+	fakeCtld
+	release chan struct{}
+}
+
+func (s *slowCtld) Job(ctx context.Context, id string) (slurm.JobInfo, error) {
+	<-s.release
+	return s.fakeCtld.Job(ctx, id)
+}
+
+// A slurmctld that takes its time (squeue and scontrol on a loaded node)
+// holds up nobody: the job is published from its tasks' environment, and
+// slurmctld's answer replaces it when it comes, without asking twice.
+func TestSlowControllerHoldsUpNobody(t *testing.T) {
+	ctld := &slowCtld{fakeCtld: fakeCtld{info: slurm.JobInfo{Name: "from-ctld", UID: 1001}}, release: make(chan struct{})}
+	r := newFixtureResolver(t, "testdata/proc", func(o *Options) { o.Controller = ctld })
+	p, err := r.Resolve(301)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Job.Name != `train "llama" ✓` {
+		t.Fatalf("before slurmctld answered: %+v", p.Job)
+	}
+	if _, err := r.Resolve(302); err != nil { // a lookup runs: not another
+		t.Fatal(err)
+	}
+	close(ctld.release)
+	id := p.ID
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if p, _ = r.Cached(id); p.Job.Name == "from-ctld" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slurmctld's late answer never published: %+v", p.Job)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if ctld.calls != 1 {
+		t.Errorf("slurmctld asked %d times, want 1", ctld.calls)
+	}
+}
+
 func TestControllerDownFallsBackToEnvironment(t *testing.T) {
 	ctld := &fakeCtld{err: errors.New("connection refused")}
 	r := newFixtureResolver(t, "testdata/proc", func(o *Options) { o.Controller = ctld })
@@ -434,7 +478,9 @@ func TestJobUnknownToSlurmctldIsNotAFailure(t *testing.T) {
 
 // slurmstepd forks a task into its cgroup as root, then it takes the user's
 // uid and execs, keeping pid and start time. A task caught before the exec
-// must not leave its job nameless and ownerless until the TTL.
+// must not leave its job nameless and ownerless until the TTL, nor the
+// profile of the interval it started in: the daemon's pass right before
+// the drain, a moment after the exec, finds the name.
 func TestTaskCaughtBeforeItsExec(t *testing.T) {
 	root := t.TempDir()
 	now := time.Unix(1000, 0)
@@ -453,8 +499,8 @@ func TestTaskCaughtBeforeItsExec(t *testing.T) {
 	// The exec: same pid and start time, the user's uid and environment.
 	writeProc(t, root, 500, cg, 4242, 1001)
 	must(t, os.WriteFile(filepath.Join(root, "500", "environ"), []byte("SLURM_JOB_ID=77\x00SLURM_JOB_NAME=train\x00"), 0o644))
-	now = now.Add(3 * time.Second)
-	if _, err := r.Refresh(); err != nil {
+	now = now.Add(100 * time.Millisecond)
+	if _, err := r.Scan(); err != nil {
 		t.Fatal(err)
 	}
 	p, _ = r.Cached(procfs.ID{PID: 500, Start: 4242})

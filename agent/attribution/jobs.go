@@ -33,6 +33,8 @@ type jobEntry struct {
 	dirty     bool
 	ctldInfo  *slurm.JobInfo
 	ctldAt    time.Time
+	// ctldAsking is set while a lookup of the job in slurmctld runs.
+	ctldAsking bool
 	// uidFromNode is the owner as the node sees it (path or task uid).
 	uidFromNode int
 	// exited counts processes that left the job but are still cached.
@@ -54,10 +56,15 @@ type envFacts struct {
 func (r *Resolver) jobStale(j *jobEntry, now time.Time) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	snap := j.snap.Load()
-	complete := snap.Name != "" && snap.UID >= 0 && j.idKnown() && !j.idConflict
 	return j.refreshed.IsZero() || now.Sub(j.refreshed) >= r.o.JobTTL ||
-		!complete && (j.dirty || now.Sub(j.refreshed) >= incompleteRetry)
+		!j.complete() && (j.dirty || now.Sub(j.refreshed) >= incompleteRetry)
+}
+
+// complete reports whether the job's name, owner and id are known. Called
+// with Resolver.mu held.
+func (j *jobEntry) complete() bool {
+	snap := j.snap.Load()
+	return snap.Name != "" && snap.UID >= 0 && j.idKnown() && !j.idConflict
 }
 
 // incompleteRetry is how soon a job still missing its name or owner is
@@ -146,7 +153,8 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 		// environments cannot be checked against its id, so wait.
 		cands = nil
 	}
-	askCtld := r.o.Controller != nil && jobID != "" && (j.ctldInfo == nil || now.Sub(j.ctldAt) >= r.o.JobTTL)
+	askCtld := r.o.Controller != nil && jobID != "" && !j.ctldAsking && (j.ctldInfo == nil || now.Sub(j.ctldAt) >= r.o.JobTTL)
+	j.ctldAsking = askCtld
 	r.mu.Unlock()
 
 	// The batch script and the first steps carry the job's own environment;
@@ -175,20 +183,29 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 	}
 
 	var info *slurm.JobInfo
+	late := false
 	if askCtld {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		got, err := r.o.Controller.Job(ctx, jobID)
-		cancel()
-		switch {
-		case errors.Is(err, slurm.ErrNoSuchJob):
-			// Ended a moment ago, or a cgroup slurmctld never made: not
-			// a failure of slurmctld. The tasks' environment stands.
-			r.ctldUnknown.Add(1)
-		case err != nil:
-			r.ctldErrs.Add(1)
-			r.remember(fmt.Errorf("job %s: %w", jobID, err))
-		default:
-			info = &got
+		// The lookup runs two Slurm commands, which take seconds on a
+		// loaded node or with a slow slurmctld; the callers (the host
+		// poll, a new process's announce) wait for it only briefly, and
+		// a late answer is published when it comes.
+		answer := make(chan *slurm.JobInfo, 1)
+		go func() { answer <- r.askController(jobID) }()
+		select {
+		case info = <-answer:
+		case <-time.After(r.o.ControllerWait):
+			late = true
+			go func() {
+				info := <-answer
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				j.ctldAsking = false
+				if info != nil {
+					j.ctldInfo, j.ctldAt = info, r.o.Now()
+					r.checkOwner(j, j.uidFromNode)
+					r.publish(j)
+				}
+			}()
 		}
 	}
 
@@ -202,17 +219,59 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 		}
 		j.env.absorb(rd.env, jobID)
 	}
+	if askCtld && !late {
+		j.ctldAsking = false
+	}
 	if info != nil {
 		j.ctldInfo, j.ctldAt = info, now
 	}
 	uid := votes.owner(j.loc.UID)
 	j.uidFromNode = uid
-	if ci := j.ctldInfo; ci != nil && ci.UID >= 0 && uid >= 0 && ci.UID != uid {
-		r.conflicts.Add(1)
-		r.remember(fmt.Errorf("job %s: slurmctld says uid %d, its tasks run as %d; keeping the node's", jobID, ci.UID, uid))
-	}
+	r.checkOwner(j, uid)
 	j.refreshed = now
 	r.publish(j)
+	// A task still root's was caught between slurmstepd's fork and its
+	// exec, which is a matter of milliseconds: look again at the next
+	// pass (the daemon's, right before each drain) rather than in
+	// incompleteRetry, or the interval's profile goes out without the
+	// job's name and owner.
+	if !j.complete() {
+		for _, m := range j.members {
+			if !m.loc.Stepd && m.uid <= 0 && m.goneAt.IsZero() {
+				j.dirty = true
+				break
+			}
+		}
+	}
+}
+
+// askController looks job id up in slurmctld; nil when it does not answer
+// (counted) or does not know the job.
+func (r *Resolver) askController(id string) *slurm.JobInfo {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got, err := r.o.Controller.Job(ctx, id)
+	switch {
+	case errors.Is(err, slurm.ErrNoSuchJob):
+		// Ended a moment ago, or a cgroup slurmctld never made: not a
+		// failure of slurmctld. The tasks' environment stands.
+		r.ctldUnknown.Add(1)
+		return nil
+	case err != nil:
+		r.ctldErrs.Add(1)
+		r.remember(fmt.Errorf("job %s: %w", id, err))
+		return nil
+	}
+	return &got
+}
+
+// checkOwner counts a disagreement between slurmctld and the node (uid)
+// about the job's owner; the node's stands. Called with r.mu held.
+func (r *Resolver) checkOwner(j *jobEntry, uid int) {
+	if ci := j.ctldInfo; ci != nil && ci.UID >= 0 && uid >= 0 && ci.UID != uid {
+		r.conflicts.Add(1)
+		r.remember(fmt.Errorf("job %s: slurmctld says uid %d, its tasks run as %d; keeping the node's", j.jobID(), ci.UID, uid))
+	}
 }
 
 // stepdRead is one slurmstepd of a SLUID job, and the job id its title

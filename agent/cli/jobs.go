@@ -30,7 +30,10 @@ type attrFlags struct {
 	nodeName   string
 	slurmctld  bool
 	exitGrace  time.Duration // set by run: exited processes outlive their last drain
-	cgroups    *cgroup.Tree
+	// ctldWait is how long a refresh waits for slurmctld; jobs, which
+	// prints once, waits for the answer.
+	ctldWait time.Duration
+	cgroups  *cgroup.Tree
 }
 
 func (a *attrFlags) register(fs *flag.FlagSet) {
@@ -50,7 +53,7 @@ func (a *attrFlags) resolver() (*attribution.Resolver, error) {
 		return nil, err
 	}
 	o := attribution.Options{Proc: procfs.New(a.procRoot), NodeName: a.nodeName, HostName: a.nodeName, ExitGrace: a.exitGrace,
-		Layout: &layout, Cgroups: a.tree()}
+		ControllerWait: a.ctldWait, Layout: &layout, Cgroups: a.tree()}
 	if o.HostName == "" {
 		o.HostName = shortHostname()
 	}
@@ -111,6 +114,7 @@ func jobsCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "jobs: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
+	af.ctldWait = time.Minute // past the lookup's own timeout
 	r, err := af.resolver()
 	if err != nil {
 		fmt.Fprintf(stderr, "jobs: %v\n", err)
