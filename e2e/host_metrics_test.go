@@ -88,7 +88,11 @@ scrape_configs:
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &hostRig{c: c, load: load, prom: &promServer{base: base}, engine: &query.Engine{Metrics: pc}, started: time.Now()}
+	// Prometheus applies new targets every 5 s: a job submitted before its
+	// first scrape of the agent (oom lives 4 s) could end unseen.
+	prom := &promServer{base: base}
+	prom.waitQuery(t, `up{job="host"} == 1`, "a first scrape of the agent", func(r []promSample) bool { return len(r) == 1 })
+	return &hostRig{c: c, load: load, prom: prom, engine: &query.Engine{Metrics: pc}, started: time.Now()}
 }
 
 // run submits script as ssalice on node-a and waits until the job ended.
