@@ -20,6 +20,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/slurmscope/slurmscope/agent/bpf"
+	"github.com/slurmscope/slurmscope/agent/prio"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/python"
 	"github.com/slurmscope/slurmscope/agent/source"
@@ -84,7 +85,11 @@ type Walker struct {
 	// profiled, so that a process the daemon admits later (adopted into a
 	// job) is looked at without waiting for its next announce.
 	declined map[int]python.Event
+	// syncing holds the pids a syncer is loading; a non-nil value is a
+	// sync asked meanwhile, for that syncer to run next.
+	syncing  map[int]*procfs.ID
 	m        counters
+	raiseErr sync.Once
 }
 
 // image is a process running one program: a process that exec's (a job's
@@ -127,6 +132,11 @@ var sharedMaps = []string{"py_procs", "py_threads", "py_seen", "py_events", "py_
 
 // Timing of the Walker's own work.
 const (
+	// syncers load processes side by side: a job's small program is not
+	// left unwound behind another's interpreter (90 ms of .eh_frame for
+	// Debian's python3.11, 500 ms under load) or a slurmstepd fork
+	// about to exec (its libslurmfull).
+	syncers       = 4
 	retryTick     = 5 * time.Millisecond   // while the tracker waits for a process
 	unknownTick   = 250 * time.Millisecond // unknown-frame checks
 	sweepTick     = 2 * time.Second        // exited processes
@@ -150,7 +160,7 @@ func New(o Options) (*Walker, error) {
 	}
 	w := &Walker{o: o, tables: o.Tables && runtime.GOARCH == "amd64", shared: map[string]*ebpf.Map{},
 		syncq: make(chan procfs.ID, 1024), wake: make(chan struct{}, 1), stop: make(chan struct{}),
-		procs: map[int]*proc{}, notProfile: map[int]declinedImage{}, declined: map[int]python.Event{}}
+		procs: map[int]*proc{}, notProfile: map[int]declinedImage{}, declined: map[int]python.Event{}, syncing: map[int]*procfs.ID{}}
 	switch {
 	case !o.Tables:
 		w.fpReason = "flag"
@@ -176,10 +186,12 @@ func New(o Options) (*Walker, error) {
 		w.Close()
 		return nil, err
 	}
-	w.wg.Add(3)
+	w.wg.Add(2 + syncers)
 	go w.readEvents()
 	go w.loop()
-	go w.syncer()
+	for range syncers {
+		go w.syncer()
+	}
 	return w, nil
 }
 
@@ -403,6 +415,7 @@ func (w *Walker) profiled(id procfs.ID, mm uint64, now time.Time) bool {
 
 func (w *Walker) readEvents() {
 	defer w.wg.Done()
+	w.raise()
 	var rec ringbuf.Record
 	for {
 		if err := w.events.ReadInto(&rec); err != nil {
@@ -483,16 +496,38 @@ func (w *Walker) handle(ev python.Event, now time.Time) {
 	}
 }
 
-// syncer loads processes one at a time: a large process takes a second
-// (tens of files to parse), and no sample waits for it.
+// syncer loads processes from the queue, one at a time: a large process
+// takes a second (tens of files to parse), and no sample waits for it. A
+// process another syncer is loading is left to it, to load once more when
+// done: one process's syncs never overlap.
 func (w *Walker) syncer() {
 	defer w.wg.Done()
+	w.raise()
 	for {
+		var id procfs.ID
 		select {
 		case <-w.stop:
 			return
-		case id := <-w.syncq:
+		case id = <-w.syncq:
+		}
+		for {
+			w.mu.Lock()
+			if _, busy := w.syncing[id.PID]; busy {
+				w.syncing[id.PID] = &id
+				w.mu.Unlock()
+				break
+			}
+			w.syncing[id.PID] = nil
+			w.mu.Unlock()
 			w.sync(id)
+			w.mu.Lock()
+			again := w.syncing[id.PID]
+			delete(w.syncing, id.PID)
+			w.mu.Unlock()
+			if again == nil {
+				break
+			}
+			id = *again
 		}
 	}
 }
@@ -508,7 +543,7 @@ func (w *Walker) sync(id procfs.ID) {
 	if now, err := w.o.Proc.ID(id.PID); err != nil || now != id {
 		return
 	}
-	err := w.loader.SyncProcess(id.PID, id.Start)
+	changed, err := w.loader.SyncProcess(id.PID, id.Start)
 	w.mu.Lock()
 	w.m.syncs++
 	if err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, procfs.ErrGone) {
@@ -517,6 +552,13 @@ func (w *Walker) sync(id procfs.ID) {
 	loaded := false
 	if p := w.procs[id.PID]; p != nil && p.id == id && err == nil {
 		loaded, p.synced = true, true
+		if changed {
+			// New code was loaded: the process is still mapping its
+			// libraries (a Python program's imports: ctypes's libffi
+			// seconds in), and its next unknown frames are more of it,
+			// not JIT code no table covers. The backoff is for those.
+			p.backoff, p.nextResync = 0, time.Time{}
+		}
 	}
 	w.mu.Unlock()
 	// The first load too: the symbolizer may have read the process's
@@ -528,10 +570,20 @@ func (w *Walker) sync(id procfs.ID) {
 	}
 }
 
+// raise runs the calling goroutine ahead of the jobs (agent/prio): a new
+// process is announced, loaded and set up for Python on these goroutines,
+// and its samples until then keep only their leaf.
+func (w *Walker) raise() {
+	if err := prio.Raise(); err != nil {
+		w.raiseErr.Do(func() { w.o.Log.Info("running the table loaders at the default priority", "err", err) })
+	}
+}
+
 // loop retries the tracker's pending processes, re-syncs processes whose
 // walks meet unknown code, and unloads processes that exited.
 func (w *Walker) loop() {
 	defer w.wg.Done()
+	w.raise()
 	unknown := time.NewTicker(unknownTick)
 	defer unknown.Stop()
 	sweep := time.NewTicker(sweepTick)

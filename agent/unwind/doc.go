@@ -28,7 +28,7 @@
 //
 //	l, err := unwind.NewLoader(unwind.Options{Maps: procfs.Mapped{FS: fs}, Opener: procfs.Mapped{FS: fs}})
 //	repl, err := l.Maps().Replace(spec) // add to CollectionOptions.MapReplacements
-//	l.SyncProcess(pid, startTicks)      // a new process, or its mappings changed
+//	changed, err := l.SyncProcess(pid, startTicks) // a new process, or its mappings changed
 //	l.RemoveProcess(pid)                // it exited
 //	l.UnknownFrames()                   // processes whose walks met code mapped since
 //	l.Stats(); l.Counters()             // gauges and counters for /metrics

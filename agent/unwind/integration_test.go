@@ -150,7 +150,7 @@ func sample(t testing.TB, w *workload, d time.Duration, fp bool, uprobe string) 
 
 func sampleWith(t testing.TB, l *unwind.Loader, w *workload, d time.Duration, fp bool, uprobe string) profile {
 	t.Helper()
-	if err := l.SyncProcess(w.pid, w.ticks); err != nil {
+	if _, err := l.SyncProcess(w.pid, w.ticks); err != nil {
 		t.Fatal(err)
 	}
 	p, err := unwindtest.Load(w.pid, l.Maps().Replace)

@@ -119,6 +119,17 @@ type Loader struct {
 	vdso     *cfi.Table // built once; nil until then
 	vdsoSize int64
 	gen      uint32 // unwind_gen: bumped on every change of mappings
+	// flights holds the files a sync is building, until that sync ends:
+	// another process mapping the file meanwhile (eight ranks of one job
+	// starting at once, all mapping libtorch) takes that build rather
+	// than parsing the file again.
+	flights map[fileID]*flight
+}
+
+// flight is one file's build; done is closed when b is set.
+type flight struct {
+	done chan struct{}
+	b    *built
 }
 
 // bumpGen invalidates the BPF row cache: its entries name (process, pc)
@@ -139,7 +150,7 @@ func NewLoader(o Options) (*Loader, error) {
 		return nil, err
 	}
 	return &Loader{
-		opts: o, maps: m, files: map[fileID]*file{}, lru: list.New(), procs: map[int]*proc{},
+		opts: o, maps: m, files: map[fileID]*file{}, lru: list.New(), procs: map[int]*proc{}, flights: map[fileID]*flight{},
 		stats: Stats{TableBudgetBytes: o.MaxTableBytes},
 	}, nil
 }
@@ -201,6 +212,7 @@ type built struct {
 	inner *ebpf.Map  // filled inner map, nil for frame pointers
 	bytes int64
 	pages uint32
+	users int // syncs holding it (under Loader.mu); the last closes inner
 }
 
 // entry is an LPM entry to insert.
@@ -213,11 +225,15 @@ type entry struct {
 // pid. startTicks is field 22 of /proc/<pid>/stat (the process's start
 // time in clock ticks, as agent/symbolize takes it): it ties the loaded
 // mappings to this process and not to a later one with the same pid.
-func (l *Loader) SyncProcess(pid int, startTicks uint64) error {
+// changed reports that what is loaded for pid differs from before (a new
+// process, code mapped or unmapped since): a sync that changed nothing
+// was asked for code no table covers (JIT), and asking again soon is
+// wasted.
+func (l *Loader) SyncProcess(pid int, startTicks uint64) (changed bool, err error) {
 	ms, err := l.opts.Maps.Mappings(pid)
 	if err != nil {
 		l.count(func(s *Stats) { s.MapsErrors++ })
-		return fmt.Errorf("unwind: maps of %d: %w", pid, err)
+		return false, fmt.Errorf("unwind: maps of %d: %w", pid, err)
 	}
 	type target struct {
 		m  Mapping
@@ -226,13 +242,15 @@ func (l *Loader) SyncProcess(pid int, startTicks uint64) error {
 	}
 	var targets []target
 	var builds []*built
+	var led []fileID
+	defer func() { l.land(led, builds) }()
 	seen := map[fileID]bool{} // a file with two executable mappings is built once
 	prep := func(id fileID, build func() (*cfi.Table, error)) {
 		if seen[id] {
 			return
 		}
 		seen[id] = true
-		if b := l.prepare(id, build); b != nil {
+		if b := l.prepare(id, build, &led); b != nil {
 			builds = append(builds, b)
 		}
 	}
@@ -281,15 +299,11 @@ func (l *Loader) SyncProcess(pid int, startTicks uint64) error {
 	if p == nil {
 		if len(l.procs) >= l.opts.MaxProcesses {
 			l.stats.ProcessesDiscarded++
-			for _, b := range builds {
-				if b.inner != nil {
-					b.inner.Close()
-				}
-			}
-			return fmt.Errorf("unwind: %d processes loaded already", len(l.procs))
+			return false, fmt.Errorf("unwind: %d processes loaded already", len(l.procs))
 		}
 		p = &proc{start: startTicks, files: map[fileID]bool{}, keys: map[[mappingKeySize]byte]bool{}}
 		l.procs[pid] = p
+		changed = true
 	}
 	// Files the process no longer maps go first, so that their bytes are
 	// free before new tables are loaded.
@@ -297,6 +311,7 @@ func (l *Loader) SyncProcess(pid int, startTicks uint64) error {
 		if !seen[id] {
 			l.decref(id)
 			delete(p.files, id)
+			changed = true
 		}
 	}
 	for _, b := range builds {
@@ -315,6 +330,7 @@ func (l *Loader) SyncProcess(pid int, startTicks uint64) error {
 				files[t.id] = true
 				if !p.files[t.id] {
 					f.refs++
+					changed = true
 				}
 			}
 			if f.loaded {
@@ -355,9 +371,11 @@ func (l *Loader) SyncProcess(pid int, startTicks uint64) error {
 		}
 		keys[e.key] = true
 	}
+	changed = changed || len(keys) != len(p.keys)
 	for k := range p.keys {
 		if !keys[k] {
 			l.maps.mappings.Delete(k[:])
+			changed = true
 		}
 	}
 	l.stats.MappingEntries += len(keys) - len(p.keys)
@@ -367,9 +385,9 @@ func (l *Loader) SyncProcess(pid int, startTicks uint64) error {
 	binary.LittleEndian.PutUint64(pv[:], startTicks)
 	key := uint32(pid) // #nosec G115 -- a pid is below pid_max (at most 2^22)
 	if err := l.maps.procs.Update(key, pv[:], ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("unwind: process %d: %w", pid, err)
+		return changed, fmt.Errorf("unwind: process %d: %w", pid, err)
 	}
-	return nil
+	return changed, nil
 }
 
 // RemoveProcess unloads a process: its mappings, and the tables of files
@@ -402,16 +420,56 @@ func (l *Loader) count(fn func(*Stats)) {
 }
 
 // prepare builds the table of a file the loader does not have loaded, and
-// its filled inner map, outside the lock. It returns nil when the file is
-// known and loaded (or known to need frame pointers).
-func (l *Loader) prepare(id fileID, build func() (*cfi.Table, error)) *built {
+// its filled inner map, outside the lock, or takes the build another sync
+// is making of it; led gets the files this sync builds. It returns nil
+// when the file is known and loaded (or known to need frame pointers).
+// The caller hands what it got to land.
+func (l *Loader) prepare(id fileID, build func() (*cfi.Table, error), led *[]fileID) *built {
 	l.mu.Lock()
-	f := l.files[id]
-	need := f == nil || (f.needLoad && !f.fp)
-	l.mu.Unlock()
-	if !need {
+	if f := l.files[id]; f != nil && !(f.needLoad && !f.fp) {
+		l.mu.Unlock()
 		return nil
 	}
+	if fl := l.flights[id]; fl != nil {
+		l.mu.Unlock()
+		<-fl.done
+		l.mu.Lock()
+		fl.b.users++
+		l.mu.Unlock()
+		return fl.b
+	}
+	fl := &flight{done: make(chan struct{})}
+	l.flights[id] = fl
+	*led = append(*led, id)
+	l.mu.Unlock()
+	b := l.build(id, build)
+	l.mu.Lock()
+	b.users++
+	fl.b = b
+	close(fl.done)
+	l.mu.Unlock()
+	return b
+}
+
+// land ends a sync's hold on what prepare gave it: the flights it led,
+// and the builds, whose inner maps the last holder closes (the outer map
+// holds its own reference to a loaded one).
+func (l *Loader) land(led []fileID, builds []*built) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, id := range led {
+		delete(l.flights, id)
+	}
+	for _, b := range builds {
+		if b.users--; b.users == 0 && b.inner != nil {
+			b.inner.Close()
+			b.inner = nil
+		}
+	}
+}
+
+// build builds a file's table and its filled inner map.
+func (l *Loader) build(id fileID, build func() (*cfi.Table, error)) *built {
 	t0 := time.Now()
 	t, err := build()
 	b := &built{id: id, table: t}
@@ -501,15 +559,12 @@ func (l *Loader) install(b *built) {
 		}
 	}
 	if b.inner == nil || f.loaded || !f.hasSlot {
-		if b.inner != nil {
-			b.inner.Close() // another sync loaded it first, or no slot
-		}
+		// Another sync loaded it first, or no slot.
 		if !f.hasSlot {
 			l.stats.TablesOverBudget++
 		}
 		return
 	}
-	defer b.inner.Close() // the outer map holds its own reference
 	for l.stats.TableBytes+b.bytes > l.opts.MaxTableBytes && l.lru.Len() > 0 {
 		l.evict(l.lru.Back().Value.(*file))
 		l.stats.TablesEvicted++

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -100,8 +101,8 @@ func TestLoaderLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if err := l.SyncProcess(100, 1); err != nil {
-		t.Fatal(err)
+	if changed, err := l.SyncProcess(100, 1); err != nil || !changed {
+		t.Fatalf("first sync: changed %v, %v", changed, err)
 	}
 	s := l.Stats()
 	if s.Tables != 1 || s.TablesBuilt != 1 || s.OpenErrors != 1 || s.Processes != 1 || s.TableBytes == 0 || s.TableBytes > s.TableBudgetBytes {
@@ -111,10 +112,24 @@ func TestLoaderLifecycle(t *testing.T) {
 		t.Fatalf("%d LPM entries, stats say %d", got, s.MappingEntries)
 	}
 	libcBytes := s.TableBytes
+	// Again with the same mappings: nothing changed (the walker backs
+	// off); with one more, something did.
+	if changed, err := l.SyncProcess(100, 1); err != nil || changed {
+		t.Fatalf("sync of the same mappings: changed %v, %v", changed, err)
+	}
+	dl := fp.maps[100]
+	fp.maps[100] = append(slices.Clone(dl), Mapping{Start: 0x7f6000000000, End: 0x7f6000001000, Perms: "r-xp"})
+	if changed, err := l.SyncProcess(100, 1); err != nil || !changed {
+		t.Fatalf("sync after a new mapping: changed %v, %v", changed, err)
+	}
+	fp.maps[100] = dl
+	if changed, err := l.SyncProcess(100, 1); err != nil || !changed {
+		t.Fatalf("sync after an unmapping: changed %v, %v", changed, err)
+	}
 	// The second process shares libc's table and brings libstdc++'s, which
 	// evicts libc's (least recently used... both are touched by this sync,
 	// libc first) to stay within the budget.
-	if err := l.SyncProcess(101, 1); err != nil {
+	if _, err := l.SyncProcess(101, 1); err != nil {
 		t.Fatal(err)
 	}
 	s = l.Stats()
@@ -139,11 +154,11 @@ func TestLoaderLifecycle(t *testing.T) {
 	}
 
 	// A reused pid (another start time) drops what the old process had.
-	if err := l.SyncProcess(100, 1); err != nil {
+	if _, err := l.SyncProcess(100, 1); err != nil {
 		t.Fatal(err)
 	}
 	fp.maps[100] = []Mapping{libMapping(t, cxx, 0x7f5000000000)}
-	if err := l.SyncProcess(100, 2); err != nil {
+	if _, err := l.SyncProcess(100, 2); err != nil {
 		t.Fatal(err)
 	}
 	s = l.Stats()
@@ -157,7 +172,9 @@ func TestLoaderLifecycle(t *testing.T) {
 }
 
 // TestLoaderConcurrent: processes synced and removed at once share their
-// tables and leave nothing behind (run with -race).
+// tables, build each file once (a sync takes the build another is making),
+// do not deadlock on files mapped in opposite orders, and leave nothing
+// behind (run with -race).
 func TestLoaderConcurrent(t *testing.T) {
 	if os.Getenv("SLURMSCOPE_INTEGRATION") != "1" && os.Geteuid() != 0 {
 		t.Skip("needs root (or SLURMSCOPE_INTEGRATION=1)")
@@ -167,6 +184,9 @@ func TestLoaderConcurrent(t *testing.T) {
 	fp := &fakeProcs{maps: map[int][]Mapping{}}
 	for pid := 200; pid < 208; pid++ {
 		fp.maps[pid] = []Mapping{libMapping(t, libc, 0x7f0000000000), libMapping(t, cxx, 0x7f1000000000)}
+		if pid%2 == 1 {
+			fp.maps[pid] = []Mapping{libMapping(t, cxx, 0x7f0000000000), libMapping(t, libc, 0x7f1000000000)}
+		}
 	}
 	l, err := NewLoader(Options{Maps: &lockedProcs{f: fp}, Opener: &lockedProcs{f: fp}, NoVDSO: true})
 	if err != nil {
@@ -175,14 +195,14 @@ func TestLoaderConcurrent(t *testing.T) {
 	defer l.Close()
 	done := make(chan error)
 	for pid := 200; pid < 208; pid++ {
-		go func() { done <- l.SyncProcess(pid, 1) }()
+		go func() { _, err := l.SyncProcess(pid, 1); done <- err }()
 	}
 	for range 8 {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
 	}
-	if s := l.Stats(); s.Processes != 8 || s.Files != 2 || s.Tables != 2 {
+	if s := l.Stats(); s.Processes != 8 || s.Files != 2 || s.Tables != 2 || s.TablesBuilt != 2 {
 		t.Fatalf("after 8 processes: %+v", s)
 	}
 	for pid := 200; pid < 208; pid++ {

@@ -120,7 +120,7 @@ func BenchmarkTrainingJobTables(b *testing.B) {
 			b.Fatal(err)
 		}
 		t0 := time.Now()
-		if err := l.SyncProcess(cmd.Process.Pid, ticks); err != nil {
+		if _, err := l.SyncProcess(cmd.Process.Pid, ticks); err != nil {
 			b.Fatal(err)
 		}
 		took := time.Since(t0)
