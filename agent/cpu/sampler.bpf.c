@@ -233,6 +233,9 @@ static __always_inline __u64 store(void *stats, void *stacks, struct unwind_stac
 static __always_inline __u64 kernel_stack(void *ctx, void *stats, void *stacks)
 {
 	long err;
+
+	if (stack_interrupted_user(ctx))
+		return 0;
 	struct unwind_stack *st = stack_get(ctx, 0, &err);
 
 	if (!st) {
@@ -324,21 +327,24 @@ static __always_inline __u64 python_stack(void *stats, void *py_stacks, void *ta
 
 static __always_inline void record(void *ctx, void *counts, void *stacks, void *py_stacks, void *stats, __u64 pid_tgid)
 {
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	struct task_struct *leader = BPF_CORE_READ(task, group_leader);
+	// A BTF pointer: its fields are plain loads, where BPF_CORE_READ
+	// makes a helper call for each (about 0.6 us apiece on the VM the
+	// cost figures come from).
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task_btf();
+	struct task_struct *leader = task->group_leader;
 	struct count_key key = {};
 	struct count_val *val;
 	__u32 tgid = pid_tgid >> 32;
 	long err;
 
 	key.tgid = tgid;
-	key.start_boottime_ns = BPF_CORE_READ(leader, start_boottime);
+	key.start_boottime_ns = leader->start_boottime;
 	// The kernel stack first: it shares its buffer with a frame-pointer
 	// user stack (stack.h).
 	key.kernel_stack = kernel_stack(ctx, stats, stacks);
 	// Kernel threads have no user stack: do not ask (and do not count it as an
 	// error).
-	if (!(BPF_CORE_READ(task, flags) & PF_KTHREAD)) {
+	if (!(task->flags & PF_KTHREAD)) {
 		key.user_stack = user_stack(ctx, stats, stacks, tgid, key.start_boottime_ns);
 		key.python_stack = python_stack(stats, py_stacks, task, pid_tgid, key.start_boottime_ns);
 	}

@@ -174,6 +174,9 @@ type samplerUnwindScratch struct {
 	Gen     uint32
 	Unknown uint32
 	M       samplerUnwindMapping
+	WinBase uint64
+	WinLen  uint64
+	Win     [1024]uint8
 }
 
 type samplerUnwindStack struct {

@@ -27,6 +27,9 @@
 // table unwinder and the CPython walk): ../bpf/include.
 #include "common.h"
 #include "regs.h"
+// Uprobes run with interrupts on: their scratch slot is not the CPU
+// sampler's (unwind.h).
+#define UNWIND_SLOT 1
 #include "stack.h"
 
 // slurmscope_inject.h: SLURMSCOPE_RECORDS_MAX.

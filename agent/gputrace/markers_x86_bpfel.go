@@ -210,6 +210,9 @@ type markersUnwindScratch struct {
 	Gen     uint32
 	Unknown uint32
 	M       markersUnwindMapping
+	WinBase uint64
+	WinLen  uint64
+	Win     [1024]uint8
 }
 
 type markersUnwindStack struct {

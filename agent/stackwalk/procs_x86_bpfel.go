@@ -133,6 +133,9 @@ type procsUnwindScratch struct {
 	Gen     uint32
 	Unknown uint32
 	M       procsUnwindMapping
+	WinBase uint64
+	WinLen  uint64
+	Win     [1024]uint8
 }
 
 type procsUnwindStack struct {

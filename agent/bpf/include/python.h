@@ -214,7 +214,7 @@ struct py_frame_buf {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, UNWIND_SLOTS); // per kind of program: unwind.h
 	__type(key, __u32);
 	__type(value, struct py_frame_buf);
 } py_frame_scratch SEC(".maps");
@@ -415,7 +415,6 @@ static __always_inline __u32 py_walk(void *task_ptr, __u64 pid_tgid, __u64 start
 	struct task_struct___py *task = task_ptr;
 	__u32 tgid = pid_tgid >> 32;
 	__u32 tid = (__u32)pid_tgid;
-	__u32 zero = 0;
 	__u64 mm = (__u64)BPF_CORE_READ(task, mm);
 
 	out->len = 0;
@@ -446,7 +445,8 @@ static __always_inline __u32 py_walk(void *task_ptr, __u64 pid_tgid, __u64 start
 	if (err)
 		return out->status = PY_STATUS_FRAME_READ;
 
-	struct py_frame_buf *buf = bpf_map_lookup_elem(&py_frame_scratch, &zero);
+	__u32 slot = UNWIND_SLOT;
+	struct py_frame_buf *buf = bpf_map_lookup_elem(&py_frame_scratch, &slot);
 
 	if (!buf)
 		return out->status = PY_STATUS_FRAME_READ;

@@ -77,6 +77,24 @@
 // index of under 1% of the text's size.
 #define UNWIND_PAGE_SHIFT 9
 #define UNWIND_SEARCH_STEPS 10
+// Stack memory is copied UNWIND_WINDOW bytes at a time into the walk's
+// scratch (a power of two): every bpf_probe_read_user is a helper call that
+// costs far more than the bytes it copies (0.7 us each on the VM the cost
+// figures come from, where a walk read each return address and saved rbp
+// by itself), and a caller's frame is almost always just above its
+// callee's, so one copy serves several frames.
+#define UNWIND_WINDOW 1024
+// Per-CPU scratch buffers (the walk's, stack.h's and python.h's) have one
+// slot per kind of program: a uprobe program (the GPU launch marker) runs
+// with interrupts on, and a perf_event sample that lands in it walks the
+// same thread on the same CPU; on one slot it overwrote the uprobe walk's
+// state halfway (launch stacks jumping to _start under load). A program
+// that includes this file sets UNWIND_SLOT before it: 0 for the perf_event
+// sampler, 1 for uprobes.
+#define UNWIND_SLOTS 2
+#ifndef UNWIND_SLOT
+#define UNWIND_SLOT 0
+#endif
 
 // Row kinds (agent/unwind/cfi Kind) and rbp rules (cfi RBPRule): ABI with Go.
 enum unwind_kind {
@@ -214,8 +232,10 @@ struct unwind_stack {
 	__u32 pad;
 };
 
-// The walk's state, beside its output in one per-CPU buffer (perf_event
-// and uprobe programs do not nest on a CPU: bpf_prog_active).
+// The walk's state, beside its output in one per-CPU buffer per kind of
+// program (UNWIND_SLOT): a perf_event sample can interrupt a uprobe
+// program on its CPU (on a preemptible kernel, a uprobe preempted by
+// another task's uprobe still shares its slot).
 struct unwind_scratch {
 	struct unwind_stack stack;
 	__u64 pc, sp, bp;
@@ -227,6 +247,9 @@ struct unwind_scratch {
 	__u32 gen;               // unwind_gen at the walk's start
 	__u32 unknown;           // frames in no loaded mapping, this walk
 	struct unwind_mapping m; // the last frame's mapping (m.end == 0: none)
+	__u64 win_base;          // user address of win[0]
+	__u64 win_len;           // valid bytes in win: 0 or UNWIND_WINDOW
+	__u8 win[UNWIND_WINDOW]; // a copy of the stack from win_base
 };
 
 // The per-CPU row cache: the rows of recently unwound (process, pc)
@@ -299,7 +322,7 @@ struct {
 
 struct {
 	__uint(type, UNWIND_BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, UNWIND_SLOTS);
 	__type(key, __u32);
 	__type(value, struct unwind_scratch);
 } unwind_scratch_map SEC(".maps");
@@ -323,7 +346,7 @@ static __always_inline void unwind_stat(__u32 idx)
 	__u64 *v = bpf_map_lookup_elem(&unwind_stats, &idx);
 
 	if (v)
-		*v += 1; // per-CPU slot, and the programs do not nest on a CPU
+		*v += 1; // per-CPU slot; a sample interrupting a uprobe may lose one count
 }
 
 // unwind_user_regs: see the interface above.
@@ -412,6 +435,37 @@ static __always_inline struct unwind_row *unwind_find_row(void *tab, __u32 pages
 	return row;
 }
 
+// unwind_read8 reads the 8 bytes at user address addr, from the stack
+// window where it holds them, else by refilling the window from addr
+// (callers lie above: stacks grow down), else, where that copy faults (the
+// window would run past the end of the stack's mapping), by itself.
+// Returns 0 on success, like bpf_probe_read_user. The thread is stopped in
+// the probe while it is walked, so the copy is what a read would see; a
+// job that rewrites its stack from another thread spoils only its own
+// stack, as it could with single reads.
+static __always_inline long unwind_read8(struct unwind_scratch *s, __u64 addr, __u64 *out)
+{
+	__u64 off = addr - s->win_base;
+
+	if (s->win_len && off <= UNWIND_WINDOW - 8 && !(off & 7)) {
+		*out = *(__u64 *)&s->win[off & (UNWIND_WINDOW - 8)];
+		return 0;
+	}
+	if (!(addr & 7)) {
+		if (bpf_probe_read_user(s->win, UNWIND_WINDOW, (void *)addr) == 0) {
+			s->win_base = addr;
+			s->win_len = UNWIND_WINDOW;
+			*out = *(__u64 *)&s->win[0];
+			return 0;
+		}
+		// A failed copy zeroes its destination: the old window is gone
+		// too (keeping it made a read just below the end of a stack
+		// mapping, a saved rbp beside the return address, read zeros).
+		s->win_len = 0;
+	}
+	return bpf_probe_read_user(out, sizeof(*out), (void *)addr);
+}
+
 // unwind_fp unwinds one frame by frame pointer. Returns 1 to stop.
 static __always_inline long unwind_fp(struct unwind_scratch *s)
 {
@@ -426,7 +480,7 @@ static __always_inline long unwind_fp(struct unwind_scratch *s)
 		s->stack.end = UNWIND_END_BAD_CFA;
 		return 1;
 	}
-	if (bpf_probe_read_user(frame, sizeof(frame), (void *)s->bp) != 0) {
+	if (unwind_read8(s, s->bp, &frame[0]) != 0 || unwind_read8(s, s->bp + 8, &frame[1]) != 0) {
 		s->stack.end = UNWIND_END_READ_ERROR;
 		return 1;
 	}
@@ -447,8 +501,8 @@ static long unwind_step(__u32 i, void *ctx)
 {
 	// bpf_loop passes only stack pointers as ctx; the per-CPU lookup is
 	// inlined by the verifier and costs a few instructions.
-	__u32 zero = 0;
-	struct unwind_scratch *s = bpf_map_lookup_elem(&unwind_scratch_map, &zero);
+	__u32 slot = UNWIND_SLOT;
+	struct unwind_scratch *s = bpf_map_lookup_elem(&unwind_scratch_map, &slot);
 
 	if (!s)
 		return 1;
@@ -542,7 +596,7 @@ have_row:;
 		cfa = s->sp + off + ((s->pc & 15) >= (__u64)r.rbp ? 8 : 0);
 		break;
 	case UNWIND_KIND_DEREF_RBP:
-		if (!s->bp_valid || bpf_probe_read_user(&cfa, sizeof(cfa), (void *)(s->bp + off)) != 0) {
+		if (!s->bp_valid || unwind_read8(s, s->bp + off, &cfa) != 0) {
 			s->stack.end = s->bp_valid ? UNWIND_END_READ_ERROR : UNWIND_END_BAD_CFA;
 			return 1;
 		}
@@ -550,9 +604,9 @@ have_row:;
 	case UNWIND_KIND_SIGNAL: {
 		__u64 pc, sp, bp;
 
-		if (bpf_probe_read_user(&pc, sizeof(pc), (void *)(s->sp + UNWIND_SIGCTX_RIP)) != 0 ||
-		    bpf_probe_read_user(&sp, sizeof(sp), (void *)(s->sp + UNWIND_SIGCTX_RSP)) != 0 ||
-		    bpf_probe_read_user(&bp, sizeof(bp), (void *)(s->sp + UNWIND_SIGCTX_RBP)) != 0) {
+		if (unwind_read8(s, s->sp + UNWIND_SIGCTX_RIP, &pc) != 0 ||
+		    unwind_read8(s, s->sp + UNWIND_SIGCTX_RSP, &sp) != 0 ||
+		    unwind_read8(s, s->sp + UNWIND_SIGCTX_RBP, &bp) != 0) {
 			s->stack.end = UNWIND_END_READ_ERROR;
 			return 1;
 		}
@@ -591,17 +645,17 @@ have_row:;
 	}
 	__u64 ra;
 
-	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8)) != 0) {
+	if (unwind_read8(s, cfa - 8, &ra) != 0) {
 		s->stack.end = UNWIND_END_READ_ERROR;
 		return 1;
 	}
 	switch ((flags & UNWIND_ROW_RBP_MASK) >> UNWIND_ROW_RBP_SHIFT) {
 	case UNWIND_RBP_AT_CFA:
-		if (bpf_probe_read_user(&s->bp, sizeof(s->bp), (void *)(cfa + (__s64)r.rbp * 8)) != 0)
+		if (unwind_read8(s, cfa + (__s64)r.rbp * 8, &s->bp) != 0)
 			s->bp_valid = 0;
 		break;
 	case UNWIND_RBP_AT_RBP:
-		if (!s->bp_valid || bpf_probe_read_user(&s->bp, sizeof(s->bp), (void *)(s->bp + (__s64)r.rbp * 8)) != 0)
+		if (!s->bp_valid || unwind_read8(s, s->bp + (__s64)r.rbp * 8, &s->bp) != 0)
 			s->bp_valid = 0;
 		break;
 	case UNWIND_RBP_UNDEFINED:
@@ -623,11 +677,11 @@ have_row:;
 // thread-group leader's (task->group_leader->start_boottime).
 static __always_inline struct unwind_stack *unwind_user(const struct unwind_regs *regs, __u32 tgid, __u64 start_boottime_ns)
 {
-	__u32 zero = 0;
-	struct unwind_scratch *s = bpf_map_lookup_elem(&unwind_scratch_map, &zero);
+	__u32 slot = UNWIND_SLOT;
+	struct unwind_scratch *s = bpf_map_lookup_elem(&unwind_scratch_map, &slot);
 
 	if (!s)
-		return 0; // never: a one-entry array always has its entry
+		return 0; // never: an array always has its entries
 	s->stack.len = 0;
 	s->stack.end = UNWIND_END_FRAME_LIMIT;
 	s->stack.flags = 0;
@@ -641,6 +695,8 @@ static __always_inline struct unwind_stack *unwind_user(const struct unwind_regs
 	s->unknown = 0;
 	s->m.start = 0;
 	s->m.end = 0;
+	s->win_len = 0;
+	__u32 zero = 0;
 	__u32 *gen = bpf_map_lookup_elem(&unwind_gen, &zero);
 
 	s->gen = gen ? *gen : 0;
@@ -665,7 +721,7 @@ static __always_inline struct unwind_stack *unwind_user(const struct unwind_regs
 		s->stack.flags = UNWIND_STACK_LOADED;
 	// One more iteration than frames, so that a walk with more to go after
 	// the last frame ends as UNWIND_END_FRAME_LIMIT.
-	bpf_loop(UNWIND_MAX_FRAMES + 1, unwind_step, &zero, 0);
+	bpf_loop(UNWIND_MAX_FRAMES + 1, unwind_step, &slot, 0);
 	if (s->stack.end < UNWIND_END_MAX)
 		unwind_stat(UNWIND_STAT_END + s->stack.end);
 	// Told to user space through the process's own entry (the child's,

@@ -106,6 +106,9 @@ type probeUnwindScratch struct {
 	Gen     uint32
 	Unknown uint32
 	M       probeUnwindMapping
+	WinBase uint64
+	WinLen  uint64
+	Win     [1024]uint8
 }
 
 type probeUnwindStack struct {
