@@ -42,6 +42,7 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/slurmscope/slurmscope/agent/bpf"
+	"github.com/slurmscope/slurmscope/agent/prio"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/python"
 )
@@ -404,6 +405,9 @@ func (s *Sampler) Drain() ([]Sample, Stats, error) {
 // readPyNew hands each new Python stack to fn until the sampler closes.
 func (s *Sampler) readPyNew(fn func(pid uint32, startNs uint64, raw *python.RawStack)) {
 	defer close(s.pyDone)
+	// Ahead of the jobs: a short process's code objects must be read
+	// before it exits (with agent/stackwalk's loaders; best effort).
+	_ = prio.Raise()
 	var rec ringbuf.Record
 	for {
 		if err := s.pyNew.ReadInto(&rec); err != nil {
@@ -443,13 +447,8 @@ func (s *Sampler) readGeneration(g generation) ([]Sample, error) {
 		return st
 	}
 
-	var (
-		samples []Sample
-		key     samplerCountKey
-		val     samplerCountVal
-	)
-	it := g.counts.Iterate()
-	for it.Next(&key, &val) {
+	var samples []Sample
+	err = eachEntry(g.counts, false, func(key *samplerCountKey, val *samplerCountVal) {
 		smp := Sample{
 			Proc:    procfs.ID{PID: int(key.Tgid), Start: procfs.StartFromBoottime(key.StartBoottimeNs)},
 			Comm:    commString(val.Comm),
@@ -464,8 +463,8 @@ func (s *Sampler) readGeneration(g generation) ([]Sample, error) {
 			}
 		}
 		samples = append(samples, smp)
-	}
-	if err := it.Err(); err != nil {
+	})
+	if err != nil {
 		return nil, fmt.Errorf("read counts: %w", err)
 	}
 	return samples, nil
@@ -475,20 +474,15 @@ func (s *Sampler) readGeneration(g generation) ([]Sample, error) {
 // cut at stackDepth frames.
 func readStacks(m *ebpf.Map) (map[uint64][]uint64, uint64, error) {
 	stacks := make(map[uint64][]uint64)
-	var (
-		key       uint64
-		truncated uint64
-		st        samplerUnwindStack
-	)
-	it := m.Iterate()
-	for it.Next(&key, &st) {
-		frames, trunc := stackFrames(&st)
+	var truncated uint64
+	err := eachEntry(m, false, func(key *uint64, st *samplerUnwindStack) {
+		frames, trunc := stackFrames(st)
 		if trunc {
 			truncated++
 		}
-		stacks[key] = frames
-	}
-	if err := it.Err(); err != nil {
+		stacks[*key] = frames
+	})
+	if err != nil {
 		return nil, 0, fmt.Errorf("read stacks: %w", err)
 	}
 	return stacks, truncated, nil
@@ -497,16 +491,11 @@ func readStacks(m *ebpf.Map) (map[uint64][]uint64, uint64, error) {
 // readPythonStacks reads a py_stacks map.
 func readPythonStacks(m *ebpf.Map) (map[uint64]*python.RawStack, error) {
 	out := make(map[uint64]*python.RawStack)
-	var key uint64
-	it := m.Iterate()
-	for {
-		raw := new(python.RawStack)
-		if !it.Next(&key, raw) {
-			break
-		}
-		out[key] = raw
-	}
-	if err := it.Err(); err != nil {
+	err := eachEntry(m, false, func(key *uint64, raw *python.RawStack) {
+		c := *raw // the batch buffer is reused
+		out[*key] = &c
+	})
+	if err != nil {
 		return nil, fmt.Errorf("read python stacks: %w", err)
 	}
 	return out, nil
@@ -516,25 +505,14 @@ func readPythonStacks(m *ebpf.Map) (map[uint64]*python.RawStack, error) {
 // only those the counts refer to, also frees stacks whose count was lost to
 // a full counts map; left behind they would fill the stacks map for good.
 func clearGeneration(g generation) error {
-	for _, m := range []*ebpf.Map{g.counts, g.stacks, g.py} {
-		var keys [][]byte
-		var key any // nil: start with the first key
-		for {
-			next, err := m.NextKeyBytes(key)
-			if err != nil {
-				return fmt.Errorf("clear %s: %w", m, err)
-			}
-			if next == nil {
-				break
-			}
-			keys = append(keys, next)
-			key = next
-		}
-		for _, k := range keys {
-			if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				return fmt.Errorf("clear %s: %w", m, err)
-			}
-		}
+	if err := eachEntry(g.counts, true, func(*samplerCountKey, *samplerCountVal) {}); err != nil {
+		return fmt.Errorf("clear %s: %w", g.counts, err)
+	}
+	if err := eachEntry(g.stacks, true, func(*uint64, *samplerUnwindStack) {}); err != nil {
+		return fmt.Errorf("clear %s: %w", g.stacks, err)
+	}
+	if err := eachEntry(g.py, true, func(*uint64, *python.RawStack) {}); err != nil {
+		return fmt.Errorf("clear %s: %w", g.py, err)
 	}
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
