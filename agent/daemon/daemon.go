@@ -232,14 +232,17 @@ func (d *Daemon) admit(p attribution.Process, full bool) bool {
 		}
 		return true
 	}
-	// Symbols are read while the process lives: by the time its interval
-	// is drained, a short task may be gone.
-	d.sym.Prepare(k)
+	// The stack watchers first: they only queue the process, and its
+	// samples keep their callers from the moment its unwind tables are
+	// in, which must not wait for its symbols (40 ms for python3.11).
 	for _, w := range d.cfg.Watchers {
 		if _, err := w.AttachProcess(k); err != nil {
 			d.logOnce("watch", "loading a process for stack capture failed", err)
 		}
 	}
+	// Symbols are read while the process lives: by the time its interval
+	// is drained, a short task may be gone.
+	d.sym.Prepare(k)
 	for _, s := range d.srcs {
 		if s.attach != nil {
 			d.attachProcess(s, k)
