@@ -87,7 +87,7 @@ func pythonJobs(py interp, b stackBins, all bool) []*stackJob {
 		&stackJob{name: py.name + "/pool", argv: []string{py.path, pyWorkload("pool.py"), "6000000"}, check: checkPyPool},
 		&stackJob{name: py.name + "/command", argv: []string{py.path, "-c", pyCommand}, check: checkPyCommand},
 		&stackJob{name: py.name + "/gpu-launches", prefix: "gpu-",
-			argv: []string{py.path, pyWorkload("gpu_launch.py"), filepath.Join(b.gpuDir, "libcudart_standin.so"), "1.5"},
+			argv: []string{py.path, pyWorkload("gpu_launch.py"), filepath.Join(b.gpuDir, "libcudart_standin.so"), "0.75"},
 			env: []string{"CUDA_INJECTION64_PATH=" + filepath.Join(b.gpuDir, "libslurmscope_inject.so"),
 				"SLURMSCOPE_CUPTI_PATH=" + filepath.Join(b.gpuDir, "mock", "libcupti.so")},
 			check: pyGPUCheck(py), cpuCheck: pyGPUCPUCheck(py)},
@@ -126,10 +126,15 @@ func TestStacks(t *testing.T) {
 	// A CPython older than the walk knows keeps its native stacks.
 	old := oldInterpreter(t)
 	if old.path != "" {
-		jobs = append(jobs, &stackJob{name: old.name + "/unsupported", argv: []string{old.path, pyWorkload("split.py"), "1"}, check: checkNoPython})
+		// 3 s of CPU: a process's first 0.1-0.3 s (more on a busy host)
+		// precede its unwind tables and keep only frame-pointer stacks;
+		// at 1 s, once in CI, 10% of the samples stopped at the leaf and
+		// 73% reached Py_RunMain (bar 80%).
+		jobs = append(jobs, &stackJob{name: old.name + "/unsupported", argv: []string{old.path, pyWorkload("split.py"), "3"}, check: checkNoPython})
 	}
 
-	if re := os.Getenv("SLURMSCOPE_E2E_STACKS"); re != "" {
+	selected := os.Getenv("SLURMSCOPE_E2E_STACKS")
+	if re := selected; re != "" {
 		// A developer's shortcut: only the workloads whose names match.
 		keep := regexp.MustCompile(re)
 		jobs = slices.DeleteFunc(jobs, func(j *stackJob) bool { return !j.before && !keep.MatchString(j.name) })
@@ -180,6 +185,9 @@ func TestStacks(t *testing.T) {
 		})
 	}
 	t.Run("counted", func(t *testing.T) {
+		if selected != "" {
+			t.Skip("SLURMSCOPE_E2E_STACKS selected some jobs: the counters need them all")
+		}
 		pools := 0
 		for _, j := range jobs {
 			if strings.HasSuffix(j.name, "/pool") {
