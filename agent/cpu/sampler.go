@@ -448,7 +448,7 @@ func (s *Sampler) readGeneration(g generation) ([]Sample, error) {
 	}
 
 	var samples []Sample
-	err = eachEntry(g.counts, false, func(key *samplerCountKey, val *samplerCountVal) {
+	err = bpf.EachEntry(g.counts, false, func(key *samplerCountKey, val *samplerCountVal) {
 		smp := Sample{
 			Proc:    procfs.ID{PID: int(key.Tgid), Start: procfs.StartFromBoottime(key.StartBoottimeNs)},
 			Comm:    commString(val.Comm),
@@ -475,7 +475,7 @@ func (s *Sampler) readGeneration(g generation) ([]Sample, error) {
 func readStacks(m *ebpf.Map) (map[uint64][]uint64, uint64, error) {
 	stacks := make(map[uint64][]uint64)
 	var truncated uint64
-	err := eachEntry(m, false, func(key *uint64, st *samplerUnwindStack) {
+	err := bpf.EachEntry(m, false, func(key *uint64, st *samplerUnwindStack) {
 		frames, trunc := stackFrames(st)
 		if trunc {
 			truncated++
@@ -491,7 +491,7 @@ func readStacks(m *ebpf.Map) (map[uint64][]uint64, uint64, error) {
 // readPythonStacks reads a py_stacks map.
 func readPythonStacks(m *ebpf.Map) (map[uint64]*python.RawStack, error) {
 	out := make(map[uint64]*python.RawStack)
-	err := eachEntry(m, false, func(key *uint64, raw *python.RawStack) {
+	err := bpf.EachEntry(m, false, func(key *uint64, raw *python.RawStack) {
 		c := *raw // the batch buffer is reused
 		out[*key] = &c
 	})
@@ -505,13 +505,13 @@ func readPythonStacks(m *ebpf.Map) (map[uint64]*python.RawStack, error) {
 // only those the counts refer to, also frees stacks whose count was lost to
 // a full counts map; left behind they would fill the stacks map for good.
 func clearGeneration(g generation) error {
-	if err := eachEntry(g.counts, true, func(*samplerCountKey, *samplerCountVal) {}); err != nil {
+	if err := bpf.EachEntry(g.counts, true, func(*samplerCountKey, *samplerCountVal) {}); err != nil {
 		return fmt.Errorf("clear %s: %w", g.counts, err)
 	}
-	if err := eachEntry(g.stacks, true, func(*uint64, *samplerUnwindStack) {}); err != nil {
+	if err := bpf.EachEntry(g.stacks, true, func(*uint64, *samplerUnwindStack) {}); err != nil {
 		return fmt.Errorf("clear %s: %w", g.stacks, err)
 	}
-	if err := eachEntry(g.py, true, func(*uint64, *python.RawStack) {}); err != nil {
+	if err := bpf.EachEntry(g.py, true, func(*uint64, *python.RawStack) {}); err != nil {
 		return fmt.Errorf("clear %s: %w", g.py, err)
 	}
 	ncpu, err := ebpf.PossibleCPU()

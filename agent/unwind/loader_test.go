@@ -3,6 +3,7 @@ package unwind
 import (
 	"encoding/binary"
 	"errors"
+	"maps"
 	"os"
 	"slices"
 	"sync"
@@ -112,6 +113,25 @@ func TestLoaderLifecycle(t *testing.T) {
 		t.Fatalf("%d LPM entries, stats say %d", got, s.MappingEntries)
 	}
 	libcBytes := s.TableBytes
+	// Walks that met unknown code are reported for the process loaded
+	// with that start time only (struct unwind_proc: start, alias, unknown).
+	if u := l.UnknownFrames(); len(u) != 0 {
+		t.Fatalf("unknown frames before any walk: %v", u)
+	}
+	for _, tc := range []struct {
+		start uint64
+		want  map[int]uint32
+	}{{1, map[int]uint32{100: 3}}, {2, map[int]uint32{}}} {
+		var pv [procValSize]byte
+		binary.LittleEndian.PutUint64(pv[:], tc.start)
+		binary.LittleEndian.PutUint32(pv[12:], 3)
+		if err := l.maps.procs.Update(uint32(100), pv[:], 0); err != nil {
+			t.Fatal(err)
+		}
+		if u := l.UnknownFrames(); !maps.Equal(u, tc.want) {
+			t.Errorf("entry of start %d: unknown frames %v, want %v", tc.start, u, tc.want)
+		}
+	}
 	// Again with the same mappings: nothing changed (the walker backs
 	// off); with one more, something did.
 	if changed, err := l.SyncProcess(100, 1); err != nil || changed {

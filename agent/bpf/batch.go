@@ -1,4 +1,4 @@
-package cpu
+package bpf
 
 import (
 	"errors"
@@ -8,20 +8,21 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-// eachEntry calls fn for every entry of a hash map, deleting what it read
+// EachEntry calls fn for every entry of a hash map, deleting what it read
 // when del is set, many entries per system call (BPF_MAP_*_BATCH, Linux
-// 5.6). A drain used to cost two system calls per entry to read and two
-// more to clear, the most of the agent's CPU with 32 busy Python processes
-// (go run ./tools/bench/agent --load python --procs 32). Where the kernel
-// has no batch operations it falls back to one entry at a time.
+// 5.6). The CPU sampler's drain used to cost two system calls per entry to
+// read and two more to clear, the most of the agent's CPU with 32 busy
+// Python processes (go run ./tools/bench/agent --load python --procs 32).
+// Where the kernel has no batch operations it falls back to one entry at a
+// time.
 //
 // The map must be quiescent (a drained generation): a batch walk of a map
 // being written may miss or repeat entries.
-func eachEntry[K, V any](m *ebpf.Map, del bool, fn func(*K, *V)) error {
+func EachEntry[K, V any](m *ebpf.Map, del bool, fn func(*K, *V)) error {
 	var v V
 	// Up to 256 KiB of values per call, and never fewer than 64 entries:
-	// a hash bucket larger than the batch fails it (ENOSPC), and the
-	// stack hash is seeded per load, so no job can fill one bucket.
+	// a hash bucket larger than the batch fails it (ENOSPC); the kernel
+	// seeds each map's hash, so no job can fill one bucket.
 	chunk := max(64, min(1024, (256<<10)/max(1, int(unsafe.Sizeof(v)))))
 	keys, vals := make([]K, chunk), make([]V, chunk)
 	var cursor ebpf.MapBatchCursor
