@@ -34,6 +34,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -200,13 +201,21 @@ func bench(duration, interval time.Duration, rate int, beside string, o loadOpts
 		defer syscall.Kill(-b.Process.Pid, syscall.SIGKILL)
 	}
 	// The steady state leaves out start-up: the first quarter, or up to
-	// just after the first drain when that is later (the first
-	// symbolisation of every file and the table builds happen by then).
+	// a second after the first drain's profile is written when that is
+	// later (the kernel's symbols, the first symbolisation of every file
+	// and the table builds happen by then). The first drain comes an
+	// interval after the agent is set up, which takes seconds on a slow
+	// machine: it is watched for, not assumed.
+	t0 := time.Now()
 	warm := duration / 4
-	if first := interval + interval/5; first > warm && first < duration*3/4 {
-		warm = first
+	for time.Since(t0) < duration*3/4 {
+		if wroteProfile(out) { // not a scrape: that costs the agent CPU
+			warm = max(warm, time.Since(t0)+time.Second)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	time.Sleep(warm)
+	time.Sleep(warm - time.Since(t0))
 	agentMid, busyMid := procCPU(a.Process.Pid), mustBusy()
 	time.Sleep(duration - warm)
 	agentEnd, busyEnd := procCPU(a.Process.Pid), mustBusy()
@@ -240,7 +249,7 @@ func bench(duration, interval time.Duration, rate int, beside string, o loadOpts
 		agentCPU.Round(time.Millisecond), 100*agentCPU.Seconds()/profiled.Seconds(), profiled.Seconds())
 	if steady := busyEnd - busyMid; steady > 0 && agentEnd > 0 {
 		fmt.Printf("agent CPU, steady state: %v (%.3f%% of the %.1fs profiled after the first %v; targets: native <= 0.3%%, Python <= 0.5%%)\n",
-			(agentEnd - agentMid).Round(time.Millisecond), 100*(agentEnd-agentMid).Seconds()/steady.Seconds(), steady.Seconds(), warm)
+			(agentEnd - agentMid).Round(time.Millisecond), 100*(agentEnd-agentMid).Seconds()/steady.Seconds(), steady.Seconds(), warm.Round(100*time.Millisecond))
 	}
 	if bpfRuns > 0 {
 		fmt.Printf("BPF run time per sample: %.2f us over %.0f samples (target with the unwinder <= 12 us; a Python sample <= 2x a native one)\n", bpfNs/bpfRuns/1e3, bpfRuns)
@@ -314,6 +323,19 @@ func busyCPU() (time.Duration, error) {
 		ticks += n
 	}
 	return time.Duration(ticks) * (time.Second / 100), nil
+}
+
+// wroteProfile reports whether the agent has written a profile under dir.
+func wroteProfile(dir string) bool {
+	found := false
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			found = true
+			return filepath.SkipAll
+		}
+		return nil
+	})
+	return found
 }
 
 func scrape(url string) (map[string]float64, error) {
