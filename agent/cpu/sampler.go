@@ -42,7 +42,6 @@ import (
 	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/slurmscope/slurmscope/agent/bpf"
-	"github.com/slurmscope/slurmscope/agent/prio"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/python"
 )
@@ -405,9 +404,13 @@ func (s *Sampler) Drain() ([]Sample, Stats, error) {
 // readPyNew hands each new Python stack to fn until the sampler closes.
 func (s *Sampler) readPyNew(fn func(pid uint32, startNs uint64, raw *python.RawStack)) {
 	defer close(s.pyDone)
-	// Ahead of the jobs: a short process's code objects must be read
-	// before it exits (with agent/stackwalk's loaders; best effort).
-	_ = prio.Raise()
+	// At the default priority, unlike the table loaders (agent/prio): a
+	// raised goroutine is locked to its thread, and handing it its thread
+	// at every new stack cost a fifth of the agent's CPU with 32 busy
+	// Python processes (steady 0.52-0.59% raised, 0.43% not; go run
+	// ./tools/bench/agent --load python --procs 32). A short process's
+	// code objects are still read within milliseconds of its first
+	// samples, and forked siblings share them through their parent.
 	var rec ringbuf.Record
 	for {
 		if err := s.pyNew.ReadInto(&rec); err != nil {
