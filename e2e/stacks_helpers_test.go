@@ -584,8 +584,10 @@ func checkPyPool(t *testing.T, ss []sample) {
 }
 
 // checkPyCommand: a 2 s `python -c` (of CPU time), started after the
-// agent, has its Python frames: at least 90% of its samples in burn
-// (<string>, lines 3-5).
+// agent, has its Python frames: at least 85% of its samples in burn
+// (<string>, lines 3-5). 97-99% on a quiet host or under four busy loops;
+// the process's first 0.1-0.3 s precede its tables and interpreter set-up
+// (README), and in CI under the parallel packages that was 11.6% once.
 func checkPyCommand(t *testing.T, ss []sample) {
 	run := running(ss, "<string>")
 	inBurn := func(s sample) bool {
@@ -594,8 +596,8 @@ func checkPyCommand(t *testing.T, ss []sample) {
 	}
 	n, in := shareOf(run, inBurn)
 	t.Logf("python -c: %d of %d samples in burn", n, total(run))
-	if total(run) < 200 || in < 0.9 {
-		t.Errorf("%d of %d samples in burn (<string>:3-5), want >= 90%% of at least 200", n, total(run))
+	if total(run) < 200 || in < 0.85 {
+		t.Errorf("%d of %d samples in burn (<string>:3-5), want >= 85%% of at least 200", n, total(run))
 		logTop(t, "-c samples not in burn", where(run, func(s sample) bool { return !inBurn(s) }))
 	}
 }
