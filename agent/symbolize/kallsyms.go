@@ -80,7 +80,7 @@ func parseKallsyms(r io.Reader) kallsyms {
 		if !ok {
 			continue
 		}
-		addr, ok := parseKsymAddr(addrField)
+		addr, ok := parseHexDigits(addrField)
 		if !ok {
 			continue
 		}
@@ -137,10 +137,18 @@ func nextField(b []byte) (field, rest []byte, ok bool) {
 	return b[i:j], b[j:], j > i
 }
 
-// parseKsymAddr parses an unsigned hexadecimal number of at most 16 digits, as
-// strconv.ParseUint(s, 16, 64) does but without a string.
-func parseKsymAddr(b []byte) (uint64, bool) {
-	if len(b) == 0 || len(b) > 16 {
+// parseHexDigits parses an unsigned hexadecimal number as
+// strconv.ParseUint(s, 16, 64) does (leading zeros allowed, at most 64
+// bits), without making a string of it: kallsyms and perf maps call it per
+// line.
+func parseHexDigits(b []byte) (uint64, bool) {
+	if len(b) == 0 {
+		return 0, false
+	}
+	for len(b) > 1 && b[0] == '0' {
+		b = b[1:]
+	}
+	if len(b) > 16 {
 		return 0, false
 	}
 	var v uint64

@@ -186,7 +186,10 @@ func parsePerfMapLine(line []byte) (perfEntry, bool) {
 
 func parseHex(b []byte) (uint64, error) {
 	b = bytes.TrimPrefix(bytes.TrimPrefix(b, []byte("0x")), []byte("0X"))
-	return strconv.ParseUint(string(b), 16, 64)
+	if v, ok := parseHexDigits(b); ok {
+		return v, nil
+	}
+	return 0, strconv.ErrSyntax
 }
 
 // lookup returns the newest entry covering addr.
