@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -91,6 +92,9 @@ type Daemon struct {
 	knownMu    sync.Mutex // rescans run beside Collect
 	known      map[procfs.ID]bool
 	lastLogged map[string]bool
+	// settleq feeds the settlers that Run starts: the file reading of
+	// processes Admit let in (see settle); nil before Run.
+	settleq atomic.Pointer[chan procfs.ID]
 
 	m metrics
 }
@@ -136,6 +140,8 @@ func New(cfg Config, sources []source.Source, sym Symbolizer, res Resolver, sink
 func (d *Daemon) Run(ctx context.Context) error {
 	tick := time.NewTicker(d.cfg.Interval)
 	defer tick.Stop()
+	settled := d.startSettlers(ctx)
+	defer func() { <-settled }()
 	d.rescan(true)
 	// Rescans run beside Collect, which can take a while on a busy node:
 	// a short process must be seen while it lives, whatever Collect does.
@@ -189,15 +195,16 @@ func (d *Daemon) rescan(full bool) {
 		d.logOnce("scan", "listing processes failed", err)
 	}
 	for _, p := range procs {
-		d.admit(p, full)
+		d.admit(p, full, false)
 	}
 }
 
 // Admit attributes a live process that a probe met before any rescan did
 // (the stack capture announces the processes it samples without state), and
-// if the agent profiles it, does at once what a rescan does for a new one:
-// reads its symbols and hands it to the attaching sources and the watchers.
-// It reports whether the process is profiled.
+// if the agent profiles it, does what a rescan does for a new one: tells the
+// watchers at once, and once Run has started, leaves reading its symbols
+// and handing it to the attaching sources to the settlers. It reports
+// whether the process is profiled, without waiting for them.
 func (d *Daemon) Admit(id procfs.ID) bool {
 	p, ok := d.res.Cached(id)
 	if !ok {
@@ -206,12 +213,60 @@ func (d *Daemon) Admit(id procfs.ID) bool {
 			return false
 		}
 	}
-	return p.ID == id && d.admit(p, false)
+	return p.ID == id && d.admit(p, false, true)
+}
+
+// Settling a process admitted on the probes' path: its symbols and the
+// attaching sources. Two settlers, so that one interpreter's symbols (40 ms
+// for python3.11 on a quiet host, ten times that under load) do not hold up
+// the next job's; the queue bounds what a burst of new processes keeps
+// waiting, and past it Admit settles inline, which slows the probes' reader
+// rather than losing a process.
+const (
+	settlers    = 2
+	settleQueue = 1024
+)
+
+// startSettlers starts the settlers; the channel it returns is closed
+// once they have stopped, after ctx is done.
+func (d *Daemon) startSettlers(ctx context.Context) <-chan struct{} {
+	q := make(chan procfs.ID, settleQueue)
+	d.settleq.Store(&q)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range settlers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case k := <-q:
+					d.knownMu.Lock()
+					live := d.known[k] // not forgotten as exited since
+					d.knownMu.Unlock()
+					if live {
+						d.settle(k)
+					}
+				}
+			}
+		}()
+	}
+	go func() {
+		wg.Wait()
+		d.settleq.Store(nil)
+		close(done)
+	}()
+	return done
 }
 
 // admit handles one process a rescan (or Admit) attributed; full retries
-// the attachers that asked for it.
-func (d *Daemon) admit(p attribution.Process, full bool) bool {
+// the attachers that asked for it. async hands the file reading to the
+// settlers (Admit's callers are the probes' event reader: a new Python
+// process is set up for its frames there, and must not wait for another
+// process's symbols).
+func (d *Daemon) admit(p attribution.Process, full, async bool) bool {
 	if p.Foreign || !(p.InJob() || d.cfg.AllProcesses) {
 		return false
 	}
@@ -240,15 +295,27 @@ func (d *Daemon) admit(p attribution.Process, full bool) bool {
 			d.logOnce("watch", "loading a process for stack capture failed", err)
 		}
 	}
-	// Symbols are read while the process lives: by the time its interval
-	// is drained, a short task may be gone.
+	if q := d.settleq.Load(); async && q != nil {
+		select {
+		case *q <- k:
+			return true
+		default: // full: settle it here
+		}
+	}
+	d.settle(k)
+	return true
+}
+
+// settle reads a new profiled process's symbols and hands it to the
+// attaching sources. Symbols are read while the process lives: by the time
+// its interval is drained, a short task may be gone.
+func (d *Daemon) settle(k procfs.ID) {
 	d.sym.Prepare(k)
 	for _, s := range d.srcs {
 		if s.attach != nil {
 			d.attachProcess(s, k)
 		}
 	}
-	return true
 }
 
 // attachProcess hands a profiled process to a source that attaches to

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -125,5 +126,58 @@ func TestSampledBeforeItJoinedAJob(t *testing.T) {
 	d.rescan(false)
 	if !slices.Contains(sym.prepared, 30) || !slices.Contains(w.attached, proc(30, 300)) {
 		t.Errorf("prepared %v, watcher told of %v; want pid 30 among them", sym.prepared, w.attached)
+	}
+}
+
+// slowSym's Prepare waits until Admit has returned (admitted is closed), as
+// a new interpreter's symbols take their time; it gives up after a minute,
+// which only an Admit that waits for it makes it do.
+type slowSym struct {
+	fakeSym
+	admitted chan struct{}
+	prepared chan procfs.ID
+	waited   atomic.Bool // Prepare gave up: Admit waited for it
+}
+
+func (s *slowSym) Prepare(p procfs.ID) {
+	select {
+	case <-s.admitted:
+	case <-time.After(time.Minute):
+		s.waited.Store(true)
+	}
+	s.prepared <- p
+}
+
+// Once Run has started, Admit answers without waiting for the process's
+// symbols or the attaching sources: the stack capture's event reader calls
+// it, and a Python process is set up for its frames only after it returns
+// (in CI, a job's first 74 ms of hashing kept neither callers nor Python
+// frames, 21% of its samples). The symbols and the attach follow.
+func TestAdmitDoesNotWaitForSymbols(t *testing.T) {
+	res := fixtureProcs()
+	sym := &slowSym{admitted: make(chan struct{}), prepared: make(chan procfs.ID, 1)}
+	gpu := &attachingSource{fakeSource: newFakeSource("gpu", profiles.GPU, 1, 1),
+		script: map[int][]source.Attach{10: {source.AttachDone}}, calls: map[int]int{}}
+	// No rescans: only Admit lets pid 10 in.
+	d := New(Config{Interval: time.Hour, RescanInterval: time.Hour}, []source.Source{gpu}, sym, res, &memSink{})
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error)
+	go func() { ran <- d.Run(ctx) }()
+	for d.settleq.Load() == nil { // Run has started its settlers
+		time.Sleep(time.Millisecond)
+	}
+	if !d.Admit(proc(10, 100)) {
+		t.Fatal("Admit(pid 10) = false, want true")
+	}
+	close(sym.admitted)
+	if p := <-sym.prepared; p != proc(10, 100) || sym.waited.Load() {
+		t.Errorf("prepared %v (waited for by Admit: %v), want pid 10, after Admit returned", p, sym.waited.Load())
+	}
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+	if gpu.calls[10] != 1 {
+		t.Errorf("the attaching source was called %d times for pid 10, want once", gpu.calls[10])
 	}
 }

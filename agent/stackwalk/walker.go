@@ -37,7 +37,10 @@ type Options struct {
 	// Python walks CPython frames (--python-frames).
 	Python bool
 	// Profiled says whether the agent profiles a process (it is in a job,
-	// or --all-processes): only those are loaded. nil: every process.
+	// or --all-processes): only those are loaded. nil: every process. It
+	// is called on the reader of new processes, whose Python set-up waits
+	// for it: it must not read the process's files (agent/daemon's Admit
+	// leaves that to its settlers).
 	Profiled func(procfs.ID) bool
 	// MaxTableBytes bounds the unwind tables in BPF maps (unwind.Options).
 	MaxTableBytes int64
