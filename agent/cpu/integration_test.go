@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -174,6 +175,7 @@ func TestIntegrationSampler(t *testing.T) {
 	st := procStat(t, b.pid)
 	cpuTicks := st[14] + st[15] // utime + stime of all threads
 	maps := execMappings(t, b.pid)
+	rawMaps, _ := os.ReadFile(fmt.Sprintf("/proc/%d/maps", b.pid)) // to log on failure
 	// Dead before the first Drain: every sample of it is in that drain, and a
 	// later one that returns any again has failed to clear a generation.
 	b.stop()
@@ -187,7 +189,8 @@ func TestIntegrationSampler(t *testing.T) {
 		t.Errorf("no CPU attached")
 	}
 
-	var total, withKernel, withUser, framesOut, frames uint64
+	var total, withKernel, withUser, withOut uint64
+	var outside []Sample // stacks with a frame outside the mappings
 	var drained uint64
 	for _, sm := range samples {
 		drained += sm.Count
@@ -210,11 +213,9 @@ func TestIntegrationSampler(t *testing.T) {
 			if !inMappings(maps, sm.User[0]) {
 				t.Errorf("user leaf %#x outside the burner's executable mappings", sm.User[0])
 			}
-			for _, pc := range sm.User {
-				frames++
-				if !inMappings(maps, pc) {
-					framesOut++
-				}
+			if slices.ContainsFunc(sm.User, func(pc uint64) bool { return !inMappings(maps, pc) }) {
+				withOut += sm.Count
+				outside = append(outside, sm)
 			}
 		}
 	}
@@ -232,8 +233,20 @@ func TestIntegrationSampler(t *testing.T) {
 	if withKernel == 0 {
 		t.Errorf("no burner sample has a kernel stack")
 	}
-	if framesOut*20 > frames {
-		t.Errorf("%d of %d user frames outside executable mappings", framesOut, frames)
+	// Weighed by samples, not by distinct stacks: glibc, which the cgo
+	// burner's new threads run, keeps no frame pointer, and the kernel's
+	// walk from there reads on through whatever rbp holds. Under load, one
+	// CI run had a few such stacks (126 of the 177 distinct frames), and
+	// a quiet host one sample in thirty runs ([libc, 0]).
+	if withOut*20 > total {
+		t.Errorf("%d of %d burner samples have a user frame outside its executable mappings", withOut, total)
+		for i, sm := range outside {
+			if i == 5 {
+				break
+			}
+			t.Logf("%d samples, kernel stack %d frames, user stack %#x", sm.Count, len(sm.Kernel), sm.User)
+		}
+		t.Logf("the burner's mappings:\n%s", rawMaps)
 	}
 	if stats.Samples != drained {
 		t.Errorf("Stats.Samples %d, but the drain returned %d", stats.Samples, drained)
