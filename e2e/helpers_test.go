@@ -102,6 +102,17 @@ func (p *agentProc) servingAddr() string {
 // and returns them.
 func (p *agentProc) logMetrics(t *testing.T, prefix string) []string {
 	t.Helper()
+	lines := p.metrics(t, prefix)
+	if lines != nil {
+		t.Logf("agent metrics:\n%s", strings.Join(lines, "\n"))
+	}
+	return lines
+}
+
+// metrics scrapes the agent's /metrics and returns the lines that start
+// with prefix; nil (logged) if it cannot.
+func (p *agentProc) metrics(t *testing.T, prefix string) []string {
+	t.Helper()
 	addr := p.servingAddr()
 	if addr == "" {
 		t.Log("the agent logged no metrics address")
@@ -115,13 +126,12 @@ func (p *agentProc) logMetrics(t *testing.T, prefix string) []string {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	var lines []string
+	lines := []string{}
 	for _, l := range strings.Split(string(body), "\n") {
 		if strings.HasPrefix(l, prefix) {
 			lines = append(lines, l)
 		}
 	}
-	t.Logf("agent metrics:\n%s", strings.Join(lines, "\n"))
 	return lines
 }
 
