@@ -212,11 +212,11 @@ func TestStacks(t *testing.T) {
 			min    float64
 			why    string
 		}{
-			{`slurmscope_agent_python_frames_total{result="truncated"}`, 1, "recursion past the frame limit"},
+			{`slurmscope_agent_interpreter_frames_total{interpreter="python",result="truncated"}`, 1, "recursion past the frame limit"},
 			// Half of each pool's 16 workers: a worker forked before the
 			// agent has set its parent up is set up on its own (counted
 			// by version; CI under load: 80 of 96 forked, bar was 84).
-			{`slurmscope_agent_python_processes_total{version="forked"}`, float64(8 * pools), "forked pool workers set up from their parent"},
+			{`slurmscope_agent_interpreter_processes_total{interpreter="python",version="forked"}`, float64(8 * pools), "forked pool workers set up from their parent"},
 			{`slurmscope_agent_unwind_walks_total{end="frame_limit"}`, 100, "deep recursion cut at 127 frames"},
 			{`slurmscope_agent_unwind_frames_total{how="table"}`, 1000, "frames unwound from tables"},
 			{`slurmscope_agent_unwind_mode_info{mode="tables",reason="none"}`, 1, "unwinding from tables (this kernel has bpf_loop)"},
@@ -228,10 +228,10 @@ func TestStacks(t *testing.T) {
 		if old.path != "" {
 			var v float64
 			for _, r := range []string{"unknown_version", "unsupported"} {
-				v += max(metricValue(metrics, `slurmscope_agent_python_skipped_total{reason="`+r+`"}`), 0)
+				v += max(metricValue(metrics, `slurmscope_agent_interpreter_skipped_total{interpreter="python",reason="`+r+`"}`), 0)
 			}
 			if v < 1 {
-				t.Errorf("%s: no process counted in python_skipped_total as unknown_version or unsupported", old.name)
+				t.Errorf("%s: no process counted in interpreter_skipped_total as unknown_version or unsupported", old.name)
 			}
 		}
 	})
@@ -246,7 +246,7 @@ func waitWarm(t *testing.T, ag *agentProc) {
 	for {
 		m := ag.metrics(t, "slurmscope_agent_")
 		synced := metricValue(m, `slurmscope_agent_unwind_syncs_total{result="ok"}`)
-		python := metricValue(m, `slurmscope_agent_python_processes_total{version="3.11"}`)
+		python := metricValue(m, `slurmscope_agent_interpreter_processes_total{interpreter="python",version="3.11"}`)
 		if synced >= 1 && python >= 1 {
 			return
 		}

@@ -9,11 +9,15 @@ type MetricType int
 const (
 	Gauge MetricType = iota
 	Counter
+	Histogram
 )
 
 func (t MetricType) String() string {
-	if t == Counter {
+	switch t {
+	case Counter:
 		return "counter"
+	case Histogram:
+		return "histogram"
 	}
 	return "gauge"
 }
@@ -43,6 +47,8 @@ type Metric struct {
 	// in the datasource's gpuMetric queries (avg or sum); "" where the
 	// datasource does not offer the metric.
 	Merge string
+	// Buckets are a histogram's upper bounds, in Unit.
+	Buckets []float64
 }
 
 // LabelNames returns the labels of a whole GPU's series (mig false) or of a
@@ -282,12 +288,12 @@ var (
 	// AgentCPUMapsFull names the job that filled the sampler's kernel maps,
 	// which every job shares: the one with the most distinct keys in a
 	// generation that dropped samples (map_full) or stacks (stack_map_full,
-	// python stack map full).
+	// interpreter stack map full).
 	AgentCPUMapsFull = Metric{Name: MetricPrefix + "agent_cpu_maps_full_total", Type: Counter, Attributes: []Attribute{JobID}, Labels: []string{"map"},
-		Help: "Sampler generations whose counts (map=counts), native stacks (map=stacks) or Python stacks (map=python_stacks) map was full, by the job with the most distinct keys in them (slurm_job_id empty: processes in no job)."}
+		Help: "Sampler generations whose counts (map=counts), native stacks (map=stacks) or interpreter stacks (map=interpreter_stacks) map was full, by the job with the most distinct keys in them (slurm_job_id empty: processes in no job)."}
 	AgentSymbolizeErrors = counter("agent_symbolize_errors_total", "", "Frames or files left unsymbolised, by reason: no_symbol, no_mapping, read_maps, open_file, not_regular, owner, link, file_identity, too_large (a size or count over the file's real size or a hard cap), parse_elf, panic, over_budget, work_limit, stalled_io, perf_map, kallsyms, kallsyms_hidden, kernel_no_symbol.", "reason")
 	// The user-stack capture (agent/stackwalk): the table unwinder and the
-	// CPython walk.
+	// interpreter walks.
 	AgentUnwindMode       = Metric{Name: MetricPrefix + "agent_unwind_mode_info", Type: Gauge, Labels: []string{"mode", "reason"}, Help: "1, labelled with how native user frames are unwound: mode tables (reason none) or frame_pointer, with why: flag (--unwind=fp), arch (not x86-64), no_bpf_loop (the kernel is older than 5.17)."}
 	AgentUnwindWalks      = counter("agent_unwind_walks_total", "", "User stacks walked by the table unwinder, by how the walk ended (end_of_stack, frame_limit, no_row, unsupported, read_error, bad_cfa, loop_limit).", "end")
 	AgentUnwindFrames     = counter("agent_unwind_frames_total", "", "Frames the table unwinder walked, by how: table, frame_pointer (a file without a table), unknown_mapping (code mapped since the process was loaded), evicted_table (over the table budget), signal; and walks of processes not loaded (unloaded_process: frame pointers only) or forked (forked: through the parent's tables).", "how")
@@ -296,11 +302,15 @@ var (
 	AgentUnwindProcesses  = Metric{Name: MetricPrefix + "agent_unwind_processes", Type: Gauge, Help: "Processes whose unwind tables are loaded."}
 	AgentUnwindFiles      = counter("agent_unwind_files_total", "", "Mapped files looked at for unwind tables, by result: built, frame_pointer (no unwind information), error (unreadable or malformed: frame pointers), over_budget, open_error.", "result")
 	AgentUnwindSyncs      = counter("agent_unwind_syncs_total", "", "Processes loaded (or loaded again) into the unwinder, by result.", "result")
-	AgentPythonWalks      = counter("agent_python_walks_total", "", "CPython frame walks of CPU samples of CPython processes, by outcome (ok, no_thread_state, thread_read, threads_max, frame_read).", "status")
-	AgentPythonProcesses  = counter("agent_python_processes_total", "", "Processes set up for the CPython walk, by version (3.11) or forked (from a set-up parent).", "version")
-	AgentPythonSkipped    = counter("agent_python_skipped_total", "", "Looks at processes that left them to native stacks, by reason (not_python, unknown_version, unsupported, bad_interpreter, not_initialized, open, maps, memory, bpf_map).", "reason")
-	AgentPythonFrames     = counter("agent_python_frames_total", "", "Python frames resolved, by result: resolved, gone (its code object was freed before it was read), unreadable (its code object could not be read, or was none: the process exited before its frames were resolved, a freed or faked frame), read_budget (the process's read budget was spent), truncated (stacks cut at 64 frames).", "result")
-	AgentPythonCodeBytes  = Metric{Name: MetricPrefix + "agent_python_code_cache_bytes", Unit: "bytes", Type: Gauge, Help: "Bytes of the cache of CPython code objects (names, files, line tables)."}
+	AgentProcessSetup     = Metric{Name: MetricPrefix + "agent_process_setup_seconds", Unit: "seconds", Type: Histogram, Labels: []string{"part"}, Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		Help: "Time from a profiled process's start to the capture being set up for it: its unwind tables loaded (part=unwind_tables), its interpreter found (part=interpreter). Processes started before the agent are not counted; until then its samples lack callers or interpreter frames."}
+	// Interpreter frames (agent/interp, one implementation per
+	// interpreter): one set of metrics, by the interpreter's name.
+	AgentInterpWalks      = counter("agent_interpreter_walks_total", "", "Interpreter frame walks of CPU samples of processes set up for one, by outcome (ok, no_thread_state, thread_read, threads_max, frame_read).", "status")
+	AgentInterpProcesses  = counter("agent_interpreter_processes_total", "", "Processes set up for an interpreter's walk, by interpreter and version (python: 3.11), or forked (from a set-up parent).", "interpreter", "version")
+	AgentInterpSkipped    = counter("agent_interpreter_skipped_total", "", "Looks at processes that left them to native stacks, by interpreter and reason (python: not_python, unknown_version, unsupported, bad_interpreter, not_initialized, open, maps, memory, bpf_map).", "interpreter", "reason")
+	AgentInterpFrames     = counter("agent_interpreter_frames_total", "", "Interpreter frames resolved, by interpreter and result: resolved, gone (what the frame ran was freed before it was read), unreadable (what the frame ran could not be read, or was none: the process exited before its frames were resolved, a freed or faked frame), read_budget (the process's read budget was spent), truncated (stacks cut at 64 frames).", "interpreter", "result")
+	AgentInterpCacheBytes = Metric{Name: MetricPrefix + "agent_interpreter_cache_bytes", Unit: "bytes", Type: Gauge, Labels: []string{"interpreter"}, Help: "Bytes of an interpreter's cache of what its frames run (python: code objects' names, files and line tables)."}
 
 	// Attribution (agent/attribution): what a user could not make it believe.
 	AgentCgroupRefused  = counter("agent_cgroup_refused_total", "", "Processes put in no job because their Slurm-looking cgroup path is not Slurm's, by reason (outside_slurm_tree: not where slurmd makes its tree; not_root_owned; unverified: its directories could not be checked).", "reason")
@@ -308,7 +318,7 @@ var (
 )
 
 // The memory budget (agent/budget): what jobs make the agent hold, by kind
-// (symbols, perf_map, maps, gpu_aggregation, unwind_tables, python_code).
+// (symbols, perf_map, maps, gpu_aggregation, unwind_tables, interpreter_cache).
 var (
 	AgentMemoryBudget             = Metric{Name: MetricPrefix + "agent_memory_budget_bytes", Unit: "bytes", Type: Gauge, Help: "The memory budget: the most bytes the agent holds for all jobs together."}
 	AgentMemoryBudgetUsed         = Metric{Name: MetricPrefix + "agent_memory_budget_used_bytes", Unit: "bytes", Type: Gauge, Labels: []string{"kind"}, Help: "Bytes held in the memory budget, by kind."}
@@ -358,7 +368,7 @@ var Metrics = []Metric{
 	AgentMemoryBudget, AgentMemoryBudgetUsed, AgentMemoryBudgetEvictions, AgentMemoryBudgetEvictedBytes,
 	AgentMemoryBudgetRefused, AgentJobFileReadsDeferred,
 	AgentUnwindMode, AgentUnwindWalks, AgentUnwindFrames, AgentUnwindTableBytes, AgentUnwindBudget, AgentUnwindProcesses, AgentUnwindFiles,
-	AgentUnwindSyncs, AgentPythonWalks, AgentPythonProcesses, AgentPythonSkipped, AgentPythonFrames, AgentPythonCodeBytes,
+	AgentUnwindSyncs, AgentProcessSetup, AgentInterpWalks, AgentInterpProcesses, AgentInterpSkipped, AgentInterpFrames, AgentInterpCacheBytes,
 	PyroscopePushes, PyroscopePushedBytes, PyroscopePushRetries, PyroscopeDroppedRequests, PyroscopeSpoolRequests, PyroscopeSpoolBytes,
 	PyroscopeTooOldProfiles, PyroscopeHeldRequests, PyroscopeClockSkew,
 	RemoteWriteRequestsSent, RemoteWriteSamplesSent, RemoteWriteSentBytes, RemoteWriteRetries, RemoteWriteDroppedRequests,

@@ -73,3 +73,13 @@ func ProfileTypeOf(id string) (ProfileType, bool) {
 	}
 	return ProfileType{}, false
 }
+
+// StackSetupLabel is a diagnostic sample label, added only with the
+// agent's --label-stack-setup: what of the stack capture was set up for
+// the process when the sample was taken (none, native, interpreter,
+// native_interpreter). Until a process's unwind tables and interpreter are
+// in, its samples lack callers or interpreter frames; the stack tests
+// judge unwinding on the samples taken after, and measure the set-up time
+// apart (agent_process_setup_seconds). It splits series: not for
+// production.
+const StackSetupLabel = "stack_setup"

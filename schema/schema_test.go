@@ -106,6 +106,13 @@ func TestMetricsFollowPrometheusNaming(t *testing.T) {
 		if m.MIG && !slices.Contains(m.Scopes(), ScopeGPU) {
 			t.Errorf("%s: MIG series without GPU attributes", m.Name)
 		}
+		increasing := true
+		for i := 1; i < len(m.Buckets); i++ {
+			increasing = increasing && m.Buckets[i] > m.Buckets[i-1]
+		}
+		if (m.Type == Histogram) != (len(m.Buckets) > 0) || !increasing {
+			t.Errorf("%s: a %s with buckets %v; histograms, and only histograms, have increasing buckets", m.Name, m.Type, m.Buckets)
+		}
 		if !slices.Contains([]string{"", "avg", "sum", "max", "min"}, m.Merge) {
 			t.Errorf("%s: merge %q: want avg, sum, max or min", m.Name, m.Merge)
 		}

@@ -14,6 +14,8 @@ export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g} -Wno-deprecated-declarations"
 step() { printf '\n=== %s\n' "$*"; }
 
 step "generated eBPF objects are reproducible (clang-14)"
+agent/bpf/regen-check.sh
+agent/python/regen-check.sh
 agent/cpu/regen-check.sh
 agent/gputrace/regen-check.sh
 agent/stackwalk/regen-check.sh

@@ -1,8 +1,9 @@
 // Package bpf is what the agent's eBPF programs share: the C headers under
 // include/ (types, UAPI constants, registers, and stack.h, the user-stack
-// capture of every probe: the table unwinder and the CPython walk), which
-// bpf2go finds through -I../bpf/include, and Load, the one way their Go
-// halves load a program.
+// capture of every probe: the table unwinder and the interpreter walks),
+// which bpf2go finds through -I../bpf/include; the Go types of the structs
+// they share with user space, generated once (gen.go); and Load, the one
+// way their Go halves load a program.
 package bpf
 
 import (

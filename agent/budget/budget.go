@@ -1,6 +1,6 @@
 // Package budget is the agent's one memory budget. Everything a job can
 // make the agent grow (parsed symbol tables, perf maps, mapping tables, the
-// GPU tracer's aggregation; next, unwind tables and Python code-object
+// GPU tracer's aggregation; next, unwind tables and the interpreters'
 // caches) is charged to it in bytes, on behalf of the job that made it
 // grow. A job has a share of the total: when it needs more, its own least
 // recently used entries go first, and what does not fit is refused, so one
@@ -35,19 +35,19 @@ import (
 // Kind says what charged bytes are; it labels the budget's metrics.
 type Kind string
 
-// The kinds the agent charges. Unwind tables and Python code objects are
-// named here for the packages that will charge them next.
+// The kinds the agent charges. Unwind tables and the interpreters' caches
+// are named here for the packages that will charge them next.
 const (
-	Symbols        Kind = "symbols"         // parsed ELF symbol tables and Go pclntabs
-	PerfMap        Kind = "perf_map"        // JIT perf maps
-	Maps           Kind = "maps"            // per-process mapping tables
-	GPUAggregation Kind = "gpu_aggregation" // the GPU tracer's per-process join state and aggregates
-	UnwindTables   Kind = "unwind_tables"   // agent/unwind's tables (not charged yet)
-	PythonCode     Kind = "python_code"     // agent/python's code-object caches (not charged yet)
+	Symbols        Kind = "symbols"           // parsed ELF symbol tables and Go pclntabs
+	PerfMap        Kind = "perf_map"          // JIT perf maps
+	Maps           Kind = "maps"              // per-process mapping tables
+	GPUAggregation Kind = "gpu_aggregation"   // the GPU tracer's per-process join state and aggregates
+	UnwindTables   Kind = "unwind_tables"     // agent/unwind's tables (not charged yet)
+	InterpCache    Kind = "interpreter_cache" // the interpreters' caches (agent/python's code objects; not charged yet)
 )
 
 // Kinds lists every kind, for metrics that show zeros too.
-var Kinds = []Kind{Symbols, PerfMap, Maps, GPUAggregation, UnwindTables, PythonCode}
+var Kinds = []Kind{Symbols, PerfMap, Maps, GPUAggregation, UnwindTables, InterpCache}
 
 // Shared owns what serves every job alike: files owned by root (the
 // system's libraries), which no job can make larger. It has its own share.

@@ -24,6 +24,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/gputrace"
 	"github.com/slurmscope/slurmscope/agent/hostmetrics"
 	"github.com/slurmscope/slurmscope/agent/httpclient"
+	"github.com/slurmscope/slurmscope/agent/interp"
 	"github.com/slurmscope/slurmscope/agent/jobinfo"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/procfs/procfstest"
@@ -76,7 +77,7 @@ func TestAgentExportsTheSchemasMetrics(t *testing.T) {
 	described = append(described, cpu.ProgramMetrics(func() (uint64, uint64, bool) { return 1, 1, true })...)
 	described = append(described, budget.NewCollector(budget.New(budget.Options{}), budget.NewWork(budget.WorkOptions{})))
 	described = append(described, symbolize.New(symbolize.Options{}).Collector())
-	// The stack capture with neither tables nor Python frames loads
+	// The stack capture with neither tables nor interpreters loads
 	// nothing, and describes the same metrics.
 	walker, err := stackwalk.New(stackwalk.Options{})
 	if err != nil {
@@ -84,6 +85,14 @@ func TestAgentExportsTheSchemasMetrics(t *testing.T) {
 	}
 	defer walker.Close()
 	described = append(described, walker.Collectors()...)
+	// Each interpreter's metrics, as the stack capture registers them.
+	for _, in := range interpreters {
+		inst, err := in.Open(interp.Env{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		described = append(described, inst.Collectors()...)
+	}
 	describe := func(c prometheus.Collector) {
 		ch := make(chan *prometheus.Desc, 64)
 		go func() { c.Describe(ch); close(ch) }()

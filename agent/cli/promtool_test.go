@@ -70,10 +70,18 @@ func (schemaSeries) Collect(ch chan<- prometheus.Metric) {
 		for i, l := range labels {
 			values[i] = strings.ToUpper(l[:1]) + "x"
 		}
-		typ := prometheus.GaugeValue
-		if m.Type == schema.Counter {
-			typ = prometheus.CounterValue
+		desc := prometheus.NewDesc(m.Name, m.Help, labels, nil)
+		switch m.Type {
+		case schema.Histogram:
+			buckets := map[float64]uint64{}
+			for i, le := range m.Buckets {
+				buckets[le] = uint64(i)
+			}
+			ch <- prometheus.MustNewConstHistogram(desc, uint64(len(m.Buckets)), 1, buckets, values...)
+		case schema.Counter:
+			ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, 1, values...)
+		default:
+			ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, 1, values...)
 		}
-		ch <- prometheus.MustNewConstMetric(prometheus.NewDesc(m.Name, m.Help, labels, nil), typ, 1, values...)
 	}
 }

@@ -78,7 +78,8 @@ type runFlags struct {
 	budget         budget.Options
 	work           budget.WorkOptions
 	unwind         string
-	pythonFrames   bool
+	interps        interpFlags
+	labelSetup     bool
 	unwindBudget   int64
 }
 
@@ -105,7 +106,9 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.rescanInterval, "rescan-interval", time.Second, "how often new processes are attributed (short-lived processes need it shorter)")
 	fs.BoolVar(&f.allProcesses, "all-processes", false, "also profile processes that are in no job (labelled by executable)")
 	fs.StringVar(&f.unwind, "unwind", "auto", "user stacks: auto (from the .eh_frame unwind tables of each mapped file, frame pointers where a file has none; x86-64) or fp (frame pointers only)")
-	fs.BoolVar(&f.pythonFrames, "python-frames", true, "show the Python functions of CPython 3.9-3.13 processes in CPU and GPU stacks")
+	f.interps = interpFlags{}
+	f.interps.register(fs)
+	fs.BoolVar(&f.labelSetup, "label-stack-setup", false, "label each sample with what of the stack capture was set up for its process (stack_setup): a diagnostic for checking unwinding, which splits series")
 	fs.Int64Var(&f.unwindBudget, "unwind-table-bytes", unwind.DefaultMaxTableBytes, "bound of the unwind tables in kernel memory; the least recently used are evicted past it (their frames fall back to frame pointers)")
 	fs.StringVar(&f.outputDir, "output-dir", "", "write profiles as DIR/<job id>/<type>-<unix>.pb.gz (default /var/lib/slurmscope/profiles when no --pyroscope-url)")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", DefaultMetricsAddr,
@@ -372,13 +375,13 @@ func newProfiler(f runFlags, res *attribution.Resolver, coll *gpu.Collector, reg
 	reg.MustRegister(budget.NewCollector(bud, work))
 	owner, job := owners(res)
 	// One stack capture for every source's probe: the unwind tables and
-	// the CPython state of the processes the agent profiles.
+	// the interpreter state of the processes the agent profiles.
 	// A process the probes meet before a rescan is admitted at once, as a
 	// rescan would (the daemon exists once the sources do).
 	var d atomic.Pointer[daemon.Daemon]
 	sym := symbolize.New(symbolize.Options{Proc: proc, Budget: bud, Work: work, Owner: owner})
 	reg.MustRegister(sym.Collector())
-	walker, err := stackwalk.New(stackwalk.Options{Proc: proc, Tables: f.unwind == "auto", Python: f.pythonFrames,
+	walker, err := stackwalk.New(stackwalk.Options{Proc: proc, Tables: f.unwind == "auto", Interpreters: f.interps.enabled(),
 		Remapped:      sym.Refresh,
 		MaxTableBytes: f.unwindBudget, ExitGrace: 2*f.interval + time.Minute, Log: log,
 		Profiled: func(id procfs.ID) bool {
@@ -424,7 +427,7 @@ func newProfiler(f runFlags, res *attribution.Resolver, coll *gpu.Collector, reg
 	}
 	reg.MustRegister(walker.Collectors()...)
 	log.Info("capturing user stacks", "unwind", map[bool]string{true: "tables", false: "frame pointers"}[walker.Tables()],
-		"frame_pointers_because", walker.FramePointerReason(), "python_frames", walker.PythonFrames())
+		"frame_pointers_because", walker.FramePointerReason(), "interpreters", walker.Interpreters())
 	var sinks sink.Multi
 	if f.pyro.URL != "" {
 		client, err := pyroscope.NewClient(f.pyro)
@@ -453,7 +456,7 @@ func newProfiler(f runFlags, res *attribution.Resolver, coll *gpu.Collector, reg
 		sinks = append(sinks, &sink.Dir{Root: f.outputDir})
 	}
 	cfg := daemon.Config{Interval: f.interval, RescanInterval: f.rescanInterval, AllProcesses: f.allProcesses, Log: log,
-		Watchers: []source.ProcessAttacher{walker}}
+		Watchers: []source.ProcessAttacher{walker}, LabelStackSetup: f.labelSetup}
 	p.d = daemon.New(cfg, sources, sym, res, sinks)
 	d.Store(p.d)
 	reg.MustRegister(p.d.Collectors()...)

@@ -1,5 +1,7 @@
 package cpu
 
+import "github.com/slurmscope/slurmscope/agent/bpf"
+
 // commString converts the kernel's NUL-padded comm.
 func commString(c [16]int8) string {
 	b := make([]byte, 0, len(c))
@@ -16,7 +18,7 @@ func commString(c [16]int8) string {
 // copy) and whether the stack was cut at stackDepth frames: the unwinder
 // says so (end), and the kernel's frame-pointer walk keeps the innermost
 // frames of a deeper stack, which fills every slot.
-func stackFrames(st *samplerUnwindStack) ([]uint64, bool) {
+func stackFrames(st *bpf.UnwindStack) ([]uint64, bool) {
 	n := min(int(st.Len), len(st.Ips))
 	return append([]uint64(nil), st.Ips[:n]...), st.End == endFrameLimit || n == len(st.Ips)
 }

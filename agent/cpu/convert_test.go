@@ -6,7 +6,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/slurmscope/slurmscope/agent/python"
+	"github.com/slurmscope/slurmscope/agent/bpf"
 )
 
 func TestCommString(t *testing.T) {
@@ -33,7 +33,7 @@ func TestCommString(t *testing.T) {
 }
 
 func TestStackFrames(t *testing.T) {
-	var st samplerUnwindStack
+	var st bpf.UnwindStack
 	for i := range st.Ips {
 		st.Ips[i] = uint64(i + 1)
 	}
@@ -76,8 +76,8 @@ func TestObjectLayout(t *testing.T) {
 	}
 	// No implicit padding: every key byte is a named field the program sets.
 	var k samplerCountKey
-	if unsafe.Offsetof(k.Pad) != 4 || unsafe.Offsetof(k.StartBoottimeNs) != 8 ||
-		unsafe.Offsetof(k.KernelStack) != 16 || unsafe.Offsetof(k.UserStack) != 24 || unsafe.Offsetof(k.PythonStack) != 32 {
+	if unsafe.Offsetof(k.Setup) != 4 || unsafe.Offsetof(k.StartBoottimeNs) != 8 ||
+		unsafe.Offsetof(k.KernelStack) != 16 || unsafe.Offsetof(k.UserStack) != 24 || unsafe.Offsetof(k.InterpStack) != 32 {
 		t.Errorf("count key layout %+v", k)
 	}
 	for _, name := range []string{samplerMapCounts0, samplerMapCounts1} {
@@ -86,10 +86,10 @@ func TestObjectLayout(t *testing.T) {
 			t.Errorf("%s: key/value %d/%d bytes, Go has %d/%d", name, m.KeySize, m.ValueSize, key, val)
 		}
 	}
-	if n := len(samplerUnwindStack{}.Ips); n != stackDepth {
+	if n := len(bpf.UnwindStack{}.Ips); n != stackDepth {
 		t.Errorf("struct unwind_stack has %d frames, Go reads %d", n, stackDepth)
 	}
-	stackSize := uint32(unsafe.Sizeof(samplerUnwindStack{}))
+	stackSize := uint32(unsafe.Sizeof(bpf.UnwindStack{}))
 	for _, name := range []string{samplerMapStacks0, samplerMapStacks1} {
 		// A hash map keyed by the stack's 64-bit hash, not a STACK_TRACE map
 		// (whose bucket collisions lose stacks), and preallocated.
@@ -98,24 +98,22 @@ func TestObjectLayout(t *testing.T) {
 			t.Errorf("%s: %s, key/value %d/%d bytes, flags %#x; want a preallocated Hash, 8/%d", name, m.Type, m.KeySize, m.ValueSize, m.Flags, stackSize)
 		}
 	}
-	// python.RawStack is read straight from py_stacks and the py_new events.
-	if a, b := unsafe.Sizeof(python.RawStack{}), unsafe.Sizeof(samplerPyStack{}); a != b {
-		t.Errorf("python.RawStack is %d bytes, struct py_stack %d", a, b)
+	// Interpreter stacks are read straight from interp_stacks and the
+	// interp_new events, as the shared types lay them out.
+	if err := bpf.LayoutMatches(spec, "interp_new_event", newInterpEvent{}); err != nil {
+		t.Error(err)
 	}
-	if a, b := unsafe.Sizeof(python.RawFrame{}), unsafe.Sizeof(samplerPyStack{}.Frames[0]); a != b || len(samplerPyStack{}.Frames) != python.MaxFrames {
-		t.Errorf("python.RawFrame is %d bytes, struct py_frame %d; %d frames, MaxFrames %d", a, b, len(samplerPyStack{}.Frames), python.MaxFrames)
+	if err := bpf.LayoutMatches(spec, "interp_stack", bpf.InterpStack{}); err != nil {
+		t.Error(err)
 	}
-	if a, b := unsafe.Sizeof(python.ProcInfo{}), unsafe.Sizeof(samplerPyProc{}); a != b {
-		t.Errorf("python.ProcInfo is %d bytes, struct py_proc %d", a, b)
-	}
-	for _, name := range []string{samplerMapPyStacks0, samplerMapPyStacks1} {
+	for _, name := range []string{samplerMapInterpStacks0, samplerMapInterpStacks1} {
 		m := spec.Maps[name]
-		if m.Type != ebpf.Hash || m.KeySize != 8 || m.ValueSize != uint32(unsafe.Sizeof(python.RawStack{})) || m.Flags != 0 {
+		if m.Type != ebpf.Hash || m.KeySize != 8 || m.ValueSize != uint32(unsafe.Sizeof(bpf.InterpStack{})) || m.Flags != 0 {
 			t.Errorf("%s: %s, key/value %d/%d bytes, flags %#x", name, m.Type, m.KeySize, m.ValueSize, m.Flags)
 		}
 	}
-	if int(samplerStatIndexSTAT_MAX-samplerStatIndexSTAT_PY_STATUS) != int(python.StatusMax) {
-		t.Errorf("%d Python statuses counted, python.StatusMax %d", samplerStatIndexSTAT_MAX-samplerStatIndexSTAT_PY_STATUS, python.StatusMax)
+	if int(samplerStatIndexSTAT_MAX-samplerStatIndexSTAT_INTERP_STATUS) != int(bpf.InterpStatusMax) {
+		t.Errorf("%d interpreter statuses counted, bpf.InterpStatusMax %d", samplerStatIndexSTAT_MAX-samplerStatIndexSTAT_INTERP_STATUS, bpf.InterpStatusMax)
 	}
 	for _, name := range []string{samplerMapStats0, samplerMapStats1} {
 		if m := spec.Maps[name]; m.MaxEntries != uint32(samplerStatIndexSTAT_MAX) {
@@ -125,7 +123,7 @@ func TestObjectLayout(t *testing.T) {
 	if gs := spec.Maps[samplerMapGenSwitch]; gs.InnerMap == nil || gs.InnerMap.ValueSize != 4 {
 		t.Errorf("gen_switch inner map %+v", gs.InnerMap)
 	}
-	for _, v := range []string{samplerVarStackTables, samplerVarStackPython} {
+	for _, v := range []string{samplerVarStackTables, samplerVarStackInterpreters} {
 		if sv, ok := spec.Variables[v]; !ok || sv.Size() != 4 {
 			t.Errorf("%s missing", v)
 		}

@@ -13,4 +13,4 @@ package cpu
 // The types, constants and probe code shared with agent/gputrace come from
 // ../bpf/include (agent/bpf), which CI's regeneration covers too.
 
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-14 -strip llvm-strip-14 -cflags "-O2 -g -Wall -Werror -I../bpf/include" -target amd64,arm64 -type count_key -type count_val -type stat_index -type py_new_event sampler sampler.bpf.c
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-14 -strip llvm-strip-14 -cflags "-O2 -g -Wall -Werror -I../bpf/include" -target amd64,arm64 -no-global-types -type count_key -type count_val -type stat_index sampler sampler.bpf.c

@@ -3,8 +3,8 @@ package cpu
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/slurmscope/slurmscope/agent/bpf"
 	"github.com/slurmscope/slurmscope/agent/promschema"
-	"github.com/slurmscope/slurmscope/agent/python"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -14,7 +14,7 @@ type metrics struct {
 	lost         *prometheus.CounterVec
 	cpus         prometheus.Gauge
 	mapsFull     *prometheus.CounterVec // slurm_job_id, map
-	pyWalks      *prometheus.CounterVec
+	interpWalks  *prometheus.CounterVec
 }
 
 func newMetrics() metrics {
@@ -24,14 +24,14 @@ func newMetrics() metrics {
 		lost:         promschema.CounterVec(schema.AgentCPUSamplesLost),
 		cpus:         promschema.Gauge(schema.AgentSampledCPUs),
 		mapsFull:     promschema.JobCounterVec(schema.AgentCPUMapsFull),
-		pyWalks:      promschema.CounterVec(schema.AgentPythonWalks),
+		interpWalks:  promschema.CounterVec(schema.AgentInterpWalks),
 	}
 }
 
 // own are the metrics the source exports itself; the daemon exports
 // samples and unattributed (source.Info).
 func (m metrics) own() []prometheus.Collector {
-	return []prometheus.Collector{m.lost, m.cpus, m.pyWalks, m.mapsFull}
+	return []prometheus.Collector{m.lost, m.cpus, m.interpWalks, m.mapsFull}
 }
 
 // observe turns the sampler's running totals into counter increments.
@@ -44,11 +44,11 @@ func (m metrics) observe(prev, cur Stats) {
 	add("map_full", prev.LostMapFull, cur.LostMapFull)
 	add("stack_error", prev.KernelStackErrors+prev.UserStackErrors, cur.KernelStackErrors+cur.UserStackErrors)
 	add("stack_map_full", prev.KernelStackMapFull+prev.UserStackMapFull, cur.KernelStackMapFull+cur.UserStackMapFull)
-	add("python_stack_map_full", prev.PythonStackMapFull, cur.PythonStackMapFull)
-	for i := range cur.PythonWalks {
-		st := python.Status(i) // #nosec G115 -- i indexes a short fixed array
-		if c, p := cur.PythonWalks[i], prev.PythonWalks[i]; c > p && st != python.StatusNotPython {
-			m.pyWalks.WithLabelValues(st.String()).Add(float64(c - p))
+	add("interpreter_stack_map_full", prev.InterpStackMapFull, cur.InterpStackMapFull)
+	for i := range cur.InterpWalks {
+		st := bpf.InterpStatus(i) // #nosec G115 -- i indexes a short fixed array
+		if c, p := cur.InterpWalks[i], prev.InterpWalks[i]; c > p && st != bpf.InterpNone {
+			m.interpWalks.WithLabelValues(st.String()).Add(float64(c - p))
 		}
 	}
 	m.cpus.Set(float64(cur.AttachedCPUs))

@@ -10,11 +10,13 @@
 // bpf_probe_read_kernel, and it checks the license string at load time.
 //
 // The program runs on a software cpu-clock perf event on every CPU. Each
-// sample adds one to a count keyed by (tgid, the process's start time, kernel
-// stack hash, user stack hash, Python stack hash). User stacks come from
-// stack.h: the table unwinder (or frame pointers) and the CPython walk. Two generations of (counts, stacks) maps
-// exist; user space flips gen_switch to the other generation before it drains
-// one, see sampler.go for why that is race free.
+// sample adds one to a count keyed by (tgid, what of the capture was set up
+// for the process, the process's start time, kernel stack hash, user stack
+// hash, interpreter stack hash). User stacks come from stack.h: the table
+// unwinder (or frame pointers) and the process's interpreter walk. Two
+// generations of (counts, stacks) maps exist; user space flips gen_switch to
+// the other generation before it drains one, see sampler.go for why that is
+// race free.
 //
 // Stacks are content addressed: the program hashes the frames itself and
 // stores them in a plain hash map keyed by that hash. The kernel's
@@ -25,7 +27,7 @@
 
 // Types, UAPI constants, the CO-RE task_struct view and the user-stack
 // capture shared with agent/gputrace (stack.h: the table unwinder and the
-// CPython walk): ../bpf/include.
+// interpreter walks): ../bpf/include.
 #include "common.h"
 #include "stack.h"
 
@@ -34,11 +36,11 @@
 // verifier never sees uninitialised key bytes.
 struct count_key {
 	__u32 tgid;
-	__u32 pad;
+	__u32 setup;             // STACK_SETUP_* (stack.h): what was loaded for the process
 	__u64 start_boottime_ns; // thread-group leader's start time
 	__u64 kernel_stack;      // key into stacks_N; 0: no kernel stack (see stats)
 	__u64 user_stack;        // key into stacks_N; 0: no user stack (kernel thread or loss)
-	__u64 python_stack;      // key into py_stacks_N; 0: no Python frames
+	__u64 interp_stack;      // key into interp_stacks_N; 0: no interpreter frames
 };
 
 struct count_val {
@@ -55,11 +57,11 @@ enum stat_index {
 	STAT_USTACK_MAP_FULL,  // user stack not stored: stacks map full
 	STAT_USTACK_ERROR,     // any other user stack error (-EFAULT: not readable)
 	STAT_SKIPPED_SELF,     // samples of the excluded pid
-	STAT_PYSTACK_MAP_FULL, // Python frames not stored: py_stacks map full
-	STAT_PY_NEW_LOST,      // a new Python stack not announced: ring buffer full
-	// STAT_PY_STATUS + enum py_status: Python walks by outcome.
-	STAT_PY_STATUS,
-	STAT_MAX = STAT_PY_STATUS + PY_STATUS_MAX,
+	STAT_INTERP_MAP_FULL,  // interpreter frames not stored: interp_stacks map full
+	STAT_INTERP_NEW_LOST,  // a new interpreter stack not announced: ring buffer full
+	// STAT_INTERP_STATUS + enum interp_status: interpreter walks by outcome.
+	STAT_INTERP_STATUS,
+	STAT_MAX = STAT_INTERP_STATUS + INTERP_STATUS_MAX,
 };
 
 // Sizes are placeholders; the loader sets max_entries from Options.
@@ -83,41 +85,41 @@ struct stacks_map {
 	__type(value, struct unwind_stack);
 };
 
-// The Python frames of samples (struct py_stack, python.h: each frame's
-// code object and instruction offset), content addressed like the native
-// stacks, with the process in the hash: user space resolves them against
-// that process's memory.
-struct py_stacks_map {
+// The interpreter frames of samples (struct interp_stack, interp.h),
+// content addressed like the native stacks, with the process in the hash:
+// user space resolves them against that process's memory.
+struct interp_stacks_map {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
 	__type(key, __u64);
-	__type(value, struct py_stack);
+	__type(value, struct interp_stack);
 };
 
 struct counts_map counts_0 SEC(".maps");
 struct counts_map counts_1 SEC(".maps");
 struct stacks_map stacks_0 SEC(".maps");
 struct stacks_map stacks_1 SEC(".maps");
-struct py_stacks_map py_stacks_0 SEC(".maps");
-struct py_stacks_map py_stacks_1 SEC(".maps");
+struct interp_stacks_map interp_stacks_0 SEC(".maps");
+struct interp_stacks_map interp_stacks_1 SEC(".maps");
 
-// Each Python stack new to its generation is also sent here, so that user
-// space reads its code objects while the process lives (a 2 s `python -c`
-// is gone by the next drain); the drain then finds them cached.
-struct py_new_event {
+// Each interpreter stack new to its generation is also sent here, so that
+// user space reads what its frames name while the process lives (a 2 s
+// `python -c` is gone by the next drain); the drain then finds them cached.
+// Mirrored in Go (newInterpEvent), checked against this object's BTF.
+struct interp_new_event {
 	__u32 tgid;
 	__u32 pad;
 	__u64 start_boottime_ns;
 	__u64 key;
-	struct py_stack py;
+	struct interp_stack stack;
 };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 20); // placeholder; the loader sets it
-} py_new SEC(".maps");
+} interp_new SEC(".maps");
 
-const struct py_new_event *unused_py_new __attribute__((unused));
+const struct interp_new_event *unused_interp_new __attribute__((unused));
 
 // gen_switch[0] holds one of gen_0 / gen_1, whose only element is 0 or 1: the
 // generation the program writes to. User space flips it with a map-in-map
@@ -164,7 +166,7 @@ volatile const __u64 stack_hash_seed = 0;
 // stack never share a key, even with the same frames.
 #define HASH_DOMAIN_KERNEL 0x6b65726e656c0000ULL // "kernel"
 #define HASH_DOMAIN_USER 0x7573657200000000ULL   // "user"
-#define HASH_DOMAIN_PYTHON 0x707974686f6e0000ULL // "python"
+#define HASH_DOMAIN_INTERP 0x696e746572700000ULL // "interp"
 
 // splitmix64's finaliser (Stafford's Mix13, a retuned MurmurHash3 fmix64): a
 // bijection on 64 bits in which every input bit flips each output bit with
@@ -247,12 +249,14 @@ static __always_inline __u64 kernel_stack(void *ctx, void *stats, void *stacks)
 }
 
 // user_stack returns the key of the current user stack, or 0 (an empty
-// or unreadable user stack is an error).
-static __always_inline __u64 user_stack(void *ctx, void *stats, void *stacks, __u32 tgid, __u64 start)
+// or unreadable user stack is an error), and in *setup whether the
+// process's tables applied.
+static __always_inline __u64 user_stack(void *ctx, void *stats, void *stacks, __u32 tgid, __u64 start, __u32 *setup)
 {
 	long err;
 	struct unwind_stack *st = stack_native(ctx, tgid, start, &err);
 
+	*setup |= stack_setup(st, 0);
 	if (!st || st->len == 0) {
 		stat_inc(stats, STAT_USTACK_ERROR);
 		return 0;
@@ -260,72 +264,76 @@ static __always_inline __u64 user_stack(void *ctx, void *stats, void *stacks, __
 	return store(stats, stacks, st, HASH_DOMAIN_USER, STAT_USTACK_MAP_FULL, STAT_USTACK_ERROR);
 }
 
-// python_stack returns the key of the sampled thread's Python frames in
-// py_stacks, or 0 where there are none (Python frames off, not a CPython
-// process, a native thread, no Python running now).
-static __always_inline __u64 python_stack(void *stats, void *py_stacks, void *task, __u64 pid_tgid, __u64 start)
+// interp_stack returns the key of the sampled thread's interpreter frames
+// in interp_stacks, or 0 where there are none (no interpreter on, a
+// process with none, a native thread, no interpreted code running now),
+// and in *setup whether the process's interpreter was set up.
+static __always_inline __u64 interp_stack(void *stats, void *interp_stacks, void *task, __u64 pid_tgid, __u64 start,
+					  __u32 *setup)
 {
-	struct py_stack *py = stack_python_frames(task, pid_tgid, start);
+	struct interp_stack *in = stack_interp_frames(task, pid_tgid, start);
 
-	if (!py)
+	if (!in)
 		return 0;
-	__u32 status = py->status;
+	*setup |= stack_setup(0, in) & STACK_SETUP_INTERP;
+	__u32 status = in->status;
 
-	stat_inc(stats, STAT_PY_STATUS + (status < PY_STATUS_MAX ? status : PY_STATUS_FRAME_READ));
-	__u32 n = py->len;
+	stat_inc(stats, STAT_INTERP_STATUS + (status < INTERP_STATUS_MAX ? status : INTERP_STATUS_FRAME_READ));
+	__u32 n = in->len;
 
 	if (n == 0)
 		return 0;
-	if (n > PY_MAX_FRAMES)
-		n = PY_MAX_FRAMES;
-	// The process is part of the key: user space resolves code objects
-	// per process. flags (truncated) too, so that a value says all.
-	__u64 h = mix64(stack_hash_seed ^ HASH_DOMAIN_PYTHON ^ ((__u64)py->flags << 8) ^ n);
+	if (n > INTERP_MAX_FRAMES)
+		n = INTERP_MAX_FRAMES;
+	// The process is part of the key: user space resolves frames per
+	// process. Kind and flags (truncated) too, so that a value says all.
+	__u64 h = mix64(stack_hash_seed ^ HASH_DOMAIN_INTERP ^ ((__u64)in->kind << 32) ^ ((__u64)in->flags << 8) ^ n);
 
 	h = mix64(h ^ (pid_tgid >> 32));
 	h = mix64(h ^ start);
-	for (__u32 i = 0; i < PY_MAX_FRAMES; i++) {
+	for (__u32 i = 0; i < INTERP_MAX_FRAMES; i++) {
 		if (i >= n)
 			break;
-		struct py_frame *f = &py->frames[i];
+		struct interp_frame *f = &in->frames[i];
 
-		h = mix64(h ^ f->code);
+		h = mix64(h ^ f->addr);
 		h = mix64(h ^ f->check);
-		h = mix64(h ^ ((__u64)(__u32)f->lasti | (__u64)f->owner << 32 | (__u64)f->is_entry << 40));
+		h = mix64(h ^ f->data);
 	}
 	if (!h)
 		h = 1;
-	if (bpf_map_lookup_elem(py_stacks, &h))
+	if (bpf_map_lookup_elem(interp_stacks, &h))
 		return h;
-	long err = bpf_map_update_elem(py_stacks, &h, py, BPF_NOEXIST);
+	long err = bpf_map_update_elem(interp_stacks, &h, in, BPF_NOEXIST);
 
 	if (err == -EEXIST)
 		return h;
 	if (err) {
-		stat_inc(stats, err == -E2BIG || err == -ENOMEM ? STAT_PYSTACK_MAP_FULL : STAT_PY_STATUS + PY_STATUS_FRAME_READ);
+		stat_inc(stats, err == -E2BIG || err == -ENOMEM ? STAT_INTERP_MAP_FULL : STAT_INTERP_STATUS + INTERP_STATUS_FRAME_READ);
 		return 0;
 	}
-	struct py_new_event *e = bpf_ringbuf_reserve(&py_new, sizeof(*e), 0);
+	struct interp_new_event *e = bpf_ringbuf_reserve(&interp_new, sizeof(*e), 0);
 
 	if (!e) {
-		stat_inc(stats, STAT_PY_NEW_LOST);
+		stat_inc(stats, STAT_INTERP_NEW_LOST);
 		return h;
 	}
 	e->tgid = pid_tgid >> 32;
 	e->pad = 0;
 	e->start_boottime_ns = start;
 	e->key = h;
-	// Too large for an inlined copy; py is a map value, kernel memory.
-	if (bpf_probe_read_kernel(&e->py, sizeof(e->py), py)) {
+	// Too large for an inlined copy; in is a map value, kernel memory.
+	if (bpf_probe_read_kernel(&e->stack, sizeof(e->stack), in)) {
 		bpf_ringbuf_discard(e, 0);
-		stat_inc(stats, STAT_PY_NEW_LOST);
+		stat_inc(stats, STAT_INTERP_NEW_LOST);
 		return h;
 	}
 	bpf_ringbuf_submit(e, 0);
 	return h;
 }
 
-static __always_inline void record(void *ctx, void *counts, void *stacks, void *py_stacks, void *stats, __u64 pid_tgid)
+static __always_inline void record(void *ctx, void *counts, void *stacks, void *interp_stacks, void *stats,
+				   __u64 pid_tgid)
 {
 	// A BTF pointer: its fields are plain loads, where BPF_CORE_READ
 	// makes a helper call for each (about 0.6 us apiece on the VM the
@@ -345,8 +353,11 @@ static __always_inline void record(void *ctx, void *counts, void *stacks, void *
 	// Kernel threads have no user stack: do not ask (and do not count it as an
 	// error).
 	if (!(task->flags & PF_KTHREAD)) {
-		key.user_stack = user_stack(ctx, stats, stacks, tgid, key.start_boottime_ns);
-		key.python_stack = python_stack(stats, py_stacks, task, pid_tgid, key.start_boottime_ns);
+		__u32 setup = 0;
+
+		key.user_stack = user_stack(ctx, stats, stacks, tgid, key.start_boottime_ns, &setup);
+		key.interp_stack = interp_stack(stats, interp_stacks, task, pid_tgid, key.start_boottime_ns, &setup);
+		key.setup = setup;
 	}
 
 	val = bpf_map_lookup_elem(counts, &key);
@@ -393,12 +404,12 @@ int sample_cpu(void *ctx)
 		if (exclude_tgid != 0 && tgid == exclude_tgid)
 			stat_inc(&stats_0, STAT_SKIPPED_SELF);
 		else
-			record(ctx, &counts_0, &stacks_0, &py_stacks_0, &stats_0, pid_tgid);
+			record(ctx, &counts_0, &stacks_0, &interp_stacks_0, &stats_0, pid_tgid);
 	} else {
 		if (exclude_tgid != 0 && tgid == exclude_tgid)
 			stat_inc(&stats_1, STAT_SKIPPED_SELF);
 		else
-			record(ctx, &counts_1, &stacks_1, &py_stacks_1, &stats_1, pid_tgid);
+			record(ctx, &counts_1, &stacks_1, &interp_stacks_1, &stats_1, pid_tgid);
 	}
 	return 0;
 }

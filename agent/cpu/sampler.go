@@ -43,7 +43,6 @@ import (
 
 	"github.com/slurmscope/slurmscope/agent/bpf"
 	"github.com/slurmscope/slurmscope/agent/procfs"
-	"github.com/slurmscope/slurmscope/agent/python"
 )
 
 // Options configures a Sampler. Zero values select the defaults.
@@ -69,23 +68,23 @@ type Options struct {
 	// 15 s, and the CPUs online at New.
 	Interval time.Duration
 	CPUs     int
-	// MaxPythonStackEntries is the number of distinct Python stacks (per
-	// process) each generation can hold, preallocated like the stacks, at
-	// 1.5 KiB each. A sample that finds the map full keeps its native stack
-	// (Stats.PythonStackMapFull). Default 4096.
-	MaxPythonStackEntries int
+	// MaxInterpStackEntries is the number of distinct interpreter stacks
+	// (per process) each generation can hold, preallocated like the
+	// stacks, at 1.5 KiB each. A sample that finds the map full keeps its
+	// native stack (Stats.InterpStackMapFull). Default 4096.
+	MaxInterpStackEntries int
 	// ExcludePID is a process (thread-group id) not to sample, normally the
 	// agent itself. 0 excludes nothing.
 	ExcludePID int
 	// Stacks readies the program's user-stack capture (stack.h): the table
-	// unwinder and the CPython walk, with their shared maps. nil: frame
-	// pointers only, no Python frames.
+	// unwinder and the interpreter walks, with their shared maps. nil:
+	// frame pointers only, no interpreter frames.
 	Stacks Preparer
-	// NewPython, when set, is called from a goroutine of the sampler with
-	// each Python stack that is new to its generation, as the program
-	// stored it, so that its code objects are read while the process lives
-	// (the Walker's Python; the result is cached for the drain).
-	NewPython func(pid uint32, startNs uint64, raw *python.RawStack)
+	// NewInterp, when set, is called from a goroutine of the sampler with
+	// each interpreter stack that is new to its generation, as the program
+	// stored it, so that what its frames name is read while the process
+	// lives (the Walker's Resolve; the result is cached for the drain).
+	NewInterp func(pid uint32, startNs uint64, raw *bpf.InterpStack)
 }
 
 // Preparer readies a program that includes stack.h (stackwalk.Walker).
@@ -94,24 +93,24 @@ type Preparer interface {
 }
 
 const (
-	defaultSampleRate   = 97
-	defaultInterval     = 15 * time.Second
-	defaultMaxPyEntries = 4096
+	defaultSampleRate       = 97
+	defaultInterval         = 15 * time.Second
+	defaultMaxInterpEntries = 4096
 	// stackDepth is the most frames of a stack (struct unwind_stack in
 	// stack.h): the default of kernel.perf_event_max_stack.
 	stackDepth = 127
 	// endFrameLimit is UNWIND_END_FRAME_LIMIT: a stack cut at stackDepth.
-	endFrameLimit = 1
-	pyNewBytes    = 1 << 20 // the py_new ring buffer: over 600 new stacks between reads
+	endFrameLimit  = 1
+	interpNewBytes = 1 << 20 // the interp_new ring buffer: over 600 new stacks between reads
 )
 
 // Bounds of the map sizes MapSizes picks. The maps are shared by every job
 // on the node and preallocated by the kernel (charged to the agent's
 // memory cgroup): a counts entry is about 100 bytes, a stacks entry about
 // 1.1 KiB, twice over for the two generations. At the caps that is 50 MiB
-// and 140 MiB. The Python stacks map keeps MaxPythonStackEntries (one
-// Python stack, 1.5 KiB, is worth a stacks entry and a half); when it is
-// full, slurmscope_agent_cpu_maps_full_total says so too.
+// and 140 MiB. The interpreter stacks map keeps MaxInterpStackEntries (one
+// interpreter stack, 1.5 KiB, is worth a stacks entry and a half); when it
+// is full, slurmscope_agent_cpu_maps_full_total says so too.
 const (
 	minMapEntries       = 16384
 	maxCountEntriesAuto = 1 << 18
@@ -155,12 +154,15 @@ type Sample struct {
 	// them as read only.
 	Kernel []uint64
 	User   []uint64
-	// Python is the sampled thread's Python frames as the program captured
-	// them (resolve with the Walker's Python); nil for none. StartNs is the
-	// leader's start_boottime, which Python resolution takes.
-	Python  *python.RawStack
+	// Interp is the sampled thread's interpreter frames as the program
+	// captured them (name them with the Walker's Resolve); nil for none.
+	// StartNs is the leader's start_boottime, which Resolve takes.
+	Interp  *bpf.InterpStack
 	StartNs uint64
-	Count   uint64
+	// Setup is what of the capture was set up for the process when the
+	// sample was taken (bpf.Setup*).
+	Setup uint32
+	Count uint64
 }
 
 // Stats are counters since New, up to the latest Drain; they only grow.
@@ -190,12 +192,12 @@ type Stats struct {
 	MissingStacks uint64
 	// SkippedSelf counts samples of Options.ExcludePID.
 	SkippedSelf uint64
-	// PythonWalks counts the CPython walks by outcome (indexed by
-	// python.Status); PythonStackMapFull the Python stacks not kept for a
-	// full map, PythonNewLost those not announced to NewPython (ring
-	// buffer full).
-	PythonWalks                       [python.StatusMax]uint64
-	PythonStackMapFull, PythonNewLost uint64
+	// InterpWalks counts the interpreter walks by outcome (indexed by
+	// bpf.InterpStatus); InterpStackMapFull the interpreter stacks not
+	// kept for a full map, InterpNewLost those not announced to NewInterp
+	// (ring buffer full).
+	InterpWalks                       [bpf.InterpStatusMax]uint64
+	InterpStackMapFull, InterpNewLost uint64
 	// AttachedCPUs is the number of CPUs sampled right now.
 	AttachedCPUs int
 	// CPUAttaches, CPUDetaches and CPUReattaches count hotplug events
@@ -208,7 +210,7 @@ type generation struct {
 	selector *ebpf.Map // gen_0 / gen_1: what gen_switch points at
 	counts   *ebpf.Map
 	stacks   *ebpf.Map
-	py       *ebpf.Map
+	interp   *ebpf.Map
 	stats    *ebpf.Map
 }
 
@@ -227,8 +229,8 @@ type Sampler struct {
 	hashSeed uint64
 	// The map sizes chosen, per generation.
 	countEntries, stackEntries int
-	pyNew                      *ringbuf.Reader
-	pyDone                     chan struct{}
+	interpNew                  *ringbuf.Reader
+	interpDone                 chan struct{}
 }
 
 // MapEntries returns the sizes of the counts and stacks maps, per
@@ -244,10 +246,10 @@ func New(opts Options) (*Sampler, error) {
 	if opts.SysRoot == "" {
 		opts.SysRoot = "/sys"
 	}
-	if opts.MaxStackEntries > maxMapEntries || opts.MaxCountEntries > maxMapEntries || opts.MaxPythonStackEntries > maxMapEntries {
+	if opts.MaxStackEntries > maxMapEntries || opts.MaxCountEntries > maxMapEntries || opts.MaxInterpStackEntries > maxMapEntries {
 		return nil, fmt.Errorf("cpu sampler: a map of more than %d entries in %+v", maxMapEntries, opts)
 	}
-	if opts.SampleRate < 0 || opts.MaxStackEntries < 0 || opts.MaxCountEntries < 0 || opts.MaxPythonStackEntries < 0 ||
+	if opts.SampleRate < 0 || opts.MaxStackEntries < 0 || opts.MaxCountEntries < 0 || opts.MaxInterpStackEntries < 0 ||
 		opts.ExcludePID < 0 || opts.Interval < 0 || opts.CPUs < 0 {
 		return nil, fmt.Errorf("cpu sampler: negative option in %+v", opts)
 	}
@@ -268,8 +270,8 @@ func New(opts Options) (*Sampler, error) {
 	if opts.MaxCountEntries == 0 {
 		opts.MaxCountEntries = counts
 	}
-	if opts.MaxPythonStackEntries == 0 {
-		opts.MaxPythonStackEntries = defaultMaxPyEntries
+	if opts.MaxInterpStackEntries == 0 {
+		opts.MaxInterpStackEntries = defaultMaxInterpEntries
 	}
 
 	spec, err := loadSampler()
@@ -282,10 +284,10 @@ func New(opts Options) (*Sampler, error) {
 	for _, name := range []string{samplerMapStacks0, samplerMapStacks1} {
 		spec.Maps[name].MaxEntries = uint32(opts.MaxStackEntries) // #nosec G115 -- at most maxMapEntries (checked above)
 	}
-	for _, name := range []string{samplerMapPyStacks0, samplerMapPyStacks1} {
-		spec.Maps[name].MaxEntries = uint32(opts.MaxPythonStackEntries) // #nosec G115 -- at most maxMapEntries (checked above)
+	for _, name := range []string{samplerMapInterpStacks0, samplerMapInterpStacks1} {
+		spec.Maps[name].MaxEntries = uint32(opts.MaxInterpStackEntries) // #nosec G115 -- at most maxMapEntries (checked above)
 	}
-	spec.Maps[samplerMapPyNew].MaxEntries = pyNewBytes
+	spec.Maps[samplerMapInterpNew].MaxEntries = interpNewBytes
 	// A secret seed per load: no process can predict the key of any stack,
 	// so none can craft user stack frames that collide with another's.
 	var seed [8]byte
@@ -311,8 +313,8 @@ func New(opts Options) (*Sampler, error) {
 		return nil, fmt.Errorf("cpu sampler: %w", err)
 	}
 	s.gens = [2]generation{
-		{selector: s.objs.Gen0, counts: s.objs.Counts0, stacks: s.objs.Stacks0, py: s.objs.PyStacks0, stats: s.objs.Stats0},
-		{selector: s.objs.Gen1, counts: s.objs.Counts1, stacks: s.objs.Stacks1, py: s.objs.PyStacks1, stats: s.objs.Stats1},
+		{selector: s.objs.Gen0, counts: s.objs.Counts0, stacks: s.objs.Stacks0, interp: s.objs.InterpStacks0, stats: s.objs.Stats0},
+		{selector: s.objs.Gen1, counts: s.objs.Counts1, stacks: s.objs.Stacks1, interp: s.objs.InterpStacks1, stats: s.objs.Stats1},
 	}
 	for i, g := range s.gens {
 		gen := uint32(i) // #nosec G115 -- i is 0 or 1, the two generations
@@ -326,13 +328,13 @@ func New(opts Options) (*Sampler, error) {
 		return nil, fmt.Errorf("cpu sampler: init generation: %w", err)
 	}
 
-	if opts.NewPython != nil {
-		if s.pyNew, err = ringbuf.NewReader(s.objs.PyNew); err != nil {
+	if opts.NewInterp != nil {
+		if s.interpNew, err = ringbuf.NewReader(s.objs.InterpNew); err != nil {
 			s.objs.Close()
 			return nil, fmt.Errorf("cpu sampler: %w", err)
 		}
-		s.pyDone = make(chan struct{})
-		go s.readPyNew(opts.NewPython)
+		s.interpDone = make(chan struct{})
+		go s.readInterpNew(opts.NewInterp)
 	}
 	s.cpus = newCPUSet(perfAttacher{progFD: s.objs.SampleCpu.FD(), hz: uint64(opts.SampleRate)})
 	if err := s.syncCPUs(); err != nil && len(s.cpus.cpus) == 0 {
@@ -401,9 +403,20 @@ func (s *Sampler) Drain() ([]Sample, Stats, error) {
 	return samples, st, hotplugErr
 }
 
-// readPyNew hands each new Python stack to fn until the sampler closes.
-func (s *Sampler) readPyNew(fn func(pid uint32, startNs uint64, raw *python.RawStack)) {
-	defer close(s.pyDone)
+// newInterpEvent is struct interp_new_event (sampler.bpf.c), checked
+// against the object's BTF by TestObjectLayout.
+type newInterpEvent struct {
+	Tgid            uint32
+	Pad             uint32
+	StartBoottimeNs uint64
+	Key             uint64
+	Stack           bpf.InterpStack
+}
+
+// readInterpNew hands each new interpreter stack to fn until the sampler
+// closes.
+func (s *Sampler) readInterpNew(fn func(pid uint32, startNs uint64, raw *bpf.InterpStack)) {
+	defer close(s.interpDone)
 	// At the default priority, unlike the table loaders (agent/prio): a
 	// raised goroutine is locked to its thread, and handing it its thread
 	// at every new stack cost a fifth of the agent's CPU with 32 busy
@@ -413,18 +426,18 @@ func (s *Sampler) readPyNew(fn func(pid uint32, startNs uint64, raw *python.RawS
 	// samples, and forked siblings share them through their parent.
 	var rec ringbuf.Record
 	for {
-		if err := s.pyNew.ReadInto(&rec); err != nil {
+		if err := s.interpNew.ReadInto(&rec); err != nil {
 			if errors.Is(err, os.ErrClosed) {
 				return
 			}
 			continue
 		}
-		var ev samplerPyNewEvent
+		var ev newInterpEvent
 		if len(rec.RawSample) < int(unsafe.Sizeof(ev)) {
 			continue
 		}
-		ev = *(*samplerPyNewEvent)(unsafe.Pointer(&rec.RawSample[0]))
-		fn(ev.Tgid, ev.StartBoottimeNs, (*python.RawStack)(unsafe.Pointer(&ev.Py)))
+		ev = *(*newInterpEvent)(unsafe.Pointer(&rec.RawSample[0]))
+		fn(ev.Tgid, ev.StartBoottimeNs, &ev.Stack)
 	}
 }
 
@@ -434,7 +447,7 @@ func (s *Sampler) readGeneration(g generation) ([]Sample, error) {
 		return nil, err
 	}
 	s.stats.TruncatedStacks += truncated
-	pys, err := readPythonStacks(g.py)
+	interps, err := readInterpStacks(g.interp)
 	if err != nil {
 		return nil, err
 	}
@@ -458,10 +471,11 @@ func (s *Sampler) readGeneration(g generation) ([]Sample, error) {
 			Kernel:  lookup(key.KernelStack),
 			User:    lookup(key.UserStack),
 			StartNs: key.StartBoottimeNs,
+			Setup:   key.Setup,
 			Count:   val.Count,
 		}
-		if key.PythonStack != 0 {
-			if smp.Python = pys[key.PythonStack]; smp.Python == nil {
+		if key.InterpStack != 0 {
+			if smp.Interp = interps[key.InterpStack]; smp.Interp == nil {
 				s.stats.MissingStacks++
 			}
 		}
@@ -478,7 +492,7 @@ func (s *Sampler) readGeneration(g generation) ([]Sample, error) {
 func readStacks(m *ebpf.Map) (map[uint64][]uint64, uint64, error) {
 	stacks := make(map[uint64][]uint64)
 	var truncated uint64
-	err := bpf.EachEntry(m, false, func(key *uint64, st *samplerUnwindStack) {
+	err := bpf.EachEntry(m, false, func(key *uint64, st *bpf.UnwindStack) {
 		frames, trunc := stackFrames(st)
 		if trunc {
 			truncated++
@@ -491,15 +505,15 @@ func readStacks(m *ebpf.Map) (map[uint64][]uint64, uint64, error) {
 	return stacks, truncated, nil
 }
 
-// readPythonStacks reads a py_stacks map.
-func readPythonStacks(m *ebpf.Map) (map[uint64]*python.RawStack, error) {
-	out := make(map[uint64]*python.RawStack)
-	err := bpf.EachEntry(m, false, func(key *uint64, raw *python.RawStack) {
+// readInterpStacks reads an interp_stacks map.
+func readInterpStacks(m *ebpf.Map) (map[uint64]*bpf.InterpStack, error) {
+	out := make(map[uint64]*bpf.InterpStack)
+	err := bpf.EachEntry(m, false, func(key *uint64, raw *bpf.InterpStack) {
 		c := *raw // the batch buffer is reused
 		out[*key] = &c
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read python stacks: %w", err)
+		return nil, fmt.Errorf("read interpreter stacks: %w", err)
 	}
 	return out, nil
 }
@@ -511,11 +525,11 @@ func clearGeneration(g generation) error {
 	if err := bpf.EachEntry(g.counts, true, func(*samplerCountKey, *samplerCountVal) {}); err != nil {
 		return fmt.Errorf("clear %s: %w", g.counts, err)
 	}
-	if err := bpf.EachEntry(g.stacks, true, func(*uint64, *samplerUnwindStack) {}); err != nil {
+	if err := bpf.EachEntry(g.stacks, true, func(*uint64, *bpf.UnwindStack) {}); err != nil {
 		return fmt.Errorf("clear %s: %w", g.stacks, err)
 	}
-	if err := bpf.EachEntry(g.py, true, func(*uint64, *python.RawStack) {}); err != nil {
-		return fmt.Errorf("clear %s: %w", g.py, err)
+	if err := bpf.EachEntry(g.interp, true, func(*uint64, *bpf.InterpStack) {}); err != nil {
+		return fmt.Errorf("clear %s: %w", g.interp, err)
 	}
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
@@ -543,10 +557,10 @@ func (s *Sampler) addStats(g generation) error {
 		samplerStatIndexSTAT_USTACK_ERROR:    &st.UserStackErrors,
 		samplerStatIndexSTAT_SKIPPED_SELF:    &st.SkippedSelf,
 	}
-	fields[samplerStatIndexSTAT_PYSTACK_MAP_FULL] = &st.PythonStackMapFull
-	fields[samplerStatIndexSTAT_PY_NEW_LOST] = &st.PythonNewLost
-	for i := range st.PythonWalks {
-		fields[samplerStatIndexSTAT_PY_STATUS+samplerStatIndex(i)] = &st.PythonWalks[i] // #nosec G115 -- i indexes a short fixed array
+	fields[samplerStatIndexSTAT_INTERP_MAP_FULL] = &st.InterpStackMapFull
+	fields[samplerStatIndexSTAT_INTERP_NEW_LOST] = &st.InterpNewLost
+	for i := range st.InterpWalks {
+		fields[samplerStatIndexSTAT_INTERP_STATUS+samplerStatIndex(i)] = &st.InterpWalks[i] // #nosec G115 -- i indexes a short fixed array
 	}
 	var perCPU []uint64
 	for idx, dst := range fields {
@@ -589,9 +603,9 @@ func (s *Sampler) Close() error {
 	if s.cpus != nil {
 		errs = append(errs, s.cpus.closeAll())
 	}
-	if s.pyNew != nil {
-		errs = append(errs, s.pyNew.Close())
-		<-s.pyDone
+	if s.interpNew != nil {
+		errs = append(errs, s.interpNew.Close())
+		<-s.interpDone
 	}
 	errs = append(errs, s.objs.Close())
 	return errors.Join(errs...)

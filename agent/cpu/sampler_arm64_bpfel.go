@@ -16,11 +16,11 @@ import (
 type samplerCountKey struct {
 	_               structs.HostLayout
 	Tgid            uint32
-	Pad             uint32
+	Setup           uint32
 	StartBoottimeNs uint64
 	KernelStack     uint64
 	UserStack       uint64
-	PythonStack     uint64
+	InterpStack     uint64
 }
 
 type samplerCountVal struct {
@@ -29,135 +29,51 @@ type samplerCountVal struct {
 	Comm  [16]int8
 }
 
-type samplerPyFrameBuf struct {
-	_ structs.HostLayout
-	B [128]uint8
-}
-
-type samplerPyNewEvent struct {
-	_               structs.HostLayout
-	Tgid            uint32
-	Pad             uint32
-	StartBoottimeNs uint64
-	Key             uint64
-	Py              samplerPyStack
-}
-
-type samplerPyProc struct {
-	_                  structs.HostLayout
-	StartBoottime      uint64
-	Mm                 uint64
-	Runtime            uint64
-	Flags              uint32
-	RuntimeInterpHead  uint16
-	CodeCheck          uint16
-	InterpThreadsHead  uint16
-	TstateNext         uint16
-	TstateFrame        uint16
-	CframeCurrentFrame uint16
-	TstateId           uint16
-	FrameReadOff       uint16
-	FrameReadLen       uint16
-	FrameBack          uint16
-	FrameCode          uint16
-	FrameLasti         uint16
-	FrameIsEntry       uint16
-	FrameOwner         uint16
-	LastiBase          uint64
-}
-
-type samplerPySeenVal struct {
-	_             structs.HostLayout
-	StartBoottime uint64
-	Mm            uint64
-	NextNs        uint64
-}
-
-type samplerPyStack struct {
-	_      structs.HostLayout
-	Len    uint32
-	Status uint32
-	Flags  uint32
-	Pad    uint32
-	Frames [64]struct {
-		_       structs.HostLayout
-		Code    uint64
-		Check   uint64
-		Lasti   int32
-		Owner   uint8
-		IsEntry uint8
-		Pad     uint16
-	}
-}
-
-type samplerPyThreadKey struct {
-	_    structs.HostLayout
-	Tgid uint32
-	Tid  uint32
-}
-
-type samplerPyThreadVal struct {
-	_             structs.HostLayout
-	Tstate        uint64
-	StartBoottime uint64
-	RetryNs       uint64
-	Head          uint64
-}
-
 type samplerStatIndex uint32
 
 const (
-	samplerStatIndexSTAT_SAMPLES          samplerStatIndex = 0
-	samplerStatIndexSTAT_LOST_MAP_FULL    samplerStatIndex = 1
-	samplerStatIndexSTAT_KSTACK_MAP_FULL  samplerStatIndex = 2
-	samplerStatIndexSTAT_KSTACK_ERROR     samplerStatIndex = 3
-	samplerStatIndexSTAT_USTACK_MAP_FULL  samplerStatIndex = 4
-	samplerStatIndexSTAT_USTACK_ERROR     samplerStatIndex = 5
-	samplerStatIndexSTAT_SKIPPED_SELF     samplerStatIndex = 6
-	samplerStatIndexSTAT_PYSTACK_MAP_FULL samplerStatIndex = 7
-	samplerStatIndexSTAT_PY_NEW_LOST      samplerStatIndex = 8
-	samplerStatIndexSTAT_PY_STATUS        samplerStatIndex = 9
-	samplerStatIndexSTAT_MAX              samplerStatIndex = 15
+	samplerStatIndexSTAT_SAMPLES         samplerStatIndex = 0
+	samplerStatIndexSTAT_LOST_MAP_FULL   samplerStatIndex = 1
+	samplerStatIndexSTAT_KSTACK_MAP_FULL samplerStatIndex = 2
+	samplerStatIndexSTAT_KSTACK_ERROR    samplerStatIndex = 3
+	samplerStatIndexSTAT_USTACK_MAP_FULL samplerStatIndex = 4
+	samplerStatIndexSTAT_USTACK_ERROR    samplerStatIndex = 5
+	samplerStatIndexSTAT_SKIPPED_SELF    samplerStatIndex = 6
+	samplerStatIndexSTAT_INTERP_MAP_FULL samplerStatIndex = 7
+	samplerStatIndexSTAT_INTERP_NEW_LOST samplerStatIndex = 8
+	samplerStatIndexSTAT_INTERP_STATUS   samplerStatIndex = 9
+	samplerStatIndexSTAT_MAX             samplerStatIndex = 15
 )
-
-type samplerUnwindStack struct {
-	_     structs.HostLayout
-	Ips   [127]uint64
-	Len   uint32
-	End   uint32
-	Flags uint32
-	Pad   uint32
-}
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	samplerMapCounts0        = "counts_0"
-	samplerMapCounts1        = "counts_1"
-	samplerMapGen0           = "gen_0"
-	samplerMapGen1           = "gen_1"
-	samplerMapGenSwitch      = "gen_switch"
-	samplerMapPyEvents       = "py_events"
-	samplerMapPyFrameScratch = "py_frame_scratch"
-	samplerMapPyNew          = "py_new"
-	samplerMapPyProcs        = "py_procs"
-	samplerMapPySeen         = "py_seen"
-	samplerMapPyStacks0      = "py_stacks_0"
-	samplerMapPyStacks1      = "py_stacks_1"
-	samplerMapPyThreads      = "py_threads"
-	samplerMapStackFpScratch = "stack_fp_scratch"
-	samplerMapStackPyScratch = "stack_py_scratch"
-	samplerMapStacks0        = "stacks_0"
-	samplerMapStacks1        = "stacks_1"
-	samplerMapStats0         = "stats_0"
-	samplerMapStats1         = "stats_1"
-	samplerProgSampleCpu     = "sample_cpu"
-	samplerVarExcludeTgid    = "exclude_tgid"
-	samplerVarStackHashSeed  = "stack_hash_seed"
-	samplerVarStackPython    = "stack_python"
-	samplerVarStackTables    = "stack_tables"
-	samplerVarUnusedPyNew    = "unused_py_new"
+	samplerMapCounts0            = "counts_0"
+	samplerMapCounts1            = "counts_1"
+	samplerMapGen0               = "gen_0"
+	samplerMapGen1               = "gen_1"
+	samplerMapGenSwitch          = "gen_switch"
+	samplerMapInterpNew          = "interp_new"
+	samplerMapInterpProcs        = "interp_procs"
+	samplerMapInterpStacks0      = "interp_stacks_0"
+	samplerMapInterpStacks1      = "interp_stacks_1"
+	samplerMapPyFrameScratch     = "py_frame_scratch"
+	samplerMapPyThreads          = "py_threads"
+	samplerMapStackEvents        = "stack_events"
+	samplerMapStackFpScratch     = "stack_fp_scratch"
+	samplerMapStackInterpScratch = "stack_interp_scratch"
+	samplerMapStackSeen          = "stack_seen"
+	samplerMapStacks0            = "stacks_0"
+	samplerMapStacks1            = "stacks_1"
+	samplerMapStats0             = "stats_0"
+	samplerMapStats1             = "stats_1"
+	samplerProgSampleCpu         = "sample_cpu"
+	samplerVarExcludeTgid        = "exclude_tgid"
+	samplerVarStackHashSeed      = "stack_hash_seed"
+	samplerVarStackInterpreters  = "stack_interpreters"
+	samplerVarStackTables        = "stack_tables"
+	samplerVarUnusedInterpNew    = "unused_interp_new"
 )
 
 // loadSampler returns the embedded CollectionSpec for sampler.
@@ -209,36 +125,36 @@ type samplerProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type samplerMapSpecs struct {
-	Counts0        *ebpf.MapSpec `ebpf:"counts_0"`
-	Counts1        *ebpf.MapSpec `ebpf:"counts_1"`
-	Gen0           *ebpf.MapSpec `ebpf:"gen_0"`
-	Gen1           *ebpf.MapSpec `ebpf:"gen_1"`
-	GenSwitch      *ebpf.MapSpec `ebpf:"gen_switch"`
-	PyEvents       *ebpf.MapSpec `ebpf:"py_events"`
-	PyFrameScratch *ebpf.MapSpec `ebpf:"py_frame_scratch"`
-	PyNew          *ebpf.MapSpec `ebpf:"py_new"`
-	PyProcs        *ebpf.MapSpec `ebpf:"py_procs"`
-	PySeen         *ebpf.MapSpec `ebpf:"py_seen"`
-	PyStacks0      *ebpf.MapSpec `ebpf:"py_stacks_0"`
-	PyStacks1      *ebpf.MapSpec `ebpf:"py_stacks_1"`
-	PyThreads      *ebpf.MapSpec `ebpf:"py_threads"`
-	StackFpScratch *ebpf.MapSpec `ebpf:"stack_fp_scratch"`
-	StackPyScratch *ebpf.MapSpec `ebpf:"stack_py_scratch"`
-	Stacks0        *ebpf.MapSpec `ebpf:"stacks_0"`
-	Stacks1        *ebpf.MapSpec `ebpf:"stacks_1"`
-	Stats0         *ebpf.MapSpec `ebpf:"stats_0"`
-	Stats1         *ebpf.MapSpec `ebpf:"stats_1"`
+	Counts0            *ebpf.MapSpec `ebpf:"counts_0"`
+	Counts1            *ebpf.MapSpec `ebpf:"counts_1"`
+	Gen0               *ebpf.MapSpec `ebpf:"gen_0"`
+	Gen1               *ebpf.MapSpec `ebpf:"gen_1"`
+	GenSwitch          *ebpf.MapSpec `ebpf:"gen_switch"`
+	InterpNew          *ebpf.MapSpec `ebpf:"interp_new"`
+	InterpProcs        *ebpf.MapSpec `ebpf:"interp_procs"`
+	InterpStacks0      *ebpf.MapSpec `ebpf:"interp_stacks_0"`
+	InterpStacks1      *ebpf.MapSpec `ebpf:"interp_stacks_1"`
+	PyFrameScratch     *ebpf.MapSpec `ebpf:"py_frame_scratch"`
+	PyThreads          *ebpf.MapSpec `ebpf:"py_threads"`
+	StackEvents        *ebpf.MapSpec `ebpf:"stack_events"`
+	StackFpScratch     *ebpf.MapSpec `ebpf:"stack_fp_scratch"`
+	StackInterpScratch *ebpf.MapSpec `ebpf:"stack_interp_scratch"`
+	StackSeen          *ebpf.MapSpec `ebpf:"stack_seen"`
+	Stacks0            *ebpf.MapSpec `ebpf:"stacks_0"`
+	Stacks1            *ebpf.MapSpec `ebpf:"stacks_1"`
+	Stats0             *ebpf.MapSpec `ebpf:"stats_0"`
+	Stats1             *ebpf.MapSpec `ebpf:"stats_1"`
 }
 
 // samplerVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type samplerVariableSpecs struct {
-	ExcludeTgid   *ebpf.VariableSpec `ebpf:"exclude_tgid"`
-	StackHashSeed *ebpf.VariableSpec `ebpf:"stack_hash_seed"`
-	StackPython   *ebpf.VariableSpec `ebpf:"stack_python"`
-	StackTables   *ebpf.VariableSpec `ebpf:"stack_tables"`
-	UnusedPyNew   *ebpf.VariableSpec `ebpf:"unused_py_new"`
+	ExcludeTgid       *ebpf.VariableSpec `ebpf:"exclude_tgid"`
+	StackHashSeed     *ebpf.VariableSpec `ebpf:"stack_hash_seed"`
+	StackInterpreters *ebpf.VariableSpec `ebpf:"stack_interpreters"`
+	StackTables       *ebpf.VariableSpec `ebpf:"stack_tables"`
+	UnusedInterpNew   *ebpf.VariableSpec `ebpf:"unused_interp_new"`
 }
 
 // samplerObjects contains all objects after they have been loaded into the kernel.
@@ -261,25 +177,25 @@ func (o *samplerObjects) Close() error {
 //
 // It can be passed to loadSamplerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type samplerMaps struct {
-	Counts0        *ebpf.Map `ebpf:"counts_0"`
-	Counts1        *ebpf.Map `ebpf:"counts_1"`
-	Gen0           *ebpf.Map `ebpf:"gen_0"`
-	Gen1           *ebpf.Map `ebpf:"gen_1"`
-	GenSwitch      *ebpf.Map `ebpf:"gen_switch"`
-	PyEvents       *ebpf.Map `ebpf:"py_events"`
-	PyFrameScratch *ebpf.Map `ebpf:"py_frame_scratch"`
-	PyNew          *ebpf.Map `ebpf:"py_new"`
-	PyProcs        *ebpf.Map `ebpf:"py_procs"`
-	PySeen         *ebpf.Map `ebpf:"py_seen"`
-	PyStacks0      *ebpf.Map `ebpf:"py_stacks_0"`
-	PyStacks1      *ebpf.Map `ebpf:"py_stacks_1"`
-	PyThreads      *ebpf.Map `ebpf:"py_threads"`
-	StackFpScratch *ebpf.Map `ebpf:"stack_fp_scratch"`
-	StackPyScratch *ebpf.Map `ebpf:"stack_py_scratch"`
-	Stacks0        *ebpf.Map `ebpf:"stacks_0"`
-	Stacks1        *ebpf.Map `ebpf:"stacks_1"`
-	Stats0         *ebpf.Map `ebpf:"stats_0"`
-	Stats1         *ebpf.Map `ebpf:"stats_1"`
+	Counts0            *ebpf.Map `ebpf:"counts_0"`
+	Counts1            *ebpf.Map `ebpf:"counts_1"`
+	Gen0               *ebpf.Map `ebpf:"gen_0"`
+	Gen1               *ebpf.Map `ebpf:"gen_1"`
+	GenSwitch          *ebpf.Map `ebpf:"gen_switch"`
+	InterpNew          *ebpf.Map `ebpf:"interp_new"`
+	InterpProcs        *ebpf.Map `ebpf:"interp_procs"`
+	InterpStacks0      *ebpf.Map `ebpf:"interp_stacks_0"`
+	InterpStacks1      *ebpf.Map `ebpf:"interp_stacks_1"`
+	PyFrameScratch     *ebpf.Map `ebpf:"py_frame_scratch"`
+	PyThreads          *ebpf.Map `ebpf:"py_threads"`
+	StackEvents        *ebpf.Map `ebpf:"stack_events"`
+	StackFpScratch     *ebpf.Map `ebpf:"stack_fp_scratch"`
+	StackInterpScratch *ebpf.Map `ebpf:"stack_interp_scratch"`
+	StackSeen          *ebpf.Map `ebpf:"stack_seen"`
+	Stacks0            *ebpf.Map `ebpf:"stacks_0"`
+	Stacks1            *ebpf.Map `ebpf:"stacks_1"`
+	Stats0             *ebpf.Map `ebpf:"stats_0"`
+	Stats1             *ebpf.Map `ebpf:"stats_1"`
 }
 
 func (m *samplerMaps) Close() error {
@@ -289,16 +205,16 @@ func (m *samplerMaps) Close() error {
 		m.Gen0,
 		m.Gen1,
 		m.GenSwitch,
-		m.PyEvents,
+		m.InterpNew,
+		m.InterpProcs,
+		m.InterpStacks0,
+		m.InterpStacks1,
 		m.PyFrameScratch,
-		m.PyNew,
-		m.PyProcs,
-		m.PySeen,
-		m.PyStacks0,
-		m.PyStacks1,
 		m.PyThreads,
+		m.StackEvents,
 		m.StackFpScratch,
-		m.StackPyScratch,
+		m.StackInterpScratch,
+		m.StackSeen,
 		m.Stacks0,
 		m.Stacks1,
 		m.Stats0,
@@ -310,11 +226,11 @@ func (m *samplerMaps) Close() error {
 //
 // It can be passed to loadSamplerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type samplerVariables struct {
-	ExcludeTgid   *ebpf.Variable `ebpf:"exclude_tgid"`
-	StackHashSeed *ebpf.Variable `ebpf:"stack_hash_seed"`
-	StackPython   *ebpf.Variable `ebpf:"stack_python"`
-	StackTables   *ebpf.Variable `ebpf:"stack_tables"`
-	UnusedPyNew   *ebpf.Variable `ebpf:"unused_py_new"`
+	ExcludeTgid       *ebpf.Variable `ebpf:"exclude_tgid"`
+	StackHashSeed     *ebpf.Variable `ebpf:"stack_hash_seed"`
+	StackInterpreters *ebpf.Variable `ebpf:"stack_interpreters"`
+	StackTables       *ebpf.Variable `ebpf:"stack_tables"`
+	UnusedInterpNew   *ebpf.Variable `ebpf:"unused_interp_new"`
 }
 
 // samplerPrograms contains all programs after they have been loaded into the kernel.

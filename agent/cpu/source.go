@@ -7,9 +7,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/slurmscope/slurmscope/agent/bpf"
+	"github.com/slurmscope/slurmscope/agent/interp"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/profiles"
-	"github.com/slurmscope/slurmscope/agent/python"
 	"github.com/slurmscope/slurmscope/agent/source"
 )
 
@@ -24,7 +25,7 @@ type drainer interface {
 type Source struct {
 	s      drainer
 	period int64         // ns of CPU per sample
-	stacks source.Stacks // resolves Python frames; nil: none
+	stacks source.Stacks // names interpreter frames; nil: none
 	m      metrics
 	last   Stats
 	// jobOf names a process's job ("" in none) for the maps-full metric;
@@ -38,7 +39,7 @@ var (
 )
 
 // NewSource makes a source of a sampler running at sampleRate Hz. stacks
-// resolves the samples' Python frames (nil: none).
+// names the samples' interpreter frames (nil: none).
 func NewSource(s drainer, sampleRate int, stacks source.Stacks) *Source {
 	return &Source{s: s, period: 1e9 / int64(sampleRate), stacks: stacks, m: newMetrics()}
 }
@@ -69,22 +70,18 @@ func (c *Source) Drain() (source.Batch, error) {
 	c.last = st
 	b.Samples = make([]source.Sample, len(samples))
 	// Right after the drain, while the processes (most of them) live;
-	// samples share Python stacks, each is resolved once.
-	type resolved struct {
-		frames    []python.Frame
-		truncated bool
-	}
-	pys := map[*python.RawStack]resolved{}
+	// samples share interpreter stacks, each is resolved once.
+	resolved := map[*bpf.InterpStack]interp.Stack{}
 	for i, s := range samples {
 		n := int64(s.Count) // #nosec G115 -- samples of one interval, counted by the kernel
-		out := source.Sample{Proc: s.Proc, Kernel: s.Kernel, User: s.User, Values: []int64{n, n * c.period}}
-		if s.Python != nil && c.stacks != nil {
-			r, ok := pys[s.Python]
+		out := source.Sample{Proc: s.Proc, Kernel: s.Kernel, User: s.User, Setup: source.Setup(s.Setup), Values: []int64{n, n * c.period}}
+		if s.Interp != nil && c.stacks != nil {
+			r, ok := resolved[s.Interp]
 			if !ok {
-				r.frames, r.truncated = c.stacks.Python(uint32(s.Proc.PID), s.StartNs, s.Python) // #nosec G115 -- a pid is below pid_max (at most 2^22)
-				pys[s.Python] = r
+				r = c.stacks.Resolve(uint32(s.Proc.PID), s.StartNs, s.Interp) // #nosec G115 -- a pid is below pid_max (at most 2^22)
+				resolved[s.Interp] = r
 			}
-			out.Python, out.PythonTruncated = r.frames, r.truncated
+			out.Interp = r
 		}
 		b.Samples[i] = out
 	}
@@ -97,8 +94,8 @@ func (c *Source) Drain() (source.Batch, error) {
 func (c *Source) noteFull(samples []Sample, prev, cur Stats) {
 	countsFull := cur.LostMapFull > prev.LostMapFull
 	stacksFull := cur.KernelStackMapFull+cur.UserStackMapFull > prev.KernelStackMapFull+prev.UserStackMapFull
-	pyFull := cur.PythonStackMapFull > prev.PythonStackMapFull
-	if !countsFull && !stacksFull && !pyFull {
+	interpFull := cur.InterpStackMapFull > prev.InterpStackMapFull
+	if !countsFull && !stacksFull && !interpFull {
 		return
 	}
 	keys := map[string]int{}
@@ -121,8 +118,8 @@ func (c *Source) noteFull(samples []Sample, prev, cur Stats) {
 	if stacksFull {
 		c.m.mapsFull.WithLabelValues(top, "stacks").Inc()
 	}
-	if pyFull {
-		c.m.mapsFull.WithLabelValues(top, "python_stacks").Inc()
+	if interpFull {
+		c.m.mapsFull.WithLabelValues(top, "interpreter_stacks").Inc()
 	}
 }
 
@@ -159,9 +156,9 @@ func (k *Kind) Open(env source.Env) (source.Source, error) {
 	opts := Options{SampleRate: k.rate, SysRoot: env.SysRoot, ExcludePID: env.ExcludePID, Interval: env.Interval}
 	if env.Stacks != nil {
 		opts.Stacks = env.Stacks
-		// Read each new Python stack's code objects now, while its
-		// process lives; the drain finds them cached.
-		opts.NewPython = func(pid uint32, startNs uint64, raw *python.RawStack) { env.Stacks.Python(pid, startNs, raw) }
+		// Read what each new interpreter stack names now, while its
+		// process lives; the drain finds it cached.
+		opts.NewInterp = func(pid uint32, startNs uint64, raw *bpf.InterpStack) { env.Stacks.Resolve(pid, startNs, raw) }
 	}
 	s, err := New(opts)
 	if err != nil {

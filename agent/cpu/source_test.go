@@ -110,7 +110,7 @@ func TestMapsFullNamesTheJob(t *testing.T) {
 		samples = append(samples, Sample{Proc: procfs.ID{PID: 100 + i%5, Start: 1}, Count: 1}) // job 7: 5 processes
 	}
 	samples = append(samples, Sample{Proc: procfs.ID{PID: 9, Start: 1}, Count: 1000}) // job 8: many samples, one key
-	d := &fakeDrainer{samples: samples, stats: []Stats{{}, {LostMapFull: 3}, {LostMapFull: 4, UserStackMapFull: 1, PythonStackMapFull: 2}}}
+	d := &fakeDrainer{samples: samples, stats: []Stats{{}, {LostMapFull: 3}, {LostMapFull: 4, UserStackMapFull: 1, InterpStackMapFull: 2}}}
 	s := NewSource(d, 97, nil).WithJobs(func(p procfs.ID) string {
 		if p.PID >= 100 {
 			return "7"
@@ -125,7 +125,7 @@ func TestMapsFullNamesTheJob(t *testing.T) {
 	for _, tc := range []struct {
 		job, m string
 		want   float64
-	}{{"7", "counts", 2}, {"7", "stacks", 1}, {"7", "python_stacks", 1}, {"8", "counts", 0}} {
+	}{{"7", "counts", 2}, {"7", "stacks", 1}, {"7", "interpreter_stacks", 1}, {"8", "counts", 0}} {
 		if got := testutil.ToFloat64(s.m.mapsFull.WithLabelValues(tc.job, tc.m)); got != tc.want {
 			t.Errorf("maps full {job %s, map %s} = %v, want %v", tc.job, tc.m, got, tc.want)
 		}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/slurmscope/slurmscope/agent/bpf"
 )
 
 // stackBits is how many levels burnStacks recurses through, choosing one of
@@ -145,7 +147,7 @@ func checkStackKeys(t *testing.T, s *Sampler, maps []mapping) {
 	t.Helper()
 	var (
 		key             uint64
-		st              samplerUnwindStack
+		st              bpf.UnwindStack
 		checked, wrong  int
 		zeroTail        int
 		kernel, user    int
@@ -204,7 +206,7 @@ func checkStackKeys(t *testing.T, s *Sampler, maps []mapping) {
 func checkDrained(t *testing.T, s *Sampler, drain int) {
 	t.Helper()
 	g := s.gens[1-s.active]
-	for _, m := range []*ebpf.Map{g.counts, g.stacks, g.py} {
+	for _, m := range []*ebpf.Map{g.counts, g.stacks, g.interp} {
 		if n := mapLen(t, m); n != 0 {
 			t.Errorf("drain %d left %d entries in %s", drain, n, m)
 		}

@@ -18,9 +18,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/slurmscope/slurmscope/agent/attribution"
+	"github.com/slurmscope/slurmscope/agent/interp"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/profiles"
-	"github.com/slurmscope/slurmscope/agent/python"
 	"github.com/slurmscope/slurmscope/agent/source"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
 	"github.com/slurmscope/slurmscope/schema"
@@ -76,8 +76,12 @@ type Config struct {
 	// (the shared stack capture, agent/stackwalk, which loads a process's
 	// unwind tables), without being a source.
 	Watchers []source.ProcessAttacher
-	Log      *slog.Logger
-	Now      func() time.Time
+	// LabelStackSetup labels each sample with what of the stack capture
+	// was set up for its process (schema.StackSetupLabel): a diagnostic
+	// for the stack tests, which splits series.
+	LabelStackSetup bool
+	Log             *slog.Logger
+	Now             func() time.Time
 }
 
 // Daemon is the main loop.
@@ -392,16 +396,16 @@ func (d *Daemon) add(builders map[string]*jobProfile, s *src, smp *source.Sample
 	if len(smp.Kernel) > 0 {
 		stack = append(stack, d.sym.Kernel(smp.Kernel)...)
 	}
-	if len(smp.User) > 0 || len(smp.Python) > 0 {
+	if len(smp.User) > 0 || len(smp.Interp.Frames) > 0 {
 		var user []symbolize.Frame
 		if len(smp.User) > 0 {
 			user = d.sym.User(smp.Proc, smp.User)
 		}
-		// The one place Python frames join the native ones, whichever
-		// source captured them: each eval-loop frame becomes the Python
-		// frames it ran.
-		if len(smp.Python) > 0 {
-			user = python.Splice(user, smp.Python, smp.PythonTruncated)
+		// The one place interpreter frames join the native ones,
+		// whichever source captured them: each eval-loop frame becomes
+		// the frames it ran.
+		if len(smp.Interp.Frames) > 0 {
+			user = interp.Splice(user, smp.Interp)
 		}
 		stack = append(stack, user...)
 	}
@@ -412,6 +416,9 @@ func (d *Daemon) add(builders map[string]*jobProfile, s *src, smp *source.Sample
 		sl = append(sl, profiles.Label{Name: schema.JobStep.Label, Value: st})
 	}
 	sl = append(sl, smp.Labels...)
+	if d.cfg.LabelStackSetup {
+		sl = append(sl, profiles.Label{Name: schema.StackSetupLabel, Value: smp.Setup.String()})
+	}
 	jp.b.Add(stack, sl, smp.Values...)
 }
 

@@ -2,16 +2,19 @@ package daemon
 
 import (
 	"context"
+	"maps"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/slurmscope/slurmscope/agent/interp"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/profiles"
-	"github.com/slurmscope/slurmscope/agent/python"
 	"github.com/slurmscope/slurmscope/agent/source"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
+	"github.com/slurmscope/slurmscope/schema"
 )
 
 // evalSym names address 100 as CPython's eval loop, the rest as fakeSym.
@@ -27,24 +30,31 @@ func (e *evalSym) User(id procfs.ID, addrs []uint64) []symbolize.Frame {
 	return out
 }
 
-// Every source's Python frames are spliced into its symbolised user frames
-// in one place: the eval-loop frame gives way to the Python frames it ran,
+// fakeInterp is an interpreter whose eval loop is the function evalSym
+// names.
+type fakeInterp struct{}
+
+func (fakeInterp) Module() string                   { return "[fake]" }
+func (fakeInterp) EvalFrame(f symbolize.Frame) bool { return f.Function == "_PyEval_EvalFrameDefault" }
+
+// Every source's interpreter frames are spliced into its symbolised user
+// frames in one place: the eval-loop frame gives way to the frames it ran,
 // a source's own leading frames (a GPU kernel) stay first.
-func TestPythonFramesSplicedForEverySource(t *testing.T) {
+func TestInterpreterFramesSplicedForEverySource(t *testing.T) {
 	res := fixtureProcs()
 	sink := &memSink{}
-	py := []python.Frame{{Function: "Model.forward", File: "m.py", Line: 3}, {Function: "<module>", File: "m.py", Line: 9, Entry: true}}
-	cpuSrc := cpuLike([]source.Sample{{Proc: proc(10, 100), User: []uint64{7, 100, 8}, Python: py, Values: []int64{1, 1e7}}})
+	py := []interp.Frame{{Function: "Model.forward", File: "m.py", Line: 3}, {Function: "<module>", File: "m.py", Line: 9, Entry: true}}
+	cpuSrc := cpuLike([]source.Sample{{Proc: proc(10, 100), User: []uint64{7, 100, 8}, Interp: interp.Stack{Frames: py, By: fakeInterp{}}, Values: []int64{1, 1e7}}})
 	gpuSrc := newFakeSource("gpu", profiles.GPU, 1, 1)
 	gpuSrc.batches = [][]source.Sample{{{Proc: proc(10, 100), Frames: []symbolize.Frame{{Function: "gemm_kernel"}},
-		User: []uint64{7, 100, 8}, Python: py, PythonTruncated: true, Values: []int64{1, 500}}}}
+		User: []uint64{7, 100, 8}, Interp: interp.Stack{Frames: py, Truncated: true, By: fakeInterp{}}, Values: []int64{1, 500}}}}
 	d := New(Config{Now: func() time.Time { return time.Unix(1000, 0) }}, []source.Source{cpuSrc, gpuSrc}, &evalSym{}, res, sink)
 	if err := d.Collect(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string][]string{
 		profiles.CPU.Name: {"fn7", "Model.forward", "<module>", "fn8"},
-		profiles.GPU.Name: {"gemm_kernel", "fn7", "Model.forward", "<module>", python.TruncatedFunction, "fn8"},
+		profiles.GPU.Name: {"gemm_kernel", "fn7", "Model.forward", "<module>", "[fake frames truncated]", "fn8"},
 	}
 	for _, typ := range []profiles.Type{profiles.CPU, profiles.GPU} {
 		p := byJob(t, sink.outs, typ)["1"]
@@ -59,6 +69,35 @@ func TestPythonFramesSplicedForEverySource(t *testing.T) {
 		}
 		if !slices.Equal(names, want[typ.Name]) {
 			t.Errorf("%s stack %q, want %q", typ.Name, names, want[typ.Name])
+		}
+	}
+}
+
+// With LabelStackSetup, each sample says what of the capture was set up
+// for its process; without, no sample carries the label.
+func TestStackSetupLabel(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		res := fixtureProcs()
+		sink := &memSink{}
+		src := cpuLike([]source.Sample{
+			{Proc: proc(10, 100), User: []uint64{7}, Setup: source.SetupNative | source.SetupInterp, Values: []int64{3, 3e7}},
+			{Proc: proc(10, 100), User: []uint64{8}, Setup: source.SetupInterp, Values: []int64{2, 2e7}},
+			{Proc: proc(10, 100), User: []uint64{9}, Values: []int64{1, 1e7}},
+		})
+		d := New(Config{LabelStackSetup: on, Now: func() time.Time { return time.Unix(1000, 0) }}, []source.Source{src}, &fakeSym{}, res, sink)
+		if err := d.Collect(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]int64{}
+		for _, smp := range byJob(t, sink.outs, profiles.CPU)["1"].Sample {
+			got[strings.Join(smp.Label[schema.StackSetupLabel], ",")] += smp.Value[0]
+		}
+		want := map[string]int64{"": 6}
+		if on {
+			want = map[string]int64{"native_interpreter": 3, "interpreter": 2, "none": 1}
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("label on %v: samples by stack_setup %v, want %v", on, got, want)
 		}
 	}
 }

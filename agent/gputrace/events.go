@@ -5,25 +5,26 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/slurmscope/slurmscope/agent/bpf"
+	"github.com/slurmscope/slurmscope/agent/interp"
 	"github.com/slurmscope/slurmscope/agent/procfs"
-	"github.com/slurmscope/slurmscope/agent/python"
 )
 
 // Wire sizes of the ring buffer events (markers.bpf.c). TestObjectLayout
 // checks them against the generated types, so the decoder below cannot drift
 // from the C structs unnoticed.
 const (
-	headerSize     = 16
-	stackDepth     = 127
-	recordsMax     = 64 // SLURMSCOPE_RECORDS_MAX
-	recordSize     = 56 // sizeof(struct slurmscope_kernel_record)
-	nameMax        = 512
-	pyStackLen     = 16 + python.MaxFrames*24 // struct py_stack
-	launchEventLen = headerSize + 8 + 8 + 4*4 + 8 + 8 + stackDepth*8 + pyStackLen
-	launchStackOff = headerSize + 8 + 8 + 4*4 + 8 + 8
-	launchPyOff    = launchStackOff + stackDepth*8
-	recordsEvLen   = headerSize + 8 + recordsMax*recordSize
-	nameEventLen   = headerSize + 8 + 8 + nameMax
+	headerSize      = 16
+	stackDepth      = 127
+	recordsMax      = 64 // SLURMSCOPE_RECORDS_MAX
+	recordSize      = 56 // sizeof(struct slurmscope_kernel_record)
+	nameMax         = 512
+	interpStackLen  = 16 + bpf.InterpMaxFrames*24 // struct interp_stack
+	launchEventLen  = headerSize + 8 + 8 + 4*4 + 8 + 8 + stackDepth*8 + interpStackLen
+	launchStackOff  = headerSize + 8 + 8 + 4*4 + 8 + 8
+	launchInterpOff = launchStackOff + stackDepth*8
+	recordsEvLen    = headerSize + 8 + recordsMax*recordSize
+	nameEventLen    = headerSize + 8 + 8 + nameMax
 )
 
 // Launch flags (slurmscope_inject.h).
@@ -60,11 +61,11 @@ type launchEvent struct {
 	stackErr      bool             // no user stack was taken
 	stack         []uint64         // innermost first
 	truncated     bool             // the stack was cut at stackDepth frames
-	py            *python.RawStack // the thread's raw Python frames; nil: none
-	// python is py resolved (the tracer does it as it reads the event,
+	setup         uint32           // what of the capture was set up (bpf.Setup*)
+	raw           *bpf.InterpStack // the thread's raw interpreter frames; nil: none
+	// interp is raw named (the tracer does it as it reads the event,
 	// while the process lives).
-	python      []python.Frame
-	pyTruncated bool
+	interp interp.Stack
 }
 
 // kernelRecord is struct slurmscope_kernel_record as the process wrote it:
@@ -122,8 +123,9 @@ func decodeLaunch(h header, b []byte) (launchEvent, error) {
 	n := int32(le.Uint32(b[44:])) // #nosec G115 -- the BPF side's s32 (a negative errno), reinterpreted on purpose
 	ret := le.Uint64(b[48:])
 	end := le.Uint32(b[56:])
-	if py := decodePython(b[launchPyOff:]); py.Len > 0 {
-		e.py = py
+	e.setup = le.Uint32(b[60:])
+	if in := decodeInterp(b[launchInterpOff:]); in.Len > 0 {
+		e.raw = in
 	}
 	if n <= 0 {
 		e.stackErr = true
@@ -148,17 +150,16 @@ func decodeLaunch(h header, b []byte) (launchEvent, error) {
 // unwindEndFrameLimit is UNWIND_END_FRAME_LIMIT (stack.h).
 const unwindEndFrameLimit = 1
 
-// decodePython copies a struct py_stack out of an event; its length is
-// clamped to the array, its frames are checked by the tracker.
-func decodePython(b []byte) *python.RawStack {
-	py := &python.RawStack{Len: le.Uint32(b), Status: le.Uint32(b[4:]), Flags: le.Uint32(b[8:])}
-	py.Len = min(py.Len, python.MaxFrames)
-	for i := range int(py.Len) {
+// decodeInterp copies a struct interp_stack out of an event; its length is
+// clamped to the array, its frames are checked by their interpreter.
+func decodeInterp(b []byte) *bpf.InterpStack {
+	in := &bpf.InterpStack{Len: le.Uint32(b), Status: le.Uint32(b[4:]), Flags: le.Uint32(b[8:]), Kind: le.Uint32(b[12:])}
+	in.Len = min(in.Len, uint32(len(in.Frames)))
+	for i := range int(in.Len) {
 		f := b[16+24*i:]
-		py.Frames[i] = python.RawFrame{Code: le.Uint64(f), Check: le.Uint64(f[8:]), Lasti: int32(le.Uint32(f[16:])), // #nosec G115 -- CPython's int lasti, reinterpreted as signed on purpose
-			Owner: f[20], IsEntry: f[21]}
+		in.Frames[i] = bpf.InterpFrame{Addr: le.Uint64(f), Check: le.Uint64(f[8:]), Data: le.Uint64(f[16:])}
 	}
-	return py
+	return in
 }
 
 // withCaller inserts the marker's return address as the second frame when

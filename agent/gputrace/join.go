@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/slurmscope/slurmscope/agent/budget"
+	"github.com/slurmscope/slurmscope/agent/interp"
 	"github.com/slurmscope/slurmscope/agent/procfs"
-	"github.com/slurmscope/slurmscope/agent/python"
 )
 
 // The joiner matches launch events (stack, correlation id) with completed
@@ -93,8 +93,8 @@ type stackTable struct {
 type stackSlot struct {
 	key    string
 	frames []uint64
-	py     []python.Frame // the launching thread's Python frames, if any
-	pyCut  bool           // py was cut at its outer end
+	interp interp.Stack // the launching thread's interpreter frames, if any
+	setup  uint32       // what of the capture was set up (bpf.Setup*)
 	refs   int
 }
 
@@ -102,22 +102,23 @@ func newStackTable() *stackTable {
 	return &stackTable{ids: map[string]stackID{}, slots: make([]stackSlot, 1)}
 }
 
-func (t *stackTable) intern(frames []uint64, py []python.Frame, pyCut bool) stackID {
+func (t *stackTable) intern(frames []uint64, in interp.Stack, setup uint32) stackID {
 	if len(frames) == 0 {
 		return noStack
 	}
-	buf := make([]byte, 8*len(frames), 8*len(frames)+1)
+	buf := make([]byte, 8*len(frames), 8*len(frames)+2)
 	for i, pc := range frames {
 		binary.LittleEndian.PutUint64(buf[8*i:], pc)
 	}
-	// The Python frames are part of the stack's identity: one native
-	// stack (the eval loop) runs many Python ones.
-	if len(py) > 0 {
+	buf = append(buf, byte(setup)) // #nosec G115 -- two flag bits
+	// The interpreter frames are part of the stack's identity: one native
+	// stack (the eval loop) runs many interpreted ones.
+	if len(in.Frames) > 0 {
 		buf = append(buf, 0xff)
-		if pyCut {
+		if in.Truncated {
 			buf = append(buf, 1)
 		}
-		for _, f := range py {
+		for _, f := range in.Frames {
 			buf = binary.AppendUvarint(buf, uint64(len(f.Function)))
 			buf = append(buf, f.Function...)
 			buf = binary.AppendUvarint(buf, uint64(len(f.File)))
@@ -135,7 +136,8 @@ func (t *stackTable) intern(frames []uint64, py []python.Frame, pyCut bool) stac
 		t.slots[id].refs++
 		return id
 	}
-	s := stackSlot{key: key, frames: slices.Clone(frames), py: slices.Clone(py), pyCut: pyCut, refs: 1}
+	in.Frames = slices.Clone(in.Frames)
+	s := stackSlot{key: key, frames: slices.Clone(frames), interp: in, setup: setup, refs: 1}
 	var id stackID
 	if n := len(t.free); n > 0 {
 		id = t.free[n-1]
@@ -168,8 +170,8 @@ func (t *stackTable) unref(id stackID) {
 }
 
 func (t *stackTable) frames(id stackID) []uint64 { return t.slots[id].frames }
-func (t *stackTable) python(id stackID) ([]python.Frame, bool) {
-	return t.slots[id].py, t.slots[id].pyCut
+func (t *stackTable) interp(id stackID) (interp.Stack, uint32) {
+	return t.slots[id].interp, t.slots[id].setup
 }
 func (t *stackTable) key(id stackID) string { return t.slots[id].key }
 func (t *stackTable) live() int             { return len(t.ids) }
@@ -384,7 +386,7 @@ func (j *joiner) launch(e launchEvent, now time.Time) {
 	// The stack is charged as it is held: 8 bytes a native frame, and
 	// the Python frames with their names and files.
 	cost := int64(launchBytes + 8*len(e.stack))
-	for _, f := range e.python {
+	for _, f := range e.interp.Frames {
 		cost += pyFrameBytes + int64(len(f.Function)+len(f.File))
 	}
 	if !j.grow(p, cost) {
@@ -393,7 +395,7 @@ func (j *joiner) launch(e launchEvent, now time.Time) {
 		j.st.OverBudgetLaunches++
 		return
 	}
-	l := &pendingLaunch{proc: p, cid: e.correlationID, bytes: cost, stack: j.stacks.intern(e.stack, e.python, e.pyTruncated), flags: e.flags, at: now}
+	l := &pendingLaunch{proc: p, cid: e.correlationID, bytes: cost, stack: j.stacks.intern(e.stack, e.interp, e.setup), flags: e.flags, at: now}
 	if e.flags&FlagNested != 0 {
 		// Same call stack as the enclosing launch on this thread; the record
 		// may carry either id, so matching one retires both.
@@ -570,11 +572,11 @@ type Sample struct {
 	// frame is inside the injection library's launch marker). nil when
 	// Unsampled. Samples may share the slice: treat it as read only.
 	User []uint64
-	// Python are the launching thread's Python frames, innermost first,
-	// for the daemon to splice into User (nil: none); PythonTruncated: cut
-	// at the outer end.
-	Python          []python.Frame
-	PythonTruncated bool
+	// Interp are the launching thread's interpreter frames, for the
+	// daemon to splice into User; Setup what of the capture was set up for
+	// the process at the launch (bpf.Setup*).
+	Interp interp.Stack
+	Setup  uint32
 	// Unsampled: no launch of this kernel (in this process and interval)
 	// had its stack captured; put the time under UnsampledFrame.
 	Unsampled bool
@@ -704,7 +706,7 @@ func (j *joiner) drainProc(out []Sample, p *procState) []Sample {
 			s.Unsampled = true
 		} else {
 			s.User = j.stacks.frames(k.stack)
-			s.Python, s.PythonTruncated = j.stacks.python(k.stack)
+			s.Interp, s.Setup = j.stacks.interp(k.stack)
 		}
 		if k.folded {
 			s.Kernel, s.KernelRaw = OverBudgetFrame, OverBudgetFrame
@@ -733,7 +735,8 @@ func compareSamples(a, b Sample) int {
 		cmp.Compare(a.Device, b.Device),
 		cmp.Compare(a.GPUInstance, b.GPUInstance),
 		slices.Compare(a.User, b.User),
-		slices.CompareFunc(a.Python, b.Python, func(x, y python.Frame) int {
+		cmp.Compare(a.Setup, b.Setup),
+		slices.CompareFunc(a.Interp.Frames, b.Interp.Frames, func(x, y interp.Frame) int {
 			return cmp.Or(cmp.Compare(x.Function, y.Function), cmp.Compare(x.File, y.File), cmp.Compare(x.Line, y.Line))
 		}),
 	)

@@ -8,8 +8,9 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/slurmscope/slurmscope/agent/bpf"
+	"github.com/slurmscope/slurmscope/agent/interp"
 	"github.com/slurmscope/slurmscope/agent/procfs"
-	"github.com/slurmscope/slurmscope/agent/python"
 )
 
 var t0 = time.Unix(1000, 0)
@@ -335,16 +336,18 @@ func TestDecodeEvents(t *testing.T) {
 	e, err := decodeLaunch(h, b)
 	// The start time arrives in ns (start_boottime) and leaves in ticks.
 	if err != nil || e.proc != (procfs.ID{PID: 42, Start: 100}) || e.correlationID != 7 || e.nameID != 8 || e.tid != 43 || e.device != 1 ||
-		!slices.Equal(e.stack, []uint64{0x100, 0x500, 0x300}) || e.py != nil || e.truncated {
+		!slices.Equal(e.stack, []uint64{0x100, 0x500, 0x300}) || e.raw != nil || e.truncated {
 		t.Fatalf("%+v %v", e, err)
 	}
-	// Python frames, with a length beyond the array: clamped.
-	le.PutUint32(b[launchPyOff:], 1000)
-	le.PutUint64(b[launchPyOff+16:], 0xc0de)
-	le.PutUint32(b[launchPyOff+16+16:], 42)
+	// Interpreter frames, with a length beyond the array: clamped.
+	le.PutUint32(b[launchInterpOff:], 1000)
+	le.PutUint32(b[launchInterpOff+12:], 1) // kind
+	le.PutUint64(b[launchInterpOff+16:], 0xc0de)
+	le.PutUint64(b[launchInterpOff+16+16:], 42)
+	le.PutUint32(b[60:], 3) // setup
 	le.PutUint32(b[56:], unwindEndFrameLimit)
-	if e, _ := decodeLaunch(h, b); e.py == nil || e.py.Len != python.MaxFrames || e.py.Frames[0].Code != 0xc0de || e.py.Frames[0].Lasti != 42 || !e.truncated {
-		t.Errorf("python %+v, truncated %v", e.py, e.truncated)
+	if e, _ := decodeLaunch(h, b); e.raw == nil || int(e.raw.Len) != bpf.InterpMaxFrames || e.raw.Kind != 1 || e.raw.Frames[0].Addr != 0xc0de || e.raw.Frames[0].Data != 42 || !e.truncated || e.setup != 3 {
+		t.Errorf("interpreter frames %+v, truncated %v, setup %d", e.raw, e.truncated, e.setup)
 	}
 	le.PutUint32(b[56:], 0)
 	le.PutUint64(b[48:], 0x300) // the kernel already had the caller
@@ -422,7 +425,7 @@ func TestLibraryMappings(t *testing.T) {
 
 // The committed object must keep the layout the decoder reads.
 func TestObjectLayout(t *testing.T) {
-	if n := unsafe.Sizeof(markersLaunchEvent{}); n != launchEventLen {
+	if n := unsafe.Sizeof(markersLaunchEvent{}); n != uintptr(launchEventLen) {
 		t.Errorf("launch event %d bytes, decoder expects %d", n, launchEventLen)
 	}
 	if n := unsafe.Sizeof(markersRecordsEvent{}); n != recordsEvLen {
@@ -438,11 +441,14 @@ func TestObjectLayout(t *testing.T) {
 	if off := unsafe.Offsetof(e.Stack); off != launchStackOff {
 		t.Errorf("stack at %d, decoder reads %d", off, launchStackOff)
 	}
-	if off, n := unsafe.Offsetof(e.Py), unsafe.Sizeof(e.Py); off != launchPyOff || n != pyStackLen || n != unsafe.Sizeof(python.RawStack{}) {
-		t.Errorf("python frames at %d (%d bytes), decoder reads %d (%d)", off, n, launchPyOff, pyStackLen)
+	if off, n := unsafe.Offsetof(e.Interp), unsafe.Sizeof(e.Interp); off != uintptr(launchInterpOff) || n != uintptr(interpStackLen) || n != unsafe.Sizeof(bpf.InterpStack{}) {
+		t.Errorf("interpreter frames at %d (%d bytes), decoder reads %d (%d)", off, n, launchInterpOff, interpStackLen)
 	}
 	if off := unsafe.Offsetof(e.StackEnd); off != 56 {
 		t.Errorf("stack_end at %d", off)
+	}
+	if off := unsafe.Offsetof(e.Setup); off != 60 {
+		t.Errorf("setup at %d", off)
 	}
 	spec, err := loadMarkers()
 	if err != nil {
@@ -464,21 +470,21 @@ func TestObjectLayout(t *testing.T) {
 func TestJoinKeepsPythonFramesApart(t *testing.T) {
 	j := newJoiner(testLimits())
 	j.name(nameEv(1, 5, "gemm"))
-	fwd := []python.Frame{{Function: "forward", File: "m.py", Line: 3, Entry: true}, {Function: "train", File: "m.py", Line: 9, Entry: true}}
-	bwd := []python.Frame{{Function: "backward", File: "m.py", Line: 5, Entry: true}, {Function: "train", File: "m.py", Line: 10, Entry: true}}
-	for cid, py := range map[uint64][]python.Frame{1: fwd, 2: fwd, 3: bwd} {
+	fwd := []interp.Frame{{Function: "forward", File: "m.py", Line: 3, Entry: true}, {Function: "train", File: "m.py", Line: 9, Entry: true}}
+	bwd := []interp.Frame{{Function: "backward", File: "m.py", Line: 5, Entry: true}, {Function: "train", File: "m.py", Line: 10, Entry: true}}
+	for cid, py := range map[uint64][]interp.Frame{1: fwd, 2: fwd, 3: bwd} {
 		e := launchEv(1, 5, cid, "gemm", 0xa, 0xb)
-		e.python, e.pyTruncated = py, cid == 3
+		e.interp = interp.Stack{Frames: py, Truncated: cid == 3}
 		j.launch(e, t0)
 	}
 	j.records(hdr(1, 5), []kernelRecord{rec(1, "gemm", 10, true), rec(2, "gemm", 20, true), rec(3, "gemm", 70, true)}, t0)
 	got := map[string]uint64{}
 	for _, s := range j.drain(t0, always) {
-		if !slices.Equal(s.User, []uint64{0xa, 0xb}) || len(s.Python) != 2 || s.PythonTruncated != (s.Python[0].Function == "backward") {
+		if !slices.Equal(s.User, []uint64{0xa, 0xb}) || len(s.Interp.Frames) != 2 || s.Interp.Truncated != (s.Interp.Frames[0].Function == "backward") {
 			t.Errorf("sample %+v", s)
 			continue
 		}
-		got[s.Python[0].Function] += s.GPUTime
+		got[s.Interp.Frames[0].Function] += s.GPUTime
 	}
 	if got["forward"] != 30 || got["backward"] != 70 {
 		t.Errorf("GPU time by Python function %v, want forward 30, backward 70", got)

@@ -16,7 +16,7 @@
 //
 // Each marker call becomes one self-contained ring buffer event. The launch
 // stack (native frames from the table unwinder or frame pointers, and the
-// thread's Python frames: stack.h) is copied into the event rather than
+// thread's interpreter frames: stack.h) is copied into the event rather than
 // interned in a stack map: a stack map needs clearing, can collide (-EEXIST) and can reuse
 // an id for a different stack between capture and read, while an event that
 // carries its stack is exact and needs no second lookup. Launch markers are
@@ -24,7 +24,7 @@
 
 // Types, UAPI constants, the CO-RE task_struct view, the uprobe's
 // registers and the user-stack capture shared with agent/cpu (stack.h: the
-// table unwinder and the CPython walk): ../bpf/include.
+// table unwinder and the interpreter walks): ../bpf/include.
 #include "common.h"
 #include "regs.h"
 // Uprobes run with interrupts on: their scratch slot is not the CPU
@@ -68,10 +68,10 @@ struct launch_event {
 	// unwinder finds it from the marker's entry row).
 	__u64 return_address;
 	__u32 stack_end; // enum unwind_end: why the native walk stopped
-	__u32 pad;
+	__u32 setup;     // STACK_SETUP_* (stack.h): what was loaded for the process
 	__u64 stack[MAX_STACK_DEPTH]; // user stack, innermost first; stale beyond stack_bytes
-	// The launching thread's CPython frames (stack.h), py.len 0 for none.
-	struct py_stack py;
+	// The launching thread's interpreter frames (stack.h), interp.len 0 for none.
+	struct interp_stack interp;
 };
 
 // struct slurmscope_kernel_record, 56 bytes; copied verbatim and decoded (and
@@ -255,7 +255,7 @@ int kernel_launch(struct pt_regs *ctx)
 	struct unwind_stack *st = stack_native(ctx, e->hdr.tgid, e->hdr.start_boottime_ns, &err);
 
 	e->stack_end = UNWIND_END_STACK;
-	e->pad = 0;
+	e->setup = stack_setup(st, 0);
 	if (st && st->len > 0) {
 		__u32 n = st->len > MAX_STACK_DEPTH ? MAX_STACK_DEPTH : st->len;
 
@@ -266,15 +266,16 @@ int kernel_launch(struct pt_regs *ctx)
 		e->stack_bytes = err < 0 ? (__s32)err : -EFAULT;
 		stat_inc(&stats, STAT_STACK_ERRORS);
 	}
-	struct py_stack *py = stack_python_frames((void *)bpf_get_current_task(), pid_tgid, e->hdr.start_boottime_ns);
+	struct interp_stack *in = stack_interp_frames((void *)bpf_get_current_task(), pid_tgid, e->hdr.start_boottime_ns);
 
-	e->py.len = 0;
-	e->py.status = PY_STATUS_NOT_PYTHON;
-	e->py.flags = 0;
-	e->py.pad = 0;
-	// Too large for an inlined copy; py is a map value, kernel memory.
-	if (py && py->len > 0 && bpf_probe_read_kernel(&e->py, sizeof(e->py), py) != 0)
-		e->py.len = 0;
+	e->setup |= stack_setup(0, in) & STACK_SETUP_INTERP;
+	e->interp.len = 0;
+	e->interp.status = INTERP_STATUS_NONE;
+	e->interp.flags = 0;
+	e->interp.kind = 0;
+	// Too large for an inlined copy; in is a map value, kernel memory.
+	if (in && in->len > 0 && bpf_probe_read_kernel(&e->interp, sizeof(e->interp), in) != 0)
+		e->interp.len = 0;
 #if defined(__TARGET_ARCH_x86)
 	if (bpf_probe_read_user(&e->return_address, sizeof(e->return_address), (void *)PT_REGS_SP(ctx)) != 0)
 		e->return_address = 0;

@@ -53,9 +53,21 @@ type markersLaunchEvent struct {
 	StackBytes    int32
 	ReturnAddress uint64
 	StackEnd      uint32
-	Pad           uint32
+	Setup         uint32
 	Stack         [127]uint64
-	Py            markersPyStack
+	Interp        struct {
+		_      structs.HostLayout
+		Len    uint32
+		Status uint32
+		Flags  uint32
+		Kind   uint32
+		Frames [64]struct {
+			_     structs.HostLayout
+			Addr  uint64
+			Check uint64
+			Data  uint64
+		}
+	}
 }
 
 type markersNameEvent struct {
@@ -65,72 +77,6 @@ type markersNameEvent struct {
 	Len    uint32
 	Copied uint32
 	Name   [512]int8
-}
-
-type markersPyFrameBuf struct {
-	_ structs.HostLayout
-	B [128]uint8
-}
-
-type markersPyProc struct {
-	_                  structs.HostLayout
-	StartBoottime      uint64
-	Mm                 uint64
-	Runtime            uint64
-	Flags              uint32
-	RuntimeInterpHead  uint16
-	CodeCheck          uint16
-	InterpThreadsHead  uint16
-	TstateNext         uint16
-	TstateFrame        uint16
-	CframeCurrentFrame uint16
-	TstateId           uint16
-	FrameReadOff       uint16
-	FrameReadLen       uint16
-	FrameBack          uint16
-	FrameCode          uint16
-	FrameLasti         uint16
-	FrameIsEntry       uint16
-	FrameOwner         uint16
-	LastiBase          uint64
-}
-
-type markersPySeenVal struct {
-	_             structs.HostLayout
-	StartBoottime uint64
-	Mm            uint64
-	NextNs        uint64
-}
-
-type markersPyStack struct {
-	_      structs.HostLayout
-	Len    uint32
-	Status uint32
-	Flags  uint32
-	Pad    uint32
-	Frames [64]struct {
-		_       structs.HostLayout
-		Code    uint64
-		Check   uint64
-		Lasti   int32
-		Owner   uint8
-		IsEntry uint8
-		Pad     uint16
-	}
-}
-
-type markersPyThreadKey struct {
-	_    structs.HostLayout
-	Tgid uint32
-	Tid  uint32
-}
-
-type markersPyThreadVal struct {
-	_             structs.HostLayout
-	Tstate        uint64
-	StartBoottime uint64
-	RetryNs       uint64
-	Head          uint64
 }
 
 type markersRecordsEvent struct {
@@ -156,48 +102,33 @@ const (
 	markersStatIndexSTAT_MAX            markersStatIndex = 9
 )
 
-type markersUnwindStack struct {
-	_     structs.HostLayout
-	Ips   [127]uint64
-	Len   uint32
-	End   uint32
-	Flags uint32
-	Pad   uint32
-}
-
-type markersUserRate struct {
-	_      structs.HostLayout
-	AtNs   uint64
-	Tokens int64
-}
-
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	markersMapEvents          = "events"
-	markersMapPyEvents        = "py_events"
-	markersMapPyFrameScratch  = "py_frame_scratch"
-	markersMapPyProcs         = "py_procs"
-	markersMapPySeen          = "py_seen"
-	markersMapPyThreads       = "py_threads"
-	markersMapStackFpScratch  = "stack_fp_scratch"
-	markersMapStackPyScratch  = "stack_py_scratch"
-	markersMapStats           = "stats"
-	markersMapUserRates       = "user_rates"
-	markersProgKernelLaunch   = "kernel_launch"
-	markersProgKernelName     = "kernel_name"
-	markersProgKernelRecords  = "kernel_records"
-	markersVarExcludeTgid     = "exclude_tgid"
-	markersVarStackPython     = "stack_python"
-	markersVarStackTables     = "stack_tables"
-	markersVarUnusedKind      = "unused_kind"
-	markersVarUnusedLaunch    = "unused_launch"
-	markersVarUnusedName      = "unused_name"
-	markersVarUnusedRecords   = "unused_records"
-	markersVarUserCallsBurst  = "user_calls_burst"
-	markersVarUserCallsPerSec = "user_calls_per_sec"
-	markersVarWakeupBytes     = "wakeup_bytes"
+	markersMapEvents             = "events"
+	markersMapInterpProcs        = "interp_procs"
+	markersMapPyFrameScratch     = "py_frame_scratch"
+	markersMapPyThreads          = "py_threads"
+	markersMapStackEvents        = "stack_events"
+	markersMapStackFpScratch     = "stack_fp_scratch"
+	markersMapStackInterpScratch = "stack_interp_scratch"
+	markersMapStackSeen          = "stack_seen"
+	markersMapStats              = "stats"
+	markersMapUserRates          = "user_rates"
+	markersProgKernelLaunch      = "kernel_launch"
+	markersProgKernelName        = "kernel_name"
+	markersProgKernelRecords     = "kernel_records"
+	markersVarExcludeTgid        = "exclude_tgid"
+	markersVarStackInterpreters  = "stack_interpreters"
+	markersVarStackTables        = "stack_tables"
+	markersVarUnusedKind         = "unused_kind"
+	markersVarUnusedLaunch       = "unused_launch"
+	markersVarUnusedName         = "unused_name"
+	markersVarUnusedRecords      = "unused_records"
+	markersVarUserCallsBurst     = "user_calls_burst"
+	markersVarUserCallsPerSec    = "user_calls_per_sec"
+	markersVarWakeupBytes        = "wakeup_bytes"
 )
 
 // loadMarkers returns the embedded CollectionSpec for markers.
@@ -251,32 +182,32 @@ type markersProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type markersMapSpecs struct {
-	Events         *ebpf.MapSpec `ebpf:"events"`
-	PyEvents       *ebpf.MapSpec `ebpf:"py_events"`
-	PyFrameScratch *ebpf.MapSpec `ebpf:"py_frame_scratch"`
-	PyProcs        *ebpf.MapSpec `ebpf:"py_procs"`
-	PySeen         *ebpf.MapSpec `ebpf:"py_seen"`
-	PyThreads      *ebpf.MapSpec `ebpf:"py_threads"`
-	StackFpScratch *ebpf.MapSpec `ebpf:"stack_fp_scratch"`
-	StackPyScratch *ebpf.MapSpec `ebpf:"stack_py_scratch"`
-	Stats          *ebpf.MapSpec `ebpf:"stats"`
-	UserRates      *ebpf.MapSpec `ebpf:"user_rates"`
+	Events             *ebpf.MapSpec `ebpf:"events"`
+	InterpProcs        *ebpf.MapSpec `ebpf:"interp_procs"`
+	PyFrameScratch     *ebpf.MapSpec `ebpf:"py_frame_scratch"`
+	PyThreads          *ebpf.MapSpec `ebpf:"py_threads"`
+	StackEvents        *ebpf.MapSpec `ebpf:"stack_events"`
+	StackFpScratch     *ebpf.MapSpec `ebpf:"stack_fp_scratch"`
+	StackInterpScratch *ebpf.MapSpec `ebpf:"stack_interp_scratch"`
+	StackSeen          *ebpf.MapSpec `ebpf:"stack_seen"`
+	Stats              *ebpf.MapSpec `ebpf:"stats"`
+	UserRates          *ebpf.MapSpec `ebpf:"user_rates"`
 }
 
 // markersVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type markersVariableSpecs struct {
-	ExcludeTgid     *ebpf.VariableSpec `ebpf:"exclude_tgid"`
-	StackPython     *ebpf.VariableSpec `ebpf:"stack_python"`
-	StackTables     *ebpf.VariableSpec `ebpf:"stack_tables"`
-	UnusedKind      *ebpf.VariableSpec `ebpf:"unused_kind"`
-	UnusedLaunch    *ebpf.VariableSpec `ebpf:"unused_launch"`
-	UnusedName      *ebpf.VariableSpec `ebpf:"unused_name"`
-	UnusedRecords   *ebpf.VariableSpec `ebpf:"unused_records"`
-	UserCallsBurst  *ebpf.VariableSpec `ebpf:"user_calls_burst"`
-	UserCallsPerSec *ebpf.VariableSpec `ebpf:"user_calls_per_sec"`
-	WakeupBytes     *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	ExcludeTgid       *ebpf.VariableSpec `ebpf:"exclude_tgid"`
+	StackInterpreters *ebpf.VariableSpec `ebpf:"stack_interpreters"`
+	StackTables       *ebpf.VariableSpec `ebpf:"stack_tables"`
+	UnusedKind        *ebpf.VariableSpec `ebpf:"unused_kind"`
+	UnusedLaunch      *ebpf.VariableSpec `ebpf:"unused_launch"`
+	UnusedName        *ebpf.VariableSpec `ebpf:"unused_name"`
+	UnusedRecords     *ebpf.VariableSpec `ebpf:"unused_records"`
+	UserCallsBurst    *ebpf.VariableSpec `ebpf:"user_calls_burst"`
+	UserCallsPerSec   *ebpf.VariableSpec `ebpf:"user_calls_per_sec"`
+	WakeupBytes       *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // markersObjects contains all objects after they have been loaded into the kernel.
@@ -299,28 +230,28 @@ func (o *markersObjects) Close() error {
 //
 // It can be passed to loadMarkersObjects or ebpf.CollectionSpec.LoadAndAssign.
 type markersMaps struct {
-	Events         *ebpf.Map `ebpf:"events"`
-	PyEvents       *ebpf.Map `ebpf:"py_events"`
-	PyFrameScratch *ebpf.Map `ebpf:"py_frame_scratch"`
-	PyProcs        *ebpf.Map `ebpf:"py_procs"`
-	PySeen         *ebpf.Map `ebpf:"py_seen"`
-	PyThreads      *ebpf.Map `ebpf:"py_threads"`
-	StackFpScratch *ebpf.Map `ebpf:"stack_fp_scratch"`
-	StackPyScratch *ebpf.Map `ebpf:"stack_py_scratch"`
-	Stats          *ebpf.Map `ebpf:"stats"`
-	UserRates      *ebpf.Map `ebpf:"user_rates"`
+	Events             *ebpf.Map `ebpf:"events"`
+	InterpProcs        *ebpf.Map `ebpf:"interp_procs"`
+	PyFrameScratch     *ebpf.Map `ebpf:"py_frame_scratch"`
+	PyThreads          *ebpf.Map `ebpf:"py_threads"`
+	StackEvents        *ebpf.Map `ebpf:"stack_events"`
+	StackFpScratch     *ebpf.Map `ebpf:"stack_fp_scratch"`
+	StackInterpScratch *ebpf.Map `ebpf:"stack_interp_scratch"`
+	StackSeen          *ebpf.Map `ebpf:"stack_seen"`
+	Stats              *ebpf.Map `ebpf:"stats"`
+	UserRates          *ebpf.Map `ebpf:"user_rates"`
 }
 
 func (m *markersMaps) Close() error {
 	return _MarkersClose(
 		m.Events,
-		m.PyEvents,
+		m.InterpProcs,
 		m.PyFrameScratch,
-		m.PyProcs,
-		m.PySeen,
 		m.PyThreads,
+		m.StackEvents,
 		m.StackFpScratch,
-		m.StackPyScratch,
+		m.StackInterpScratch,
+		m.StackSeen,
 		m.Stats,
 		m.UserRates,
 	)
@@ -330,16 +261,16 @@ func (m *markersMaps) Close() error {
 //
 // It can be passed to loadMarkersObjects or ebpf.CollectionSpec.LoadAndAssign.
 type markersVariables struct {
-	ExcludeTgid     *ebpf.Variable `ebpf:"exclude_tgid"`
-	StackPython     *ebpf.Variable `ebpf:"stack_python"`
-	StackTables     *ebpf.Variable `ebpf:"stack_tables"`
-	UnusedKind      *ebpf.Variable `ebpf:"unused_kind"`
-	UnusedLaunch    *ebpf.Variable `ebpf:"unused_launch"`
-	UnusedName      *ebpf.Variable `ebpf:"unused_name"`
-	UnusedRecords   *ebpf.Variable `ebpf:"unused_records"`
-	UserCallsBurst  *ebpf.Variable `ebpf:"user_calls_burst"`
-	UserCallsPerSec *ebpf.Variable `ebpf:"user_calls_per_sec"`
-	WakeupBytes     *ebpf.Variable `ebpf:"wakeup_bytes"`
+	ExcludeTgid       *ebpf.Variable `ebpf:"exclude_tgid"`
+	StackInterpreters *ebpf.Variable `ebpf:"stack_interpreters"`
+	StackTables       *ebpf.Variable `ebpf:"stack_tables"`
+	UnusedKind        *ebpf.Variable `ebpf:"unused_kind"`
+	UnusedLaunch      *ebpf.Variable `ebpf:"unused_launch"`
+	UnusedName        *ebpf.Variable `ebpf:"unused_name"`
+	UnusedRecords     *ebpf.Variable `ebpf:"unused_records"`
+	UserCallsBurst    *ebpf.Variable `ebpf:"user_calls_burst"`
+	UserCallsPerSec   *ebpf.Variable `ebpf:"user_calls_per_sec"`
+	WakeupBytes       *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // markersPrograms contains all programs after they have been loaded into the kernel.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/slurmscope/slurmscope/agent/interp"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/profiles"
 	"github.com/slurmscope/slurmscope/agent/source"
@@ -118,11 +119,11 @@ func (g *Source) Drain() (source.Batch, error) {
 			leaf.Function = s.KernelRaw
 		}
 		out := source.Sample{Proc: s.Proc, Frames: []symbolize.Frame{leaf}, User: s.User,
-			Python: s.Python, PythonTruncated: s.PythonTruncated,
+			Interp: s.Interp, Setup: source.Setup(s.Setup),
 			Labels: g.labels(s.Proc, s.Device), Values: []int64{saturate(s.Launches), saturate(s.GPUTime)}}
 		if s.Unsampled {
 			out.Frames = append(out.Frames, symbolize.Frame{Function: UnsampledFrame})
-			out.User, out.Python = nil, nil
+			out.User, out.Interp = nil, interp.Stack{}
 		}
 		b.Samples[i] = out
 	}

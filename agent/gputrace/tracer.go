@@ -450,8 +450,8 @@ func (t *Tracer) handle(b []byte, recs []kernelRecord) []kernelRecord {
 		case markersEventKindEVENT_LAUNCH:
 			var e launchEvent
 			if e, err = decodeLaunch(h, b); err == nil {
-				if e.py != nil && t.opts.Stacks != nil {
-					e.python, e.pyTruncated = t.opts.Stacks.Python(uint32(h.proc.PID), le.Uint64(b[8:]), e.py) // #nosec G115 -- a pid is below pid_max (at most 2^22)
+				if e.raw != nil && t.opts.Stacks != nil {
+					e.interp = t.opts.Stacks.Resolve(uint32(h.proc.PID), le.Uint64(b[8:]), e.raw) // #nosec G115 -- a pid is below pid_max (at most 2^22)
 				}
 				t.join.launch(e, now)
 			}

@@ -33,3 +33,9 @@ const userHZ = 100
 func StartFromBoottime(ns uint64) uint64 {
 	return ns / (1e9 / userHZ)
 }
+
+// BoottimeFromStart is the earliest CLOCK_BOOTTIME (ns) of a start time in
+// ticks (ID.Start): the inverse of StartFromBoottime, to the tick.
+func BoottimeFromStart(ticks uint64) uint64 {
+	return ticks * (1e9 / userHZ)
+}

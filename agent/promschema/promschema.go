@@ -75,3 +75,10 @@ func check(m schema.Metric, typ schema.MetricType, labels bool) {
 		panic(fmt.Sprintf("promschema: %s is a %s with attributes %d and labels %v", m.Name, m.Type, len(m.Attributes), m.Labels))
 	}
 }
+
+// HistogramVec returns a histogram vector for m, which must be a histogram
+// whose labels are its own (no attributes).
+func HistogramVec(m schema.Metric) *prometheus.HistogramVec {
+	check(m, schema.Histogram, true)
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: m.Name, Help: m.Help, Buckets: m.Buckets}, m.Labels)
+}

@@ -1,5 +1,26 @@
 package python
 
+import "github.com/slurmscope/slurmscope/agent/bpf"
+
+// RawFrame is one frame as python.h records it in an interp_frame: the
+// code object, its check, and the raw instruction offset, owner and
+// is_entry bytes packed into Data.
+type RawFrame struct {
+	Code    uint64
+	Check   uint64
+	Lasti   int32
+	Owner   uint8
+	IsEntry uint8
+}
+
+// rawFrame unpacks an interp_frame of python.h.
+func rawFrame(f bpf.InterpFrame) RawFrame {
+	return RawFrame{Code: f.Addr, Check: f.Check,
+		Lasti:   int32(uint32(f.Data)), // #nosec G115 -- CPython's int lasti, reinterpreted as signed on purpose
+		Owner:   uint8(f.Data >> 32),   // #nosec G115 -- one byte of the packed word
+		IsEntry: uint8(f.Data >> 40)}   // #nosec G115 -- one byte of the packed word
+}
+
 // CodeFrame is one Python frame as the walk saw it, with the version's
 // meaning applied: shims removed, the instruction as a byte offset into the
 // code, and whether the frame began a C call of the eval loop.

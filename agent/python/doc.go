@@ -1,24 +1,22 @@
-// Package python finds the CPython interpreters in a process and turns what
-// the BPF walk in python.bpf.h captures (each frame's code object and
-// instruction offset) into Python functions, files and lines.
-//
-// # What runs where
+// Package python is CPython as an interpreter of the stack capture
+// (agent/interp: CPython is the Interpreter, Tracker its Instance). It
+// finds the CPython interpreters in a process and turns what the BPF walk
+// (../bpf/include/python.h) records of each frame, its code object and
+// instruction offset, into Python functions, files and lines.
 //
 //   - User space, once per process: find the interpreter from the ELF file
 //     that holds _PyRuntime (the executable, or a libpython it maps), its
 //     version (Py_Version, the file's SONAME or name, or its version
 //     string), and the layout of that version (one table, layout.go; on 3.13
 //     the interpreter's own _Py_DebugOffsets, checked against the table).
-//     The result, a ProcInfo, goes into the BPF map py_procs keyed by tgid.
-//   - BPF, at each sample: find the sampled thread's own PyThreadState (a
-//     cached walk of the interpreter's thread list, matched by the thread's
-//     id, see python.bpf.h) and copy its chain of frames: code object
-//     address, raw instruction offset, and whether the frame was the first
-//     one of a C call of the eval loop.
+//     The result, a ProcInfo (struct py_proc), goes into the capture's
+//     process table.
+//   - BPF, at each sample: find the sampled thread's own PyThreadState and
+//     copy its chain of frames.
 //   - User space, after the fact: read each code object's name, file and
 //     line table from the process's memory (bounded, cached per process and
-//     code object, Resolver) and splice the Python frames into the native
-//     stack (Splice).
+//     code object) and decode the frames (Decode); the daemon splices them
+//     into the native stack (interp.Splice, by CPython.EvalFrame).
 //
 // Everything read from a process is hostile: a process may fake its
 // interpreter structures. Every read is bounded, and what it fakes can only

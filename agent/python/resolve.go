@@ -3,15 +3,10 @@ package python
 import (
 	"container/list"
 	"fmt"
-)
 
-// Frame is a resolved Python frame.
-type Frame struct {
-	Function string // co_qualname (3.11+) or co_name
-	File     string // co_filename
-	Line     int    // 0 when unknown
-	Entry    bool   // the outermost frame of one C call of the eval loop
-}
+	"github.com/slurmscope/slurmscope/agent/bpf"
+	"github.com/slurmscope/slurmscope/agent/interp"
+)
 
 // Unresolved frames keep their place in the stack under these names.
 const (
@@ -22,7 +17,7 @@ const (
 // codeInfo is what a code object says, cached per (process, address).
 type codeInfo struct {
 	addr      uint64
-	check     uint64 // as the walk computes it (RawFrame.Check)
+	check     uint64 // as the walk computes it (interp_frame.check)
 	name      string
 	file      string
 	firstLine int
@@ -37,24 +32,27 @@ func (c *codeInfo) size() int64 {
 
 type codeList struct{ l *list.List }
 
-// Resolve turns the Python frames of one sample of process pid (start:
-// the leader's start_boottime in ns, as in the sample) into functions,
-// files and lines, innermost first. It returns nil for a process that is not
-// set up, and whether the stack was cut at MaxFrames.
-func (t *Tracker) Resolve(pid uint32, start uint64, s *RawStack) (frames []Frame, truncated bool) {
+// Resolve turns the Python frames of one sample of process p into
+// functions, files and lines, innermost first. A process that is not set
+// up gets none.
+func (t *Tracker) Resolve(p interp.Process, s *bpf.InterpStack) interp.Stack {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	p := t.procs[pid]
-	if p == nil || p.start != start || p.state != stateReady || s == nil {
-		return nil, false
+	pr := t.procs[p.PID]
+	if pr == nil || pr.start != p.StartNs || pr.state != stateReady || s == nil || s.Kind != Kind {
+		return interp.Stack{}
 	}
-	n := min(int(s.Len), MaxFrames)
-	l := &p.in.Layout
-	decoded := l.Decode(s.Frames[:n])
-	out := make([]Frame, 0, len(decoded))
+	n := min(int(s.Len), len(s.Frames))
+	raw := make([]RawFrame, n)
+	for i := range raw {
+		raw[i] = rawFrame(s.Frames[i])
+	}
+	l := &pr.in.Layout
+	decoded := l.Decode(raw)
+	out := make([]interp.Frame, 0, len(decoded))
 	for _, cf := range decoded {
-		fr := Frame{Function: UnknownFunction, Entry: cf.Entry}
-		switch c := t.code(p, cf.Code, cf.Check); {
+		fr := interp.Frame{Function: UnknownFunction, Entry: cf.Entry}
+		switch c := t.code(pr, cf.Code, cf.Check); {
 		case c == nil:
 			fr.Function = BudgetFunction
 		case c.check != cf.Check || cf.Check == 0:
@@ -70,11 +68,11 @@ func (t *Tracker) Resolve(pid uint32, start uint64, s *RawStack) (frames []Frame
 		out = append(out, fr)
 	}
 	t.stats.Frames += uint64(len(out))
-	truncated = s.Flags&StackTruncated != 0
+	truncated := s.Flags&bpf.InterpTruncated != 0
 	if truncated {
 		t.stats.Truncated++
 	}
-	return out, truncated
+	return interp.Stack{Frames: out, Truncated: truncated, By: CPython{}}
 }
 
 // code returns the code object at addr, from the cache when the cached one

@@ -4,42 +4,26 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
+	"math"
 	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/slurmscope/slurmscope/agent/interp"
+	"github.com/slurmscope/slurmscope/agent/procfs"
 )
-
-// Opener opens the file behind a mapping of a process. The agent's is
-// procfs's one function for files a job controls (resolved inside the
-// process's root without following links, regular files only, sizes
-// checked); tests use a plain one.
-type Opener interface {
-	OpenMapped(pid int, m Mapping) (File, error)
-}
-
-// File is an opened mapped file.
-type File interface {
-	io.ReaderAt
-	io.Closer
-	Stat() (fs.FileInfo, error)
-}
-
-// ProcTable is the walk's py_procs map, keyed by tgid.
-type ProcTable interface {
-	Put(tgid uint32, p ProcInfo) error
-	Delete(tgid uint32) error
-}
 
 // TrackerOptions configures a Tracker. Zero values select the defaults.
 type TrackerOptions struct {
-	Arch   Arch       // required
-	Maps   MapsReader // required
-	Open   Opener     // required
-	Procs  ProcTable  // required
+	Arch   Arch              // required
+	Maps   interp.MapsReader // required
+	Open   interp.Opener     // required
+	Procs  interp.Table      // required
 	Memory func(pid int) Memory
+	// Ready is told of each process once it is set up; nil: nobody.
+	Ready func(interp.Process)
 	// Inspect reads a mapped file; default Inspect (tests fake it).
 	Inspect func(r io.ReaderAt, name string, arch Arch) (*Interpreter, error)
 	// MaxCodeBytes bounds the code-object cache (names, files, line
@@ -56,8 +40,9 @@ type TrackerOptions struct {
 	Now                func() time.Time
 }
 
-// Tracker finds the CPython processes the walk announces, fills py_procs
-// for them, and resolves their frames. It is safe for concurrent use.
+// Tracker is CPython's interp.Instance: it finds the CPython processes the
+// capture announces, writes their entries, and resolves their frames. It
+// is safe for concurrent use.
 type Tracker struct {
 	o     TrackerOptions
 	mu    sync.Mutex
@@ -98,7 +83,7 @@ type procState uint8
 const (
 	stateNone    procState = iota // not (or not yet known to be) a CPython process we can walk
 	statePending                  // a CPython process whose runtime is not initialised yet
-	stateReady                    // in py_procs
+	stateReady                    // in the capture's process table
 )
 
 type proc struct {
@@ -175,16 +160,16 @@ func NewTracker(o TrackerOptions) *Tracker {
 		stats: Stats{Found: map[string]uint64{}, Skipped: map[string]uint64{}}}
 }
 
-// Notify handles an Event from py_events: a process the walk does not know.
-func (t *Tracker) Notify(ev Event) {
+// Announce looks at a process the capture sampled without an entry.
+func (t *Tracker) Announce(ev interp.Process) {
 	if ev.MM == 0 {
 		return // an exiting task: not another process (the BPF side does not send these)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.o.Now()
-	p := t.procs[ev.TGID]
-	if p != nil && p.start == ev.StartBoottime && p.mm == ev.MM {
+	p := t.procs[ev.PID]
+	if p != nil && p.start == ev.StartNs && p.mm == ev.MM {
 		switch {
 		case p.state == stateReady:
 			// Announced although set up: the entry was lost (an earlier
@@ -198,33 +183,34 @@ func (t *Tracker) Notify(ev Event) {
 		if p != nil {
 			t.dropLocked(p)
 		}
-		p = &proc{pid: ev.TGID, start: ev.StartBoottime, mm: ev.MM}
-		t.procs[ev.TGID] = p
+		p = &proc{pid: ev.PID, start: ev.StartNs, mm: ev.MM}
+		t.procs[ev.PID] = p
 	}
 	t.discover(p, now)
 }
 
-// Fork handles an Event from py_fork (ev.ParentTGID set): the BPF side has
-// given a forked child its parent's py_procs entry, and the child is set up
-// here from the parent's state, reading nothing: a fork runs the same
+// Fork sets up a forked child, which the BPF side gave its parent's entry,
+// from the parent's state, reading nothing: a fork runs the same
 // interpreter at the same addresses. It reports whether the parent was
 // known; if not, the child is looked at as any announced process.
-func (t *Tracker) Fork(ev Event) bool {
+func (t *Tracker) Fork(child, parent interp.Process) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	par := t.procs[ev.ParentTGID]
-	if par == nil || par.start != ev.ParentStartBoottime || par.state != stateReady {
+	par := t.procs[parent.PID]
+	if par == nil || par.start != parent.StartNs || par.state != stateReady {
 		return false
 	}
-	if old := t.procs[ev.TGID]; old != nil {
+	if old := t.procs[child.PID]; old != nil {
 		t.dropLocked(old)
 	}
 	for par.parent != nil {
 		par = par.parent // a fork of a fork: the process that was looked at
 	}
-	t.procs[ev.TGID] = &proc{pid: ev.TGID, start: ev.StartBoottime, mm: ev.MM, state: stateReady,
-		in: par.in, runtime: par.runtime, codeType: par.codeType, mem: t.o.Memory(int(ev.TGID)), parent: par}
+	c := &proc{pid: child.PID, start: child.StartNs, mm: child.MM, state: stateReady,
+		in: par.in, runtime: par.runtime, codeType: par.codeType, mem: t.o.Memory(int(child.PID)), parent: par}
+	t.procs[child.PID] = c
 	t.stats.Forked++
+	t.ready(c)
 	return true
 }
 
@@ -250,12 +236,16 @@ func (t *Tracker) Retry() (pending bool) {
 	return pending
 }
 
-// Forget drops a process that exited: pid, started at startBoottime (ns,
-// as in an Event), or whichever process holds pid when startBoottime is 0.
-func (t *Tracker) Forget(pid uint32, startBoottime uint64) {
+// Forget drops a process that exited.
+func (t *Tracker) Forget(id procfs.ID) {
+	// The tracker keys processes as BPF does, by a 32-bit tgid; a pid
+	// out of that range is no process it knows.
+	if id.PID <= 0 || int64(id.PID) > math.MaxUint32 {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if p := t.procs[pid]; p != nil && (startBoottime == 0 || p.start == startBoottime) {
+	if p := t.procs[uint32(id.PID)]; p != nil && procfs.StartFromBoottime(p.start) == id.Start { // #nosec G115 -- range checked above
 		t.dropLocked(p)
 	}
 }
@@ -417,19 +407,27 @@ func (t *Tracker) validate(p *proc, now time.Time) {
 
 func (t *Tracker) put(p *proc) {
 	l := &p.in.Layout
-	info, err := NewProcInfo(*l, t.o.Arch, p.runtime, p.start, p.mm)
+	info, err := NewProcInfo(*l, t.o.Arch, p.runtime)
 	if err != nil {
 		t.skip(p, t.o.Now(), reasonOf(err))
 		return
 	}
-	if err := t.o.Procs.Put(p.pid, info); err != nil {
+	if err := t.o.Procs.Put(interp.Process{PID: p.pid, StartNs: p.start, MM: p.mm}, info.encode()); err != nil {
 		t.skip(p, t.o.Now(), "bpf_map")
 		return
 	}
-	if p.state != stateReady {
-		t.stats.Found[fmt.Sprintf("%d.%d", l.Major, l.Minor)]++
+	if p.state == stateReady {
+		return
 	}
+	t.stats.Found[fmt.Sprintf("%d.%d", l.Major, l.Minor)]++
 	p.state = stateReady
+	t.ready(p)
+}
+
+func (t *Tracker) ready(p *proc) {
+	if t.o.Ready != nil {
+		t.o.Ready(interp.Process{PID: p.pid, StartNs: p.start, MM: p.mm})
+	}
 }
 
 // Start returns the start_boottime (ns) of the process the tracker holds

@@ -11,6 +11,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/slurmscope/slurmscope/agent/bpf"
+	"github.com/slurmscope/slurmscope/agent/interp"
+	"github.com/slurmscope/slurmscope/agent/procfs"
 )
 
 // fakeMem is a process's memory: byte ranges at addresses.
@@ -50,10 +54,23 @@ func (m *fakeMem) str(l *Layout, addr uint64, s string, length uint64) {
 	copy(m.at(addr+uint64(l.ASCIISize), len(s)), s)
 }
 
-type fakeProcs map[uint32]ProcInfo
+// entry is an interp_procs entry as the tracker wrote it.
+type entry struct {
+	ProcInfo
+	StartBoottime, MM uint64
+}
 
-func (f fakeProcs) Put(tgid uint32, p ProcInfo) error { f[tgid] = p; return nil }
-func (f fakeProcs) Delete(tgid uint32) error          { delete(f, tgid); return nil }
+type fakeProcs map[uint32]entry
+
+func (f fakeProcs) Put(p interp.Process, data []byte) error {
+	var info ProcInfo
+	if _, err := binary.Decode(data, binary.LittleEndian, &info); err != nil {
+		return err
+	}
+	f[p.PID] = entry{info, p.StartNs, p.MM}
+	return nil
+}
+func (f fakeProcs) Delete(tgid uint32) error { delete(f, tgid); return nil }
 
 type fakeMaps struct {
 	maps  map[int][]Mapping
@@ -86,7 +103,7 @@ func (i fakeInfo) Sys() any         { return &syscall.Stat_t{Ino: uint64(len(i.n
 
 type fakeOpener struct{}
 
-func (fakeOpener) OpenMapped(pid int, m Mapping) (File, error) { return fakeFile{m.Path}, nil }
+func (fakeOpener) OpenMapped(pid int, m Mapping) (interp.File, error) { return fakeFile{m.Path}, nil }
 
 // A 3.12 process: libpython mapped at 0x7f0000000000, _PyRuntime at link
 // address 0x1000, one interpreter, one thread state, one code object.
@@ -149,7 +166,13 @@ func newFakeProc(t *testing.T, inspectErr error) *fakeProc {
 	return f
 }
 
-func (f *fakeProc) notify(mm uint64) { f.tracker.Notify(Event{TGID: 42, StartBoottime: 5, MM: mm}) }
+func (f *fakeProc) notify(mm uint64) { f.tracker.Announce(interp.Process{PID: 42, StartNs: 5, MM: mm}) }
+
+// resolve is Resolve of process pid started at start.
+func resolve(t *Tracker, pid uint32, start uint64, s *bpf.InterpStack) ([]interp.Frame, bool) {
+	st := t.Resolve(interp.Process{PID: pid, StartNs: start}, s)
+	return st.Frames, st.Truncated
+}
 
 func TestTrackerDiscovery(t *testing.T) {
 	f := newFakeProc(t, nil)
@@ -158,7 +181,7 @@ func TestTrackerDiscovery(t *testing.T) {
 	if !ok {
 		t.Fatalf("not set up: %+v", f.tracker.Stats())
 	}
-	if info.Runtime != runtime0 || info.StartBoottime != 5 || info.MM != 1 || info.TstateID != f.l.TstateNativeThreadID {
+	if info.Runtime != runtime0 || info.StartBoottime != 5 || info.MM != 1 || info.TstateId != f.l.TstateNativeThreadID {
 		t.Errorf("ProcInfo %+v", info)
 	}
 	if got := f.tracker.Stats().Found["3.12"]; got != 1 {
@@ -177,7 +200,7 @@ func TestTrackerDiscovery(t *testing.T) {
 	if f.procs[42].MM != 2 || f.maps.reads != reads+1 {
 		t.Errorf("after exec: mm %d, maps reads %d", f.procs[42].MM, f.maps.reads-reads)
 	}
-	f.tracker.Forget(42, 0)
+	f.tracker.Forget(procfs.ID{PID: 42, Start: procfs.StartFromBoottime(5)})
 	if _, ok := f.procs[42]; ok {
 		t.Error("Forget left the BPF entry")
 	}
@@ -245,15 +268,19 @@ func TestTrackerRefuses(t *testing.T) {
 	}
 	// A process that is gone.
 	f = newFakeProc(t, nil)
-	f.tracker.Notify(Event{TGID: 43, MM: 7})
+	f.tracker.Announce(interp.Process{PID: 43, MM: 7})
 	if f.tracker.Stats().Skipped["maps"] != 1 {
 		t.Errorf("gone process: %+v", f.tracker.Stats().Skipped)
 	}
 }
 
-func stackOf(frames ...RawFrame) *RawStack {
-	s := &RawStack{Len: uint32(len(frames))}
-	copy(s.Frames[:], frames)
+// stackOf packs frames as python.h records them.
+func stackOf(frames ...RawFrame) *bpf.InterpStack {
+	s := &bpf.InterpStack{Len: uint32(len(frames)), Kind: Kind}
+	for i, f := range frames {
+		s.Frames[i] = bpf.InterpFrame{Addr: f.Code, Check: f.Check,
+			Data: uint64(uint32(f.Lasti)) | uint64(f.Owner)<<32 | uint64(f.IsEntry)<<40}
+	}
 	return s
 }
 
@@ -263,16 +290,16 @@ func TestTrackerResolve(t *testing.T) {
 	l := &f.l
 	check := uint64(0x60000) ^ (0x61000<<1 | 0x61000>>63)
 	good := RawFrame{Code: code0, Check: check, Lasti: int32(l.CodeAdaptive) + 2}
-	frames, truncated := f.tracker.Resolve(42, 5, stackOf(good, RawFrame{Owner: FrameOwnedByCStack}))
-	want := []Frame{{Function: "Model.forward", File: "/job/model.py", Line: 12, Entry: true}}
+	frames, truncated := resolve(f.tracker, 42, 5, stackOf(good, RawFrame{Owner: FrameOwnedByCStack}))
+	want := []interp.Frame{{Function: "Model.forward", File: "/job/model.py", Line: 12, Entry: true}}
 	if truncated || fmt.Sprint(frames) != fmt.Sprint(want) {
 		t.Fatalf("frames %+v, want %+v", frames, want)
 	}
-	if frames, _ := f.tracker.Resolve(42, 6, stackOf(good)); frames != nil {
+	if frames, _ := resolve(f.tracker, 42, 6, stackOf(good)); frames != nil {
 		t.Error("resolved for another start time (a reused pid)")
 	}
 	// The code object the sample saw is gone: another took its address.
-	frames, _ = f.tracker.Resolve(42, 5, stackOf(RawFrame{Code: code0, Check: check + 1}))
+	frames, _ = resolve(f.tracker, 42, 5, stackOf(RawFrame{Code: code0, Check: check + 1}))
 	if frames[0].Function != UnknownFunction || f.tracker.Stats().CodeGone != 1 {
 		t.Errorf("replaced code object: %+v, gone %d", frames, f.tracker.Stats().CodeGone)
 	}
@@ -283,7 +310,7 @@ func TestTrackerResolve(t *testing.T) {
 	f.mem.put64(0x71000+uint64(l.CodeFilename), 0x60000)
 	f.mem.str(l, 0x72000, "x", 1<<40)
 	for _, addr := range []uint64{0x70000, 0x71000, 0x9990000} {
-		frames, _ = f.tracker.Resolve(42, 5, stackOf(RawFrame{Code: addr, Check: 1}))
+		frames, _ = resolve(f.tracker, 42, 5, stackOf(RawFrame{Code: addr, Check: 1}))
 		if frames[0].Function != UnknownFunction {
 			t.Errorf("bad code object 0x%x: %+v", addr, frames)
 		}
@@ -301,14 +328,14 @@ func TestTrackerResolveAfterExit(t *testing.T) {
 	f.notify(1)
 	check := uint64(0x60000) ^ (0x61000<<1 | 0x61000>>63)
 	good := RawFrame{Code: code0, Check: check}
-	if frames, _ := f.tracker.Resolve(42, 5, stackOf(good)); frames[0].Function != "Model.forward" {
+	if frames, _ := resolve(f.tracker, 42, 5, stackOf(good)); frames[0].Function != "Model.forward" {
 		t.Fatalf("alive: %+v", frames)
 	}
 	clear(f.mem.seg) // exited: nothing reads
-	if frames, _ := f.tracker.Resolve(42, 5, stackOf(RawFrame{Code: code0, Check: check + 1})); frames[0].Function != UnknownFunction {
+	if frames, _ := resolve(f.tracker, 42, 5, stackOf(RawFrame{Code: code0, Check: check + 1})); frames[0].Function != UnknownFunction {
 		t.Errorf("other check after exit: %+v", frames)
 	}
-	if frames, _ := f.tracker.Resolve(42, 5, stackOf(good)); frames[0].Function != "Model.forward" {
+	if frames, _ := resolve(f.tracker, 42, 5, stackOf(good)); frames[0].Function != "Model.forward" {
 		t.Errorf("after exit, the code object read while alive is lost: %+v", frames)
 	}
 	if st := f.tracker.Stats(); st.CodeUnreadable != 1 {
@@ -325,7 +352,7 @@ func TestTrackerBounds(t *testing.T) {
 		t.Fatalf("not set up: %+v", f.tracker.Stats())
 	}
 	for i := uint64(0); i < 10; i++ {
-		f.tracker.Resolve(42, 5, stackOf(RawFrame{Code: 0x100000 + i*0x1000, Check: 1}))
+		resolve(f.tracker, 42, 5, stackOf(RawFrame{Code: 0x100000 + i*0x1000, Check: 1}))
 	}
 	st := f.tracker.Stats()
 	if st.ReadBudgetExceeded == 0 || st.CodeMisses > 5 {
@@ -334,12 +361,12 @@ func TestTrackerBounds(t *testing.T) {
 	if st.CodeEvicted == 0 || st.CodeBytes > 200 {
 		t.Errorf("cache bound: %d bytes, %d evicted", st.CodeBytes, st.CodeEvicted)
 	}
-	frames, _ := f.tracker.Resolve(42, 5, stackOf(RawFrame{Code: 0x200000, Check: 1}))
+	frames, _ := resolve(f.tracker, 42, 5, stackOf(RawFrame{Code: 0x200000, Check: 1}))
 	if frames[0].Function != BudgetFunction {
 		t.Errorf("over budget: %+v", frames)
 	}
 	f.now = f.now.Add(time.Second)
-	frames, _ = f.tracker.Resolve(42, 5, stackOf(RawFrame{Code: code0, Check: uint64(0x60000) ^ (0x61000 << 1)}))
+	frames, _ = resolve(f.tracker, 42, 5, stackOf(RawFrame{Code: code0, Check: uint64(0x60000) ^ (0x61000 << 1)}))
 	if frames[0].Function != "Model.forward" {
 		t.Errorf("budget refilled: %+v", frames)
 	}
@@ -361,17 +388,17 @@ func TestTrackerFork(t *testing.T) {
 		return f.mem
 	}
 	reads := f.maps.reads
-	if f.tracker.Fork(Event{TGID: 44, ParentTGID: 42, StartBoottime: 9, ParentStartBoottime: 6, MM: 3}) {
+	if f.tracker.Fork(interp.Process{PID: 44, StartNs: 9, MM: 3}, interp.Process{PID: 42, StartNs: 6}) {
 		t.Error("a fork of another process under the parent's pid (wrong start time) was set up")
 	}
-	if !f.tracker.Fork(Event{TGID: 43, ParentTGID: 42, StartBoottime: 9, ParentStartBoottime: 5, MM: 3}) {
+	if !f.tracker.Fork(interp.Process{PID: 43, StartNs: 9, MM: 3}, interp.Process{PID: 42, StartNs: 5}) {
 		t.Fatal("fork of a set-up parent refused")
 	}
 	if f.maps.reads != reads {
 		t.Error("the fork was looked at in /proc")
 	}
 	check := uint64(0x60000) ^ (0x61000<<1 | 0x61000>>63)
-	frames, _ := f.tracker.Resolve(43, 9, stackOf(RawFrame{Code: code0, Check: check, Lasti: int32(f.l.CodeAdaptive) + 2}))
+	frames, _ := resolve(f.tracker, 43, 9, stackOf(RawFrame{Code: code0, Check: check, Lasti: int32(f.l.CodeAdaptive) + 2}))
 	if len(frames) != 1 || frames[0].Function != "Model.forward" || frames[0].Line != 12 {
 		t.Fatalf("child's frames %+v", frames)
 	}
@@ -380,13 +407,13 @@ func TestTrackerFork(t *testing.T) {
 	}
 	// An object the parent no longer has either (another check): never a
 	// name.
-	frames, _ = f.tracker.Resolve(43, 9, stackOf(RawFrame{Code: code0, Check: check + 1}))
+	frames, _ = resolve(f.tracker, 43, 9, stackOf(RawFrame{Code: code0, Check: check + 1}))
 	if frames[0].Function != UnknownFunction {
 		t.Errorf("replaced object in the parent: %+v", frames)
 	}
 	// The parent exits and is forgotten: the child keeps its own state.
-	f.tracker.Forget(42, 5)
-	if frames, _ := f.tracker.Resolve(43, 9, stackOf(RawFrame{Code: 0x9990000, Check: 1})); len(frames) != 1 || frames[0].Function != UnknownFunction {
+	f.tracker.Forget(procfs.ID{PID: 42, Start: procfs.StartFromBoottime(5)})
+	if frames, _ := resolve(f.tracker, 43, 9, stackOf(RawFrame{Code: 0x9990000, Check: 1})); len(frames) != 1 || frames[0].Function != UnknownFunction {
 		t.Errorf("after the parent left: %+v", frames)
 	}
 	if n, ok := f.tracker.Start(43); !ok || n != 9 {
@@ -401,17 +428,17 @@ func TestTrackerForkSiblingsShareCodes(t *testing.T) {
 	f := newFakeProc(t, nil)
 	f.notify(1)
 	for _, pid := range []uint32{43, 45} {
-		if !f.tracker.Fork(Event{TGID: pid, ParentTGID: 42, StartBoottime: 9, ParentStartBoottime: 5, MM: 3}) {
+		if !f.tracker.Fork(interp.Process{PID: pid, StartNs: 9, MM: 3}, interp.Process{PID: 42, StartNs: 5}) {
 			t.Fatal("fork refused")
 		}
 	}
 	check := uint64(0x60000) ^ (0x61000<<1 | 0x61000>>63)
 	raw := stackOf(RawFrame{Code: code0, Check: check})
-	if frames, _ := f.tracker.Resolve(43, 9, raw); frames[0].Function != "Model.forward" {
+	if frames, _ := resolve(f.tracker, 43, 9, raw); frames[0].Function != "Model.forward" {
 		t.Fatalf("first worker: %+v", frames)
 	}
 	clear(f.mem.seg) // every process is gone
-	if frames, _ := f.tracker.Resolve(45, 9, raw); frames[0].Function != "Model.forward" {
+	if frames, _ := resolve(f.tracker, 45, 9, raw); frames[0].Function != "Model.forward" {
 		t.Errorf("second worker, after all exited: %+v", frames)
 	}
 	if st := f.tracker.Stats(); st.CodeMisses != 1 {
@@ -426,5 +453,26 @@ func TestTrackerIgnoresExitingTask(t *testing.T) {
 	f.notify(0)
 	if _, ok := f.procs[42]; !ok {
 		t.Error("an exiting task's announce dropped the process")
+	}
+}
+
+func TestTrackerTellsWhenReady(t *testing.T) {
+	f := newFakeProc(t, nil)
+	var ready []interp.Process
+	f.tracker.o.Ready = func(p interp.Process) { ready = append(ready, p) }
+	f.mem.put64(interp0+uint64(f.l.InterpThreadsHead), 0) // not initialised yet
+	f.notify(1)
+	if len(ready) != 0 {
+		t.Fatalf("ready before its runtime was initialised: %+v", ready)
+	}
+	f.now = f.now.Add(time.Second)
+	f.mem.put64(interp0+uint64(f.l.InterpThreadsHead), tstate0)
+	f.tracker.Retry()
+	delete(f.procs, 42)
+	f.notify(1) // its entry lost and put back: not ready a second time
+	f.tracker.Fork(interp.Process{PID: 43, StartNs: 9, MM: 3}, interp.Process{PID: 42, StartNs: 5})
+	want := []interp.Process{{PID: 42, StartNs: 5, MM: 1}, {PID: 43, StartNs: 9, MM: 3}}
+	if len(ready) != len(want) || ready[0] != want[0] || ready[1] != want[1] {
+		t.Errorf("ready %+v, want %+v", ready, want)
 	}
 }

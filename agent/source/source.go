@@ -3,8 +3,9 @@
 // daemon, which attributes, symbolises, builds and ships what they deliver
 // without knowing which source it came from.
 //
-// A new profile type is one package that implements Kind and Source, and
-// one line in the list of kinds the agent runs (agent/cli).
+// A new profile type is one package that implements Kind and Source, its
+// entry in schema/profiles.go, and one line in the list of kinds the agent
+// runs (agent/cli).
 package source
 
 import (
@@ -15,10 +16,11 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/slurmscope/slurmscope/agent/bpf"
 	"github.com/slurmscope/slurmscope/agent/budget"
+	"github.com/slurmscope/slurmscope/agent/interp"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/profiles"
-	"github.com/slurmscope/slurmscope/agent/python"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
 )
 
@@ -33,17 +35,43 @@ type Sample struct {
 	// source captured them (agent/symbolize says how return addresses are
 	// treated). Either may be nil. Samples may share them: read only.
 	Kernel, User []uint64
-	// Python are the sampled thread's Python frames, innermost first, as
-	// Stacks.Python resolved them; the daemon splices them into the
-	// symbolised User frames (python.Splice), for every source alike.
-	// PythonTruncated: the Python stack was cut at its outer end.
-	Python          []python.Frame
-	PythonTruncated bool
+	// Interp are the sampled thread's interpreter frames, as
+	// Stacks.Resolve named them; the daemon splices them into the
+	// symbolised User frames (interp.Splice), for every source alike.
+	Interp interp.Stack
+	// Setup is what of the stack capture was ready for the process when
+	// the sample was taken; 0 where the source does not say.
+	Setup Setup
 	// Labels are the source's own sample labels (the GPU a kernel ran on);
 	// the daemon adds the job step.
 	Labels []profiles.Label
 	// Values holds one value per sample type of the source's profile type.
 	Values []int64
+}
+
+// Setup is what of the stack capture was ready for a process when one of
+// its samples was taken (stack.h's STACK_SETUP_* bits). Until then its
+// samples lack callers (SetupNative: its unwind tables) or interpreter
+// frames (SetupInterp: an interpreter's state): the stack tests judge the
+// samples taken once their workload was set up.
+type Setup uint32
+
+const (
+	SetupNative = Setup(bpf.SetupNative)
+	SetupInterp = Setup(bpf.SetupInterp)
+)
+
+// String is the setup as a label value (schema.StackSetupLabel).
+func (s Setup) String() string {
+	switch s & (SetupNative | SetupInterp) {
+	case SetupNative:
+		return "native"
+	case SetupInterp:
+		return "interpreter"
+	case SetupNative | SetupInterp:
+		return "native_interpreter"
+	}
+	return "none"
 }
 
 // Info describes a source to the daemon. It does not change.
@@ -118,13 +146,13 @@ const (
 // Stacks is the user-stack capture that every source's probe shares
 // (agent/stackwalk.Walker): the program of a probe that includes
 // bpf/include/stack.h is loaded with its constants and shared maps, and the
-// raw Python frames the probe captured are resolved through it.
+// raw interpreter frames the probe captured are named through it.
 type Stacks interface {
 	Prepare(spec *ebpf.CollectionSpec) (consts map[string]any, maps map[string]*ebpf.Map, err error)
-	// Python resolves one sample's raw Python frames of process pid,
+	// Resolve names one sample's raw interpreter frames of process pid,
 	// started at startNs (the leader's start_boottime): see
-	// stackwalk.Walker.Python.
-	Python(pid uint32, startNs uint64, raw *python.RawStack) ([]python.Frame, bool)
+	// stackwalk.Walker.Resolve.
+	Resolve(pid uint32, startNs uint64, raw *bpf.InterpStack) interp.Stack
 }
 
 // Env is what the agent gives a source it starts.
@@ -142,7 +170,7 @@ type Env struct {
 	Owner  func(procfs.ID) string
 	Job    func(procfs.ID) string
 	// Stacks captures user stacks for the source's probe; nil: frame
-	// pointers only (bpf_get_stack) and no Python frames.
+	// pointers only (bpf_get_stack) and no interpreter frames.
 	Stacks Stacks
 	// Reg takes the source's own metrics; the daemon exports Info's.
 	Reg prometheus.Registerer

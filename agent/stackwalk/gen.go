@@ -6,4 +6,4 @@ package stackwalk
 // (amd64, arm64): the unwinder's maps exist on x86-64 only so far. The maps
 // and helpers shared with the probes come from ../bpf/include (stack.h).
 
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-14 -strip llvm-strip-14 -cflags "-O2 -g -Wall -Werror -I../bpf/include" -target amd64,arm64 procs procs.bpf.c
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-14 -strip llvm-strip-14 -cflags "-O2 -g -Wall -Werror -I../bpf/include" -target amd64,arm64 -no-global-types procs procs.bpf.c

@@ -8,16 +8,11 @@ import (
 	"github.com/slurmscope/slurmscope/schema"
 )
 
-// Collectors are the Walker's metrics, read from the unwinder's and the
-// tracker's counters at each scrape.
-func (w *Walker) Collectors() []prometheus.Collector { return []prometheus.Collector{collector{w}} }
-
 type collector struct{ w *Walker }
 
 var metricDefs = []schema.Metric{
 	schema.AgentUnwindMode, schema.AgentUnwindWalks, schema.AgentUnwindFrames, schema.AgentUnwindTableBytes, schema.AgentUnwindBudget,
 	schema.AgentUnwindProcesses, schema.AgentUnwindFiles, schema.AgentUnwindSyncs,
-	schema.AgentPythonProcesses, schema.AgentPythonSkipped, schema.AgentPythonFrames, schema.AgentPythonCodeBytes,
 }
 
 var descs = func() map[string]*prometheus.Desc {
@@ -64,26 +59,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			"over_budget": st.TablesOverBudget, "open_error": st.OpenErrors} {
 			emit(schema.AgentUnwindFiles, float64(n), res)
 		}
-		w.mu.Lock()
-		syncs, errs := w.m.syncs, w.m.syncErrors
-		w.mu.Unlock()
+		m := w.life.counters()
+		syncs, errs := m.syncs, m.syncErrors
 		emit(schema.AgentUnwindSyncs, float64(syncs-min(errs, syncs)), "ok")
 		emit(schema.AgentUnwindSyncs, float64(errs), "error")
-	}
-	if t := w.tracker; t != nil {
-		st := t.Stats()
-		for v, n := range st.Found {
-			emit(schema.AgentPythonProcesses, float64(n), v)
-		}
-		emit(schema.AgentPythonProcesses, float64(st.Forked), "forked")
-		for r, n := range st.Skipped {
-			emit(schema.AgentPythonSkipped, float64(n), r)
-		}
-		emit(schema.AgentPythonFrames, float64(st.Frames-min(st.Frames, st.CodeGone+st.ReadBudgetExceeded+st.CodeUnreadable)), "resolved")
-		emit(schema.AgentPythonFrames, float64(st.CodeGone), "gone")
-		emit(schema.AgentPythonFrames, float64(st.CodeUnreadable), "unreadable")
-		emit(schema.AgentPythonFrames, float64(st.ReadBudgetExceeded), "read_budget")
-		emit(schema.AgentPythonFrames, float64(st.Truncated), "truncated")
-		emit(schema.AgentPythonCodeBytes, float64(st.CodeBytes))
 	}
 }

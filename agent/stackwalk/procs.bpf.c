@@ -6,16 +6,13 @@
 // on the scheduler's tracepoints (kprobes are not needed):
 //
 //   - sched_process_fork: a forked child runs its parent's image, so it gets
-//     the parent's state at once, before user space has looked at it: its
-//     unwind_procs entry points at the parent's mappings (unwind.h,
-//     alias_tgid), and its py_procs entry is the parent's (python.h,
-//     py_fork). Short-lived workers (a multiprocessing pool, a DataLoader)
-//     are unwound and get Python frames from their first sample.
+//     the parent's unwinder and interpreter state at once (stack_fork),
+//     before user space has looked at it.
 //   - sched_process_exec: the process's mappings are gone, and its
 //     unwind_procs entry with them (its start time does not change, so the
 //     unwinder could not tell); its next sample announces it, and user space
-//     loads the new image. py_procs needs nothing: its entry names the old
-//     mm.
+//     loads the new image. interp_procs needs nothing: its entry names the
+//     old mm.
 //
 // The maps are agent/stackwalk's, shared with the probes. (The build
 // constraint above keeps the go tool from taking this file for a cgo
@@ -29,41 +26,11 @@ struct bpf_raw_tracepoint_args {
 	__u64 args[0];
 };
 
-#define BPF_ANY 0
-
 // TP_PROTO(struct task_struct *parent, struct task_struct *child)
 SEC("raw_tp/sched_process_fork")
 int on_fork(struct bpf_raw_tracepoint_args *ctx)
 {
-	struct task_struct *parent = (struct task_struct *)ctx->args[0];
-	struct task_struct *child = (struct task_struct *)ctx->args[1];
-	__u32 tgid = BPF_CORE_READ(child, tgid);
-
-	// A new thread shares its process's state already.
-	if ((__u32)BPF_CORE_READ(child, pid) != tgid)
-		return 0;
-	__u32 ptgid = BPF_CORE_READ(parent, tgid);
-	__u64 pstart = BPF_CORE_READ(parent, group_leader, start_boottime);
-	__u64 cstart = BPF_CORE_READ(child, start_boottime);
-
-#if defined(__TARGET_ARCH_x86)
-	if (stack_tables) {
-		struct unwind_proc *p = bpf_map_lookup_elem(&unwind_procs, &ptgid);
-
-		if (p && p->start_ticks == pstart / UNWIND_NSEC_PER_TICK) {
-			// A fork of a fork names the process that was loaded.
-			struct unwind_proc c = {
-				.start_ticks = cstart / UNWIND_NSEC_PER_TICK,
-				.alias_tgid = p->alias_tgid ? p->alias_tgid : ptgid,
-				.alias_start_ticks = p->alias_tgid ? p->alias_start_ticks : p->start_ticks,
-			};
-
-			bpf_map_update_elem(&unwind_procs, &tgid, &c, BPF_ANY);
-		}
-	}
-#endif
-	if (stack_python)
-		py_fork(parent, child, ptgid, pstart, tgid, cstart);
+	stack_fork((struct task_struct *)ctx->args[0], (struct task_struct *)ctx->args[1]);
 	return 0;
 }
 

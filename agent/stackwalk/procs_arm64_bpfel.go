@@ -8,101 +8,25 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
-	"structs"
 
 	"github.com/cilium/ebpf"
 )
-
-type procsPyFrameBuf struct {
-	_ structs.HostLayout
-	B [128]uint8
-}
-
-type procsPyProc struct {
-	_                  structs.HostLayout
-	StartBoottime      uint64
-	Mm                 uint64
-	Runtime            uint64
-	Flags              uint32
-	RuntimeInterpHead  uint16
-	CodeCheck          uint16
-	InterpThreadsHead  uint16
-	TstateNext         uint16
-	TstateFrame        uint16
-	CframeCurrentFrame uint16
-	TstateId           uint16
-	FrameReadOff       uint16
-	FrameReadLen       uint16
-	FrameBack          uint16
-	FrameCode          uint16
-	FrameLasti         uint16
-	FrameIsEntry       uint16
-	FrameOwner         uint16
-	LastiBase          uint64
-}
-
-type procsPySeenVal struct {
-	_             structs.HostLayout
-	StartBoottime uint64
-	Mm            uint64
-	NextNs        uint64
-}
-
-type procsPyStack struct {
-	_      structs.HostLayout
-	Len    uint32
-	Status uint32
-	Flags  uint32
-	Pad    uint32
-	Frames [64]struct {
-		_       structs.HostLayout
-		Code    uint64
-		Check   uint64
-		Lasti   int32
-		Owner   uint8
-		IsEntry uint8
-		Pad     uint16
-	}
-}
-
-type procsPyThreadKey struct {
-	_    structs.HostLayout
-	Tgid uint32
-	Tid  uint32
-}
-
-type procsPyThreadVal struct {
-	_             structs.HostLayout
-	Tstate        uint64
-	StartBoottime uint64
-	RetryNs       uint64
-	Head          uint64
-}
-
-type procsUnwindStack struct {
-	_     structs.HostLayout
-	Ips   [127]uint64
-	Len   uint32
-	End   uint32
-	Flags uint32
-	Pad   uint32
-}
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	procsMapPyEvents       = "py_events"
-	procsMapPyFrameScratch = "py_frame_scratch"
-	procsMapPyProcs        = "py_procs"
-	procsMapPySeen         = "py_seen"
-	procsMapPyThreads      = "py_threads"
-	procsMapStackFpScratch = "stack_fp_scratch"
-	procsMapStackPyScratch = "stack_py_scratch"
-	procsProgOnExec        = "on_exec"
-	procsProgOnFork        = "on_fork"
-	procsVarStackPython    = "stack_python"
-	procsVarStackTables    = "stack_tables"
+	procsMapInterpProcs        = "interp_procs"
+	procsMapPyFrameScratch     = "py_frame_scratch"
+	procsMapPyThreads          = "py_threads"
+	procsMapStackEvents        = "stack_events"
+	procsMapStackFpScratch     = "stack_fp_scratch"
+	procsMapStackInterpScratch = "stack_interp_scratch"
+	procsMapStackSeen          = "stack_seen"
+	procsProgOnExec            = "on_exec"
+	procsProgOnFork            = "on_fork"
+	procsVarStackInterpreters  = "stack_interpreters"
+	procsVarStackTables        = "stack_tables"
 )
 
 // loadProcs returns the embedded CollectionSpec for procs.
@@ -155,21 +79,21 @@ type procsProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type procsMapSpecs struct {
-	PyEvents       *ebpf.MapSpec `ebpf:"py_events"`
-	PyFrameScratch *ebpf.MapSpec `ebpf:"py_frame_scratch"`
-	PyProcs        *ebpf.MapSpec `ebpf:"py_procs"`
-	PySeen         *ebpf.MapSpec `ebpf:"py_seen"`
-	PyThreads      *ebpf.MapSpec `ebpf:"py_threads"`
-	StackFpScratch *ebpf.MapSpec `ebpf:"stack_fp_scratch"`
-	StackPyScratch *ebpf.MapSpec `ebpf:"stack_py_scratch"`
+	InterpProcs        *ebpf.MapSpec `ebpf:"interp_procs"`
+	PyFrameScratch     *ebpf.MapSpec `ebpf:"py_frame_scratch"`
+	PyThreads          *ebpf.MapSpec `ebpf:"py_threads"`
+	StackEvents        *ebpf.MapSpec `ebpf:"stack_events"`
+	StackFpScratch     *ebpf.MapSpec `ebpf:"stack_fp_scratch"`
+	StackInterpScratch *ebpf.MapSpec `ebpf:"stack_interp_scratch"`
+	StackSeen          *ebpf.MapSpec `ebpf:"stack_seen"`
 }
 
 // procsVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type procsVariableSpecs struct {
-	StackPython *ebpf.VariableSpec `ebpf:"stack_python"`
-	StackTables *ebpf.VariableSpec `ebpf:"stack_tables"`
+	StackInterpreters *ebpf.VariableSpec `ebpf:"stack_interpreters"`
+	StackTables       *ebpf.VariableSpec `ebpf:"stack_tables"`
 }
 
 // procsObjects contains all objects after they have been loaded into the kernel.
@@ -192,24 +116,24 @@ func (o *procsObjects) Close() error {
 //
 // It can be passed to loadProcsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type procsMaps struct {
-	PyEvents       *ebpf.Map `ebpf:"py_events"`
-	PyFrameScratch *ebpf.Map `ebpf:"py_frame_scratch"`
-	PyProcs        *ebpf.Map `ebpf:"py_procs"`
-	PySeen         *ebpf.Map `ebpf:"py_seen"`
-	PyThreads      *ebpf.Map `ebpf:"py_threads"`
-	StackFpScratch *ebpf.Map `ebpf:"stack_fp_scratch"`
-	StackPyScratch *ebpf.Map `ebpf:"stack_py_scratch"`
+	InterpProcs        *ebpf.Map `ebpf:"interp_procs"`
+	PyFrameScratch     *ebpf.Map `ebpf:"py_frame_scratch"`
+	PyThreads          *ebpf.Map `ebpf:"py_threads"`
+	StackEvents        *ebpf.Map `ebpf:"stack_events"`
+	StackFpScratch     *ebpf.Map `ebpf:"stack_fp_scratch"`
+	StackInterpScratch *ebpf.Map `ebpf:"stack_interp_scratch"`
+	StackSeen          *ebpf.Map `ebpf:"stack_seen"`
 }
 
 func (m *procsMaps) Close() error {
 	return _ProcsClose(
-		m.PyEvents,
+		m.InterpProcs,
 		m.PyFrameScratch,
-		m.PyProcs,
-		m.PySeen,
 		m.PyThreads,
+		m.StackEvents,
 		m.StackFpScratch,
-		m.StackPyScratch,
+		m.StackInterpScratch,
+		m.StackSeen,
 	)
 }
 
@@ -217,8 +141,8 @@ func (m *procsMaps) Close() error {
 //
 // It can be passed to loadProcsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type procsVariables struct {
-	StackPython *ebpf.Variable `ebpf:"stack_python"`
-	StackTables *ebpf.Variable `ebpf:"stack_tables"`
+	StackInterpreters *ebpf.Variable `ebpf:"stack_interpreters"`
+	StackTables       *ebpf.Variable `ebpf:"stack_tables"`
 }
 
 // procsPrograms contains all programs after they have been loaded into the kernel.

@@ -6,13 +6,9 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/slurmscope/slurmscope/agent/procfs"
-	"github.com/slurmscope/slurmscope/agent/python"
 )
 
 // modeOf gathers agent_unwind_mode_info from w: its mode and reason.
@@ -42,7 +38,7 @@ func modeOf(t *testing.T, w *Walker) string {
 
 // TestFramePointerFallback: a kernel without bpf_loop (before 5.17) gets
 // frame pointers, said so in the metric, rather than an agent that does
-// not start. Python frames are off, so that nothing is loaded and no root
+// not start. No interpreter is on, so that nothing is loaded and no root
 // is needed.
 func TestFramePointerFallback(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
@@ -83,19 +79,5 @@ func TestFramePointerFallback(t *testing.T) {
 	w.Close()
 	if asked {
 		t.Error("bpf_loop probed with tables off")
-	}
-}
-
-// A fork whose parent has no Python state (slurmstepd forking a task, a
-// shell) is not admitted at its fork: the child is still its parent until
-// it execs (root, no job environment), and would be attributed as that.
-// (A Python parent's child is admitted at its fork: e2e TestStacks' pool.)
-func TestUntrackedForkIsNotAdmittedEarly(t *testing.T) {
-	var asked []procfs.ID
-	w := &Walker{o: Options{Profiled: func(id procfs.ID) bool { asked = append(asked, id); return true }},
-		procs: map[int]*proc{}, notProfile: map[int]declinedImage{}, declined: map[int]python.Event{}}
-	w.handle(python.Event{TGID: 4321, ParentTGID: 4300, StartBoottime: 7e9, MM: 0xdead}, time.Now())
-	if len(asked) != 0 || len(w.procs) != 0 {
-		t.Fatalf("Profiled asked %v, procs %v: want nothing for an untracked parent's fork", asked, w.procs)
 	}
 }

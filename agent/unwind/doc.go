@@ -1,7 +1,7 @@
 // Package unwind unwinds user stacks without frame pointers, in BPF, from
 // unwind tables built in user space: one unwinder for every probe that
 // takes a user stack (the CPU sampler in agent/cpu, the GPU launch marker
-// in agent/gputrace), and the place where CPython frames are spliced in.
+// in agent/gputrace).
 //
 // # Pieces
 //
@@ -50,15 +50,15 @@
 // files a job controls: no links followed, regular files owned by the
 // process's uid or root, sizes capped).
 //
-// The Python frames of a sample (agent/python) are walked beside the
-// native ones by stack.h; user space replaces the native frames of the
-// interpreter's eval loop (_PyEval_EvalFrameDefault), in order from the
-// leaf, by the Python frames each was running. The unwinder keeps every
-// native frame, in order, with its address, for that splice.
+// The interpreter frames of a sample (agent/interp) are walked beside the
+// native ones by stack.h; the daemon replaces the native frames of an
+// interpreter's eval loop, in order from the leaf, by the frames each was
+// running. The unwinder keeps every native frame, in order, with its
+// address, for that splice.
 //
 // # Kernels and architectures
 //
 // Linux 5.17 or later (bpf_loop). x86-64 only; arm64 is planned in
-// bpf/unwind.h and package cfi (link-register return addresses, pointer
+// agent/bpf/include/unwind.h and package cfi (link-register return addresses, pointer
 // authentication) but not built.
 package unwind

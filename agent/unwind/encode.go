@@ -6,7 +6,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/unwind/cfi"
 )
 
-// encode lays a table out as its BPF inner map (bpf/unwind.h): element 0
+// encode lays a table out as its BPF inner map (agent/bpf/include/unwind.h): element 0
 // the header {pages, rows}, then the page index (pages+1 __u32 entries, two
 // to an element: entry p < pages is the row covering page p's first byte,
 // entry pages the last row), then the rows. Row 0 is always at pc 0 (a gap

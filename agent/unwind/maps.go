@@ -6,7 +6,7 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-// Names of the maps in bpf/unwind.h. A program that includes the header
+// Names of the maps in agent/bpf/include/unwind.h. A program that includes the header
 // gets its own placeholders under these names; Maps.Replace swaps them for
 // the shared ones.
 const (
@@ -25,7 +25,7 @@ const (
 	bpfFInnerMap   = 1 << 12
 )
 
-// Sizes in bpf/unwind.h; TestLayoutMatchesHeader holds them to the
+// Sizes in agent/bpf/include/unwind.h; TestLayoutMatchesHeader holds them to the
 // compiled header.
 const (
 	mappingKeySize = 16   // struct unwind_mapping_key
@@ -36,6 +36,12 @@ const (
 	cacheEntries   = 1 << 10
 	pageShift      = 9 // UNWIND_PAGE_SHIFT
 )
+
+// MapNames are the names of the maps of agent/bpf/include/unwind.h, which the Loader
+// creates and Maps.Replace hands to a program.
+func MapNames() []string {
+	return []string{mapTables, mapMappings, mapProcs, mapStats, mapScratch, mapCache, mapGen}
+}
 
 // maxMapEntries caps the sizes of the maps Options sets.
 const maxMapEntries = 1 << 24
@@ -66,7 +72,7 @@ func mapSpecs(o Options) map[string]*ebpf.MapSpec {
 }
 
 // Maps are the unwinder's BPF maps, shared by every program that includes
-// bpf/unwind.h.
+// agent/bpf/include/unwind.h.
 type Maps struct {
 	tables, mappings, procs, stats, scratch, cache, gen *ebpf.Map
 }
@@ -96,7 +102,7 @@ func newMaps(o Options) (*Maps, error) {
 }
 
 // Replace prepares a collection spec of a program that includes
-// bpf/unwind.h: it sizes the spec's unwind maps like the shared ones and
+// agent/bpf/include/unwind.h: it sizes the spec's unwind maps like the shared ones and
 // returns them for ebpf.CollectionOptions.MapReplacements (merge them into
 // any replacements of the program's own).
 func (m *Maps) Replace(spec *ebpf.CollectionSpec) (map[string]*ebpf.Map, error) {
@@ -104,11 +110,11 @@ func (m *Maps) Replace(spec *ebpf.CollectionSpec) (map[string]*ebpf.Map, error) 
 	for name, mp := range m.all() {
 		ms, ok := spec.Maps[name]
 		if !ok {
-			return nil, fmt.Errorf("unwind: program has no map %s: does it include bpf/unwind.h?", name)
+			return nil, fmt.Errorf("unwind: program has no map %s: does it include agent/bpf/include/unwind.h?", name)
 		}
 		ms.MaxEntries = mp.MaxEntries()
 		if err := ms.Compatible(mp); err != nil {
-			return nil, fmt.Errorf("unwind: map %s differs from bpf/unwind.h: %w", name, err)
+			return nil, fmt.Errorf("unwind: map %s differs from agent/bpf/include/unwind.h: %w", name, err)
 		}
 		out[name] = mp
 	}

@@ -7,7 +7,7 @@ import (
 )
 
 // Indexes into unwind_stats (enum unwind_stat and enum unwind_end in
-// bpf/unwind.h; TestLayoutMatchesHeader holds them to it).
+// agent/bpf/include/unwind.h; TestLayoutMatchesHeader holds them to it).
 const (
 	EndStack = iota
 	EndFrameLimit

@@ -2,14 +2,15 @@
 //
 // One piece of code that captures a user thread's stack for every probe
 // (the CPU sampler's perf_event program, the GPU launch marker's uprobe):
-// its native frames and its CPython frames. Include after common.h.
+// its native frames and its interpreter frames. Include after common.h.
 //
 //	long err;
 //	struct unwind_stack *st = stack_native(ctx, tgid, start_boottime_ns, &err);
 //	// st->ips[0 .. st->len), innermost first; st->end: enum unwind_end.
 //	// 0 with err < 0: no user stack (a kernel thread, an unreadable stack).
-//	struct py_stack *py = stack_python_frames(task, pid_tgid, start_boottime_ns);
-//	// 0 when Python frames are off; else py->len frames and py->status.
+//	struct interp_stack *in = stack_interp_frames(task, pid_tgid, start_boottime_ns);
+//	// 0 when no interpreter is on; else in->len frames of in->kind, in->status.
+//	__u32 setup = stack_setup(st, in); // STACK_SETUP_*: what was loaded
 //
 // Both return per-CPU buffers, valid until the program returns: copy or
 // hash what is kept. The two buffers are distinct, and kernel stacks
@@ -19,22 +20,77 @@
 // Native frames come from agent/unwind's tables (unwind.h: .eh_frame rows,
 // frame pointers for files without them) when the loader sets
 // stack_tables, on x86-64; otherwise, and on other architectures, from the
-// kernel's frame-pointer walk (bpf_get_stack), as before the unwinder
-// (--unwind=fp). A process that has state in neither the unwinder's maps nor
-// py_procs is announced on py_events (python.h), which agent/stackwalk
-// reads to load the processes it profiles. Python frames (python.h) are taken when stack_python is
-// set (--python-frames). The maps of both come from agent/stackwalk,
-// shared by every program.
+// kernel's frame-pointer walk (bpf_get_stack, --unwind=fp). Interpreter
+// frames come from the walk of the process's interpreter (interpreters.h),
+// chosen by its interp_procs entry. A process that has state in neither
+// the unwinder's maps nor interp_procs is announced on stack_events, which
+// agent/stackwalk reads to load the processes it profiles; its fork hook
+// (stack_fork) gives a forked child its parent's state. Every map here is
+// agent/stackwalk's, created once and shared by every program.
 
 #ifndef SLURMSCOPE_STACK_H
 #define SLURMSCOPE_STACK_H
 
 #include "unwind.h"
-#include "python.h"
+#include "interp.h"
+#include "interpreters.h"
 
-// Set by the loader (agent/stackwalk, Walker.Constants).
-volatile const __u32 stack_tables = 0; // 1: table unwinder (x86-64 only)
-volatile const __u32 stack_python = 0; // 1: walk CPython frames
+#ifndef BPF_MAP_TYPE_LRU_HASH
+#define BPF_MAP_TYPE_LRU_HASH 9
+#endif
+
+// Set by the loader (agent/stackwalk, Walker.Prepare).
+volatile const __u32 stack_tables = 0;       // 1: table unwinder (x86-64 only)
+volatile const __u32 stack_interpreters = 0; // bit 1 << kind: that interpreter's walk is on
+
+// How often a process that is not (yet) known is announced again.
+#define STACK_ANNOUNCE_NS 1000000000ULL
+
+// stack_event.flags: why the process was announced, or that it forked.
+enum stack_event_flag {
+	STACK_EVENT_NO_TABLES = 1 << 0, // the unwinder has no tables for it
+	STACK_EVENT_NO_INTERP = 1 << 1, // no (current) interp_procs entry
+	STACK_EVENT_FORK = 1 << 2,      // a forked child given its parent's interpreter entry
+};
+
+// stack_setup's bits: what of the capture was set up for the sampled
+// process. The stack tests judge the samples that have what their
+// workload needs.
+enum stack_setup_flag {
+	STACK_SETUP_NATIVE = 1 << 0, // its tables applied (or frame pointers are the only way)
+	STACK_SETUP_INTERP = 1 << 1, // an interpreter entry was found for it
+};
+
+// Sent to user space; see STACK_EVENT_*.
+struct stack_event {
+	__u32 tgid;
+	__u32 parent_tgid; // STACK_EVENT_FORK: the parent whose entry the child has; else 0
+	__u64 start_boottime;
+	__u64 mm;
+	__u64 parent_start_boottime;
+	__u32 flags; // STACK_EVENT_*
+	__u32 kind;  // STACK_EVENT_FORK: the interpreter of the entry copied
+};
+
+struct stack_seen_val {
+	__u64 start_boottime;
+	__u64 mm;
+	__u64 next_ns;
+	__u32 flags; // announced since next_ns - STACK_ANNOUNCE_NS
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} stack_events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct stack_seen_val);
+} stack_seen SEC(".maps");
 
 // Where bpf_get_stack writes: 1 KiB is too much for the 512-byte BPF
 // stack. Laid out as unwind_user's result, so that callers handle one kind.
@@ -49,8 +105,32 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, UNWIND_SLOTS);
 	__type(key, __u32);
-	__type(value, struct py_stack);
-} stack_py_scratch SEC(".maps");
+	__type(value, struct interp_stack);
+} stack_interp_scratch SEC(".maps");
+
+// stack_announce tells user space of a process it has no state for, at
+// most once a second for each reason.
+static __always_inline void stack_announce(__u32 tgid, __u64 start, __u64 mm, __u32 flags)
+{
+	struct stack_seen_val *seen = bpf_map_lookup_elem(&stack_seen, &tgid);
+	__u64 now = bpf_ktime_get_ns();
+	__u32 sent = 0;
+
+	if (seen && seen->start_boottime == start && seen->mm == mm && now < seen->next_ns) {
+		if ((seen->flags & flags) == flags)
+			return;
+		sent = seen->flags;
+	}
+	struct stack_seen_val val = { .start_boottime = start, .mm = mm, .next_ns = now + STACK_ANNOUNCE_NS,
+				      .flags = sent | flags };
+
+	if (sent)
+		val.next_ns = seen->next_ns;
+	bpf_map_update_elem(&stack_seen, &tgid, &val, 0);
+	struct stack_event ev = { .tgid = tgid, .start_boottime = start, .mm = mm, .flags = flags };
+
+	bpf_ringbuf_output(&stack_events, &ev, sizeof(ev), 0);
+}
 
 // stack_get takes a stack with bpf_get_stack (flags: 0 for the kernel
 // stack, BPF_F_USER_STACK for the user one by frame pointers). Returns 0
@@ -105,15 +185,13 @@ static __always_inline struct unwind_stack *stack_native(void *ctx, __u32 tgid, 
 		struct unwind_stack *st = unwind_user(&regs, tgid, start_boottime_ns);
 
 		// A process whose tables are not loaded (new, just exec'd, or
-		// in no job) is announced, at most once a second: user space
-		// loads the ones it profiles at once rather than at its next
-		// scan of /proc.
+		// in no job) is announced: user space loads the ones it
+		// profiles at once rather than at its next scan of /proc.
 		if (st && !(st->flags & UNWIND_STACK_LOADED)) {
-			struct task_struct___py *task = (void *)bpf_get_current_task();
-			__u64 mm = (__u64)BPF_CORE_READ(task, mm);
+			__u64 mm = interp_task_mm((void *)bpf_get_current_task());
 
 			if (mm) // 0: exiting
-				py_announce(tgid, start_boottime_ns, mm, PY_EVENT_NATIVE);
+				stack_announce(tgid, start_boottime_ns, mm, STACK_EVENT_NO_TABLES);
 		}
 		return st;
 	}
@@ -121,20 +199,117 @@ static __always_inline struct unwind_stack *stack_native(void *ctx, __u32 tgid, 
 	return stack_get(ctx, BPF_F_USER_STACK, err);
 }
 
-// stack_python_frames walks the current thread's CPython frames; 0 when
-// that is off. task is bpf_get_current_task().
-static __always_inline struct py_stack *stack_python_frames(void *task, __u64 pid_tgid, __u64 start_boottime_ns)
+// stack_interp_frames walks the current thread's interpreter frames; 0
+// when no interpreter is on. task is bpf_get_current_task(). A process
+// with no entry (or one left by an earlier image) costs one lookup, and is
+// announced.
+static __always_inline struct interp_stack *stack_interp_frames(void *task, __u64 pid_tgid, __u64 start)
 {
 	__u32 slot = UNWIND_SLOT;
+	__u32 tgid = pid_tgid >> 32;
 
-	if (!stack_python)
+	if (!stack_interpreters)
 		return 0;
-	struct py_stack *py = bpf_map_lookup_elem(&stack_py_scratch, &slot);
+	struct interp_stack *out = bpf_map_lookup_elem(&stack_interp_scratch, &slot);
 
-	if (!py)
+	if (!out)
 		return 0;
-	py_walk(task, pid_tgid, start_boottime_ns, py);
-	return py;
+	out->len = 0;
+	out->flags = 0;
+	out->kind = 0;
+	out->status = INTERP_STATUS_NONE;
+	// No mm: the task is exiting (exit_mm ran), or a kernel thread. It is
+	// not announced: its process is not another one.
+	__u64 mm = interp_task_mm(task);
+
+	if (!mm)
+		return out;
+	struct interp_proc *p = bpf_map_lookup_elem(&interp_procs, &tgid);
+
+	if (!p || p->start_boottime != start || p->mm != mm || p->kind >= 32 ||
+	    !(stack_interpreters & (1U << p->kind))) {
+		stack_announce(tgid, start, mm, STACK_EVENT_NO_INTERP);
+		return out;
+	}
+	out->status = INTERP_STATUS_OK;
+	out->kind = p->kind;
+	switch (p->kind) {
+#define STACK_WALK(kind, walk)                          \
+	case kind:                                      \
+		walk(p, task, pid_tgid, start, out);    \
+		break;
+		STACK_INTERPRETERS(STACK_WALK)
+#undef STACK_WALK
+	default:
+		out->status = INTERP_STATUS_NONE;
+	}
+	return out;
+}
+
+// stack_setup says what of the capture was set up for the sample that
+// took st (0 for none) and in.
+static __always_inline __u32 stack_setup(struct unwind_stack *st, struct interp_stack *in)
+{
+	__u32 setup = 0;
+
+	if (!stack_tables || (st && (st->flags & UNWIND_STACK_LOADED)))
+		setup |= STACK_SETUP_NATIVE;
+	if (in && in->status != INTERP_STATUS_NONE)
+		setup |= STACK_SETUP_INTERP;
+	return setup;
+}
+
+// stack_fork gives a forked child (a new thread group) its parent's state
+// at once, before user space has looked at it: a fork runs the same image,
+// with the same interpreter at the same addresses, and short-lived workers
+// (a multiprocessing pool, a DataLoader) may not live much longer. The
+// child's unwind_procs entry points at the parent's mappings (unwind.h,
+// alias_tgid), and its interp_procs entry is a copy of the parent's; user
+// space is told of the latter (STACK_EVENT_FORK) so that it resolves the
+// child's frames. parent and child are sched_process_fork's tasks.
+static __always_inline void stack_fork(struct task_struct *parent, struct task_struct *child)
+{
+	__u32 tgid = BPF_CORE_READ(child, tgid);
+
+	// A new thread shares its process's state already.
+	if ((__u32)BPF_CORE_READ(child, pid) != tgid)
+		return;
+	__u32 ptgid = BPF_CORE_READ(parent, tgid);
+	__u64 pstart = BPF_CORE_READ(parent, group_leader, start_boottime);
+	__u64 cstart = BPF_CORE_READ(child, start_boottime);
+
+#if defined(__TARGET_ARCH_x86)
+	if (stack_tables) {
+		struct unwind_proc *up = bpf_map_lookup_elem(&unwind_procs, &ptgid);
+
+		if (up && up->start_ticks == pstart / UNWIND_NSEC_PER_TICK) {
+			// A fork of a fork names the process that was loaded.
+			struct unwind_proc c = {
+				.start_ticks = cstart / UNWIND_NSEC_PER_TICK,
+				.alias_tgid = up->alias_tgid ? up->alias_tgid : ptgid,
+				.alias_start_ticks = up->alias_tgid ? up->alias_start_ticks : up->start_ticks,
+			};
+
+			bpf_map_update_elem(&unwind_procs, &tgid, &c, 0);
+		}
+	}
+#endif
+	if (!stack_interpreters)
+		return;
+	struct interp_proc *p = bpf_map_lookup_elem(&interp_procs, &ptgid);
+
+	if (!p || p->start_boottime != pstart || p->mm != interp_task_mm(parent))
+		return;
+	struct interp_proc c = *p;
+
+	c.start_boottime = cstart;
+	c.mm = interp_task_mm(child);
+	if (!c.mm || bpf_map_update_elem(&interp_procs, &tgid, &c, 0))
+		return;
+	struct stack_event ev = { .tgid = tgid, .parent_tgid = ptgid, .start_boottime = cstart, .mm = c.mm,
+				  .parent_start_boottime = pstart, .flags = STACK_EVENT_FORK, .kind = c.kind };
+
+	bpf_ringbuf_output(&stack_events, &ev, sizeof(ev), 0);
 }
 
 #endif // SLURMSCOPE_STACK_H

@@ -19,7 +19,7 @@
 // The includer includes common.h (or defines the __u8..__u64 typedefs and
 // includes <bpf/bpf_helpers.h>) before this file, and is compiled for
 // __TARGET_ARCH_x86 (bpf2go -target amd64). Most programs do not call it
-// directly but through stack.h, which also walks the Python frames. Then:
+// directly but through stack.h, which also walks interpreter frames. Then:
 //
 //	struct unwind_regs regs;
 //	if (unwind_user_regs(ctx, &regs) == 0) {               // 1
@@ -39,11 +39,11 @@
 //    return address (symbolise addr-1), except an entry right after a
 //    signal frame, which is the interrupted pc itself.
 //
-// The Python frame walker (python.h) walks the same thread's CPython frames
-// separately (stack.h calls both). User space then replaces each native
-// frame of the interpreter's eval loop, in order from the leaf, by the
-// Python frames it was running: native frames keep their order and
-// addresses here for that reason, and unwinding never skips one.
+// The interpreter walks (interpreters.h) walk the same thread's
+// interpreter frames separately (stack.h calls both). User space then
+// replaces each native frame of an interpreter's eval loop, in order from
+// the leaf, by the frames it was running: native frames keep their order
+// and addresses here for that reason, and unwinding never skips one.
 //
 // A forked child runs the image its parent ran: until user space loads
 // the child's own mappings, the sched_process_fork program of
@@ -84,7 +84,7 @@
 // by itself), and a caller's frame is almost always just above its
 // callee's, so one copy serves several frames.
 #define UNWIND_WINDOW 1024
-// Per-CPU scratch buffers (the walk's, stack.h's and python.h's) have one
+// Per-CPU scratch buffers (the walk's, stack.h's and the interpreters') have one
 // slot per kind of program: a uprobe program (the GPU launch marker) runs
 // with interrupts on, and a perf_event sample that lands in it walks the
 // same thread on the same CPU; on one slot it overwrote the uprobe walk's

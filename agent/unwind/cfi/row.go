@@ -3,7 +3,7 @@ package cfi
 import "fmt"
 
 // Kind says how a row finds the canonical frame address (CFA), or why it
-// cannot. The values are ABI with agent/unwind/bpf/unwind.h (UNWIND_KIND_*).
+// cannot. The values are ABI with agent/bpf/include/unwind.h (UNWIND_KIND_*).
 // The zero value is KindGap, so a zeroed row never claims a rule.
 type Kind uint8
 

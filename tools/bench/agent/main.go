@@ -261,7 +261,7 @@ func bench(duration, interval time.Duration, rate int, beside string, o loadOpts
 	fmt.Printf("samples: %.0f taken, %.0f unattributed\n", metrics[schema.AgentCPUSamples.Name], metrics[schema.AgentCPUSamplesUnattributed.Name])
 	if o.kind == "python" {
 		// The Python walk ran: the frames it found, all results together.
-		fmt.Printf("python: %.0f processes set up, %.0f frames\n", metrics[schema.AgentPythonProcesses.Name], metrics[schema.AgentPythonFrames.Name])
+		fmt.Printf("python: %.0f processes set up, %.0f frames\n", metrics[schema.AgentInterpProcesses.Name], metrics[schema.AgentInterpFrames.Name])
 	}
 	return nil
 }

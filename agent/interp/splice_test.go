@@ -1,7 +1,8 @@
-package python
+package interp
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/slurmscope/slurmscope/agent/symbolize"
@@ -14,6 +15,16 @@ func nat(names ...string) []symbolize.Frame {
 	}
 	return out
 }
+
+// fakePython splices as CPython does: its eval loop, cold part included.
+type fakePython struct{}
+
+func (fakePython) Module() string { return "[python]" }
+func (fakePython) EvalFrame(f symbolize.Frame) bool {
+	return strings.HasPrefix(f.Function, "_PyEval_EvalFrameDefault") && !f.Inlined
+}
+
+const Module = "[python]"
 
 func pyf(name string, line int, entry bool) Frame {
 	return Frame{Function: name, File: "/job/train.py", Line: line, Entry: entry}
@@ -71,7 +82,7 @@ func TestSplice(t *testing.T) {
 			native:    nat(eval, eval, eval, "main"),
 			py:        []Frame{pyf("recurse", 3, true), pyf("recurse", 3, true)},
 			truncated: true,
-			want:      []string{"py:recurse", "py:recurse", "py:" + TruncatedFunction, eval, "main"},
+			want:      []string{"py:recurse", "py:recurse", "py:[python frames truncated]", eval, "main"},
 		},
 		{
 			name:   "no Python frames: the native stack unchanged",
@@ -93,7 +104,7 @@ func TestSplice(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			before := append([]symbolize.Frame(nil), c.native...)
-			got := Splice(c.native, c.py, c.truncated)
+			got := Splice(c.native, Stack{Frames: c.py, Truncated: c.truncated, By: fakePython{}})
 			if !reflect.DeepEqual(names(got), c.want) {
 				t.Errorf("got  %q\nwant %q", names(got), c.want)
 			}
@@ -103,43 +114,16 @@ func TestSplice(t *testing.T) {
 		})
 	}
 	// Python frames carry file and line.
-	got := Splice(nat(eval), []Frame{pyf("f", 7, true)}, false)
+	got := Splice(nat(eval), Stack{Frames: []Frame{pyf("f", 7, true)}, By: fakePython{}})
 	if want := (symbolize.Frame{Function: "f", File: "/job/train.py", Line: 7, Module: Module}); got[0] != want {
 		t.Errorf("frame %+v, want %+v", got[0], want)
 	}
 }
 
-func TestDecode(t *testing.T) {
-	l9, l10, l11, l12 := layouts[9], layouts[10], layouts[11], layouts[12]
-	cases := []struct {
-		name string
-		l    Layout
-		raw  []RawFrame
-		want []CodeFrame
-	}{
-		{"3.9: byte offsets, every frame an entry", l9,
-			[]RawFrame{{Code: 1, Lasti: 10, Owner: 3}, {Code: 2, Lasti: -1}},
-			[]CodeFrame{cfr(1, 10, true), cfr(2, -1, true)}},
-		{"3.10: code units", l10,
-			[]RawFrame{{Code: 1, Lasti: 5}},
-			[]CodeFrame{cfr(1, 10, true)}},
-		{"3.11: is_entry; instruction pointer less co_code_adaptive", l11,
-			[]RawFrame{{Code: 1, Lasti: 184 + 8}, {Code: 2, Lasti: 184 + 20, IsEntry: 1}, {Code: 3, Lasti: 182, Owner: 3}},
-			[]CodeFrame{cfr(1, 8, false), cfr(2, 20, true), cfr(3, -2, false)}},
-		{"3.12: shims dropped; the frame inside one is its call's entry", l12,
-			[]RawFrame{{Code: 1, Lasti: 192 + 4}, {Code: 2, Lasti: 192 + 6, IsEntry: 1}, {Code: 9, Owner: 3}, {Code: 3, Lasti: 192}, {Code: 9, Owner: 3}},
-			[]CodeFrame{cfr(1, 4, false), cfr(2, 6, true), cfr(3, 0, true)}},
-		{"3.12: a shim innermost marks nothing", l12,
-			[]RawFrame{{Code: 9, Owner: 3}, {Code: 1, Lasti: 192 + 2, Owner: 1}},
-			[]CodeFrame{cfr(1, 2, false)}},
+func TestSpliceWithoutInterpreter(t *testing.T) {
+	native := nat("memcpy", "_PyEval_EvalFrameDefault", "main")
+	got := Splice(native, Stack{Frames: []Frame{pyf("f", 1, true)}})
+	if want := []string{"memcpy", "_PyEval_EvalFrameDefault", "main"}; !reflect.DeepEqual(names(got), want) {
+		t.Errorf("frames without an interpreter spliced: %q", names(got))
 	}
-	for _, c := range cases {
-		if got := c.l.Decode(c.raw); !reflect.DeepEqual(got, c.want) {
-			t.Errorf("%s:\n got %+v\nwant %+v", c.name, got, c.want)
-		}
-	}
-}
-
-func cfr(code uint64, off int, entry bool) CodeFrame {
-	return CodeFrame{Code: code, Offset: off, Entry: entry}
 }
