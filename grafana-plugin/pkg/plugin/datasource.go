@@ -66,27 +66,36 @@ func New(set Settings, secrets map[string]string) *Datasource {
 		set.DefaultProfileType = schema.DefaultProfileType.ID()
 	}
 	d := &Datasource{settings: set, engine: set.engine()}
-	if set.Pyroscope.URL != "" {
-		cfg, err := set.backendConfig("pyroscope", set.Pyroscope, secrets)
-		if err == nil {
-			var p *backends.Pyroscope
-			if p, err = backends.NewPyroscope(cfg); err == nil {
-				d.engine.Profiles, d.pyroscope = p, p
-			}
-		}
+	if p, err := openBackend(set, "pyroscope", set.Pyroscope, secrets, backends.NewPyroscope); p != nil {
+		d.engine.Profiles, d.pyroscope = p, p
+	} else {
 		d.pyroscopeErr = err
 	}
-	if set.Prometheus.URL != "" {
-		cfg, err := set.backendConfig("prometheus", set.Prometheus, secrets)
-		if err == nil {
-			var p *backends.Prometheus
-			if p, err = backends.NewPrometheus(cfg); err == nil {
-				d.engine.Metrics, d.prometheus = p, p
-			}
-		}
+	if p, err := openBackend(set, "prometheus", set.Prometheus, secrets, backends.NewPrometheus); p != nil {
+		d.engine.Metrics, d.prometheus = p, p
+	} else {
 		d.prometheusErr = err
 	}
 	return d
+}
+
+// openBackend builds the client of one backend (name is also the prefix of
+// its secrets) with open: nil and no error where its URL is not set, nil
+// and the reason where its settings are wrong.
+func openBackend[C pinger](set Settings, name string, b BackendSettings, secrets map[string]string, open func(backends.Config) (C, error)) (C, error) {
+	var none C
+	if b.URL == "" {
+		return none, nil
+	}
+	cfg, err := set.backendConfig(name, b, secrets)
+	if err != nil {
+		return none, err
+	}
+	c, err := open(cfg)
+	if err != nil {
+		return none, err
+	}
+	return c, nil
 }
 
 // NewWith builds a datasource on given backends; tests fake them by hand.
