@@ -6,16 +6,8 @@ import { plugin } from './module';
 import { SlurmOptions, SlurmQuery } from './types';
 import { SlurmDataSource, SlurmVariableSupport } from './variables';
 
-const settings = {
-  id: 1,
-  uid: 'slurmscope',
-  type: 'slurmscope-slurm-datasource',
-  name: 'slurmscope',
-  jsonData: {},
-  access: 'proxy',
-  readOnly: false,
-  meta: {} as DataSourceInstanceSettings['meta'],
-} as DataSourceInstanceSettings<SlurmOptions>;
+// What the datasource's constructor reads of its settings.
+const settings = { uid: 'slurmscope', jsonData: {}, meta: {} } as unknown as DataSourceInstanceSettings<SlurmOptions>;
 
 describe('variables', () => {
   it('list attribute values, whatever query type the variable was saved with', async () => {
