@@ -1,6 +1,6 @@
 // Package plugin is the slurmscope Grafana datasource backend: settings,
-// query types, resources, health and job ownership on top of the query
-// engine.
+// queries (each run by its type from package querytype), resources,
+// health and job ownership on top of the query engine.
 package plugin
 
 import (
