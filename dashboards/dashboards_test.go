@@ -23,8 +23,7 @@ import (
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/filter"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/plugin"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
-	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/findings"
-	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/promql"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/querytype"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -155,8 +154,6 @@ func allPanels(ps []panel) []panel {
 
 // ---------- what the backend and the agent define ----------
 
-var queryTypes = []string{plugin.TypeFlamegraph, plugin.TypeProfileSeries, plugin.TypeGPUMetric, plugin.TypeTopEntities, plugin.TypeAttributeValues, plugin.TypeFindings}
-
 // scrapeLabels are the labels Prometheus adds to every series it scrapes.
 var scrapeLabels = []string{"instance", "job"}
 
@@ -269,16 +266,26 @@ func substitute(t *testing.T, where, s, lang string, vars map[string]variable) s
 
 // ---------- slurmscope query models ----------
 
+// target is what the tests below read of a slurmscope query model, of
+// whichever type.
+type target struct {
+	plugin.Model
+	ProfileType string `json:"profileType"`
+	Metric      string `json:"metric"`
+	Entity      string `json:"entity"`
+	RankBy      string `json:"rankBy"`
+}
+
 func checkSlurmscope(t *testing.T, where string, raw json.RawMessage, vars map[string]variable) {
 	t.Helper()
-	var m plugin.Model
+	var m target
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if err := dec.Decode(&m); err != nil {
 		t.Errorf("%s: %v", where, err)
 		return
 	}
-	if !slices.Contains(queryTypes, m.QueryType) {
-		t.Errorf("%s: queryType %q, want one of %v", where, m.QueryType, queryTypes)
+	if !slices.Contains(querytype.Names(), m.QueryType) {
+		t.Errorf("%s: queryType %q, want one of %v", where, m.QueryType, querytype.Names())
 		return
 	}
 	src := substitute(t, where, m.Filter, "cel", vars)
@@ -288,57 +295,18 @@ func checkSlurmscope(t *testing.T, where string, raw json.RawMessage, vars map[s
 	} else if err := f.Err(); err != nil {
 		t.Errorf("%s: filter %q: %v", where, m.Filter, err)
 	}
-	attrs := func(what string, names ...string) {
-		for _, n := range names {
-			if _, ok := schema.ByName(n); !ok {
-				t.Errorf("%s: %s %q is not an attribute of the schema", where, what, n)
-			}
-		}
+	// The type's fields, checked as the datasource checks them.
+	if _, err := querytype.Parse(m.QueryType, raw); err != nil {
+		t.Errorf("%s: %v", where, err)
 	}
-	attrs("groupBy", m.GroupBy...)
-	profileType := func() {
-		if _, ok := schema.ProfileTypeOf(m.ProfileType); !ok {
-			t.Errorf("%s: profileType %q is not a profile type of the schema", where, m.ProfileType)
-		}
+	// A dashboard names what the datasource would otherwise default: the
+	// profile type from the schema, the metric.
+	fields := querytype.FieldNames(m.QueryType)
+	if _, ok := schema.ProfileTypeOf(m.ProfileType); slices.Contains(fields, "profileType") && !ok {
+		t.Errorf("%s: profileType %q is not a profile type of the schema", where, m.ProfileType)
 	}
-	switch m.QueryType {
-	case plugin.TypeFlamegraph:
-		profileType()
-		if m.MaxNodes < 0 || m.MaxNodes > 65536 {
-			t.Errorf("%s: maxNodes %d", where, m.MaxNodes)
-		}
-	case plugin.TypeProfileSeries:
-		profileType()
-	case plugin.TypeGPUMetric:
-		metric, ok := promql.Lookup(m.Metric)
-		if def, known := schema.MetricByName(m.Metric); !known || def.Merge == "" || !ok {
-			t.Errorf("%s: metric %q is not a metric of the schema the datasource offers", where, m.Metric)
-		}
-		if _, err := promql.ParseAgg(m.Aggregation, metric.Agg); err != nil {
-			t.Errorf("%s: %v", where, err)
-		}
-		if m.Window != "" {
-			if d, err := time.ParseDuration(m.Window); err != nil || d < time.Second {
-				t.Errorf("%s: window %q", where, m.Window)
-			}
-		}
-	case plugin.TypeTopEntities:
-		attrs("entity", m.Entity)
-		if _, err := query.ParseRank(m.RankBy); err != nil {
-			t.Errorf("%s: %v", where, err)
-		}
-		if m.Limit < 0 {
-			t.Errorf("%s: limit %d", where, m.Limit)
-		}
-	case plugin.TypeAttributeValues:
-		attrs("attribute", m.Attribute)
-	case plugin.TypeFindings:
-		if _, err := findings.ParseKind(m.Finding); err != nil {
-			t.Errorf("%s: %v", where, err)
-		}
-		if m.Format != "" && m.Format != plugin.FormatTable && m.Format != plugin.FormatNumeric {
-			t.Errorf("%s: format %q", where, m.Format)
-		}
+	if slices.Contains(fields, "metric") && m.Metric == "" {
+		t.Errorf("%s: no metric", where)
 	}
 }
 
@@ -435,7 +403,7 @@ func TestDashboards(t *testing.T) {
 					t.Errorf("%s: query variables come from the slurmscope datasource", where)
 				} else {
 					var m plugin.Model
-					if err := json.Unmarshal(v.Query, &m); err != nil || m.QueryType != plugin.TypeAttributeValues {
+					if err := json.Unmarshal(v.Query, &m); err != nil || m.QueryType != querytype.AttributeValues {
 						t.Errorf("%s: query %s: want an attributeValues query model", where, v.Query)
 					}
 					// Variables resolve in order: a filter may only use
@@ -520,7 +488,7 @@ func TestJobDashboardCoverage(t *testing.T) {
 	var profileTypes, metrics, types []string
 	for _, p := range allPanels(job.Panels) {
 		for _, raw := range p.Targets {
-			var m plugin.Model
+			var m target
 			_ = json.Unmarshal(raw, &m)
 			profileTypes = append(profileTypes, m.ProfileType)
 			metrics = append(metrics, m.Metric)
@@ -534,7 +502,7 @@ func TestJobDashboardCoverage(t *testing.T) {
 			t.Errorf("job dashboard has no %s panel", want.Name)
 		}
 	}
-	if !slices.Contains(types, plugin.TypeFindings) {
+	if !slices.Contains(types, querytype.Findings) {
 		t.Error("job dashboard has no findings table")
 	}
 	for _, want := range []string{schema.ProcessCPU.ID(), schema.GPUTime.ID()} {
@@ -558,9 +526,9 @@ func TestClusterDashboardRanksWaste(t *testing.T) {
 		}
 		for _, p := range allPanels(d.Panels) {
 			for _, raw := range p.Targets {
-				var m plugin.Model
+				var m target
 				_ = json.Unmarshal(raw, &m)
-				if m.QueryType == plugin.TypeTopEntities && m.Entity == schema.JobUser.Name {
+				if m.QueryType == querytype.TopEntities && m.Entity == schema.JobUser.Name {
 					ranks[m.RankBy] = true
 				}
 			}
@@ -708,17 +676,16 @@ func TestAlertRules(t *testing.T) {
 				checkSlurmscope(t, where, b, nil)
 				var m plugin.Model
 				_ = json.Unmarshal(b, &m)
-				switch {
-				case m.QueryType == plugin.TypeFindings && m.Format == plugin.FormatNumeric:
-					for _, l := range plugin.FindingLabels {
+				q, err := querytype.Parse(m.QueryType, b)
+				if err != nil {
+					continue // checkSlurmscope said why
+				}
+				if sh := q.Shape(); sh.Alertable() {
+					for _, l := range sh.Labels {
 						kept[l] = true
 					}
-				case m.QueryType == plugin.TypeGPUMetric:
-					for _, l := range m.GroupBy {
-						kept[l] = true
-					}
-				default:
-					t.Errorf("%s: a %s query (format %q) gives alert rules no numbers to evaluate", where, m.QueryType, m.Format)
+				} else {
+					t.Errorf("%s: a %s query (%s) gives alert rules no numbers to evaluate", where, m.QueryType, b)
 				}
 			default:
 				t.Errorf("%s: datasource %s cannot be alerted on here", where, src.Type)
@@ -763,7 +730,7 @@ func TestAlertRules(t *testing.T) {
 	found := false
 	for _, r := range rules {
 		for _, q := range r.Data {
-			if q.DatasourceUID == "slurmscope" && q.Model["queryType"] == plugin.TypeFindings {
+			if q.DatasourceUID == "slurmscope" && q.Model["queryType"] == querytype.Findings {
 				found = true
 			}
 		}

@@ -34,8 +34,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/slurmscope/slurmscope/agent/remotewrite"
-	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/plugin"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/flame"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/querytype"
 	"github.com/slurmscope/slurmscope/internal/testenv/pyrostandin"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -568,7 +568,7 @@ func (p *pluginProc) flame(t *testing.T, settings map[string]any, u *pluginv2.Us
 	if frames[0].Meta == nil || frames[0].Meta.PreferredVisualization != data.VisTypeFlameGraph {
 		t.Errorf("frame meta %+v", frames[0].Meta)
 	}
-	tr, ok := plugin.FromFrame(frames[0])
+	tr, ok := querytype.FromFrame(frames[0])
 	if !ok {
 		t.Fatalf("not a nested-set frame: %s", dump(frames))
 	}

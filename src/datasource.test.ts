@@ -4,6 +4,18 @@ import type { TemplateSrv } from '@grafana/runtime';
 import { DataSource, resolver } from './datasource';
 import { QueryType, SlurmOptions, SlurmQuery } from './types';
 
+// datasource.ts is the datasource's data half: loading it loads no React
+// editor (its variable support, which has one, is in variables.ts).
+jest.mock('./components/VariableQueryEditor', () => {
+  throw new Error('datasource.ts loaded VariableQueryEditor');
+});
+jest.mock('./components/QueryEditor', () => {
+  throw new Error('datasource.ts loaded QueryEditor');
+});
+jest.mock('./components/ConfigEditor', () => {
+  throw new Error('datasource.ts loaded ConfigEditor');
+});
+
 // A template service that behaves like Grafana's for the cases here: it
 // calls a format function with the raw value (an array for multi-value
 // variables) and leaves anything that is not a variable untouched.

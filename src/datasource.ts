@@ -1,24 +1,12 @@
-import {
-  CoreApp,
-  CustomVariableSupport,
-  DataQueryRequest,
-  DataQueryResponse,
-  DataSourceInstanceSettings,
-  MetricFindValue,
-  ScopedVars,
-  TimeRange,
-} from '@grafana/data';
+import { CoreApp, DataSourceInstanceSettings, MetricFindValue, ScopedVars, TimeRange } from '@grafana/data';
 import { DataSourceWithBackend, getTemplateSrv, TemplateSrv } from '@grafana/runtime';
-import { map, Observable } from 'rxjs';
 
-import { VariableQueryEditor } from './components/VariableQueryEditor';
 import { interpolate, Resolve } from './interpolate';
 import {
   AttributeInfo,
   defaultQuery,
   MetricInfo,
   ProfileTypeInfo,
-  QueryType,
   SlurmOptions,
   SlurmQuery,
   ValidateResult,
@@ -41,13 +29,17 @@ export function resolver(templateSrv: Pick<TemplateSrv, 'replace'>, scopedVars?:
   };
 }
 
+/**
+ * The datasource's queries and resources. Its variable support, which
+ * brings a React editor, is added by SlurmDataSource (variables.ts), the
+ * class Grafana creates.
+ */
 export class DataSource extends DataSourceWithBackend<SlurmQuery, SlurmOptions> {
   constructor(
     instanceSettings: DataSourceInstanceSettings<SlurmOptions>,
     private readonly templateSrv: Pick<TemplateSrv, 'replace'> = getTemplateSrv()
   ) {
     super(instanceSettings);
-    this.variables = new SlurmVariableSupport(this);
     this.profileTypeDefault = instanceSettings.jsonData?.defaultProfileType || undefined;
   }
 
@@ -147,26 +139,3 @@ function rangeParams(range?: TimeRange): Record<string, string> {
   }
   return { from: String(range.from.valueOf()), to: String(range.to.valueOf()) };
 }
-
-/** Variables: attribute values under a filter, with their own editor. */
-export class SlurmVariableSupport extends CustomVariableSupport<DataSource, SlurmQuery> {
-  editor = VariableQueryEditor;
-
-  constructor(private readonly datasource: DataSource) {
-    super();
-  }
-
-  query(request: DataQueryRequest<SlurmQuery>): Observable<DataQueryResponse> {
-    const q = { ...request.targets[0], queryType: QueryType.AttributeValues };
-    return new Observable<MetricFindValue[]>((sub) => {
-      this.datasource
-        .attributeValues(q, request.range, request.scopedVars)
-        .then((v) => {
-          sub.next(v);
-          sub.complete();
-        })
-        .catch((e) => sub.error(e));
-    }).pipe(map((values) => ({ data: values })));
-  }
-}
-

@@ -1,81 +1,23 @@
-// The datasource's query model and settings. They mirror the Go backend's
-// Model (grafana-plugin/pkg/plugin/model.go) and Settings (settings.go):
-// the JSON keys here are the contract between the two halves.
+// The datasource's query model and settings. The query types, their
+// fields and the values those take are generated from the Go registry
+// (queryTypes.gen.ts, from grafana-plugin/pkg/query/querytype); the
+// settings mirror the Go backend's Settings (settings.go). The JSON keys
+// here are the contract between the two halves.
 import type { DataQuery, DataSourceJsonData } from '@grafana/schema';
 
-export const QueryType = {
-  Flamegraph: 'flamegraph',
-  ProfileSeries: 'profileSeries',
-  GPUMetric: 'gpuMetric',
-  TopEntities: 'topEntities',
-  AttributeValues: 'attributeValues',
-  Findings: 'findings',
-} as const;
-export type QueryTypeValue = (typeof QueryType)[keyof typeof QueryType];
+import { Aggregation, DEFAULT_QUERY_TYPE, QueryTypeFields, QueryTypeValue } from './queryTypes.gen';
 
-export const queryTypeOptions: Array<{ value: QueryTypeValue; label: string; description: string }> = [
-  { value: QueryType.Flamegraph, label: 'Flame graph', description: 'Profiles merged across the matching jobs and nodes' },
-  { value: QueryType.ProfileSeries, label: 'Profile series', description: 'Profile totals over time, per group' },
-  {
-    value: QueryType.GPUMetric,
-    label: 'Metrics',
-    description: "A GPU metric, or a host metric from the jobs' cgroups, from Prometheus, per group (counters as per-second rates)",
-  },
-  { value: QueryType.TopEntities, label: 'Top', description: 'Jobs, users or nodes ranked by CPU time, GPU time or GPU utilisation' },
-  { value: QueryType.AttributeValues, label: 'Attribute values', description: 'The values of one attribute (for variables)' },
-  {
-    value: QueryType.Findings,
-    label: 'Findings',
-    description: 'What jobs should change: idle GPUs, unused cores, memory over-requested or near its limit, OOM kills, ...',
-  },
-];
+export * from './queryTypes.gen';
 
-export type Aggregation = 'avg' | 'sum' | 'max' | 'min';
-export type Rank = 'cpuTime' | 'gpuTime' | 'gpuUtilization' | 'wastedCoreHours' | 'wastedGPUHours';
-
-/** The findings the backend computes (Go: findings.Kind). */
-export type FindingKind =
-  | 'oomKilled'
-  | 'gpuIdle'
-  | 'inputBound'
-  | 'cpuUnderused'
-  | 'memoryNearLimit'
-  | 'memoryOverRequested'
-  | 'gpuMemoryUnderused';
-
-/** table: one row per finding; numeric: one number per finding, for alert rules. */
-export type FindingsFormat = 'table' | 'numeric';
-
-export interface SlurmQuery extends DataQuery {
+/** A query: the fields every type has, and those of its type (Go: plugin.Model and querytype). */
+export interface SlurmQuery extends DataQuery, QueryTypeFields {
   queryType?: QueryTypeValue;
   /** CEL over the attribute schema; "" matches everything. */
   filter?: string;
-  /** flamegraph, profileSeries */
-  profileType?: string;
-  /** flamegraph: node budget (default 8192, as Pyroscope's) */
-  maxNodes?: number;
-  /** profileSeries, gpuMetric: dotted attribute names */
-  groupBy?: string[];
-  /** gpuMetric */
-  metric?: string;
-  aggregation?: Aggregation;
-  window?: string;
-  /** topEntities */
-  entity?: string;
-  rankBy?: Rank;
-  limit?: number;
-  /** attributeValues */
-  attribute?: string;
-  /** findings: one kind (unset: every kind), and the frames' shape */
-  finding?: FindingKind;
-  format?: FindingsFormat;
 }
 
-export const DEFAULT_MAX_NODES = 8192;
-export const MAX_MAX_NODES = 65536;
-
 export const defaultQuery: Partial<SlurmQuery> = {
-  queryType: QueryType.Flamegraph,
+  queryType: DEFAULT_QUERY_TYPE,
   filter: '',
 };
 

@@ -1,33 +1,19 @@
 import { QueryEditorProps } from '@grafana/data';
 import { InlineField, InlineFieldRow, RadioButtonGroup, Stack } from '@grafana/ui';
-import React, { ComponentType } from 'react';
+import React from 'react';
 
 import type { DataSource } from '../datasource';
-import { QueryType, QueryTypeValue, queryTypeOptions, SlurmOptions, SlurmQuery } from '../types';
+import { DEFAULT_QUERY_TYPE, queryTypeOptions, SlurmOptions, SlurmQuery } from '../types';
 import { FilterField } from './FilterField';
-import { AttributeValuesEditor } from './query/AttributeValuesEditor';
-import { LABEL_WIDTH, SubEditorProps } from './query/fields';
-import { FindingsEditor } from './query/FindingsEditor';
-import { FlamegraphEditor } from './query/FlamegraphEditor';
-import { GPUMetricEditor } from './query/GPUMetricEditor';
-import { ProfileSeriesEditor } from './query/ProfileSeriesEditor';
-import { TopEntitiesEditor } from './query/TopEntitiesEditor';
+import { editors } from './query/editors.gen';
+import { LABEL_WIDTH } from './query/fields';
 
 export type Props = QueryEditorProps<DataSource, SlurmQuery, SlurmOptions>;
 
-/** The fields of each query type, below the type and the filter they all have. */
-const editors: Record<QueryTypeValue, ComponentType<SubEditorProps>> = {
-  [QueryType.Flamegraph]: FlamegraphEditor,
-  [QueryType.ProfileSeries]: ProfileSeriesEditor,
-  [QueryType.GPUMetric]: GPUMetricEditor,
-  [QueryType.TopEntities]: TopEntitiesEditor,
-  [QueryType.AttributeValues]: AttributeValuesEditor,
-  [QueryType.Findings]: FindingsEditor,
-};
-
 export function QueryEditor({ query, onChange, onRunQuery, datasource, range }: Props) {
-  const queryType = query.queryType ?? QueryType.Flamegraph;
-  const TypeEditor = editors[queryType] ?? FlamegraphEditor;
+  const queryType = query.queryType ?? DEFAULT_QUERY_TYPE;
+  // The fields of each query type, below the type and the filter they all have.
+  const TypeEditor = editors[queryType] ?? editors[DEFAULT_QUERY_TYPE];
 
   const update = (patch: Partial<SlurmQuery>, run = true) => {
     onChange({ ...query, ...patch });

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/plugin"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/querytype"
 )
 
 const (
@@ -272,7 +273,7 @@ func TestDSQueryFlamegraph(t *testing.T) {
 	if r.Error != nil || len(r.Frames) != 1 {
 		t.Fatalf("response A: %v, %d frames", r.Error, len(r.Frames))
 	}
-	got, ok := plugin.FromFrame(r.Frames[0])
+	got, ok := querytype.FromFrame(r.Frames[0])
 	if !ok {
 		t.Fatal("not a flame graph frame")
 	}
@@ -295,7 +296,7 @@ func TestDSQueryOtherRecordings(t *testing.T) {
 	if status != 200 {
 		t.Fatalf("status %d: %s", status, raw)
 	}
-	if tr, ok := plugin.FromFrame(resp.Responses["A"].Frames[0]); !ok || tr.Total() != 10_500_000_000 {
+	if tr, ok := querytype.FromFrame(resp.Responses["A"].Frames[0]); !ok || tr.Total() != 10_500_000_000 {
 		t.Errorf("node-a: %s", raw)
 	}
 }

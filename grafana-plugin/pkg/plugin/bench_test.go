@@ -18,6 +18,7 @@ import (
 
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/querytype"
 	"github.com/slurmscope/slurmscope/internal/testenv/pyrostandin"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -43,13 +44,13 @@ func BenchmarkQueryDataOverhead(b *testing.B) {
 	from, to := now.Add(-time.Hour), now.Add(time.Minute)
 	sel := "{" + schema.JobID.Label + `="77"}`
 	d := NewWith(Settings{}, p, nil)
-	q := dataQuery("A", Model{QueryType: TypeFlamegraph, Filter: `slurm.job.id == "77"`})
+	q := dataQuery("A", queryModel{QueryType: querytype.Flamegraph, Filter: `slurm.job.id == "77"`})
 	q.TimeRange = backend.TimeRange{From: from, To: to}
 	req := &backend.QueryDataRequest{Queries: []backend.DataQuery{q}}
 
 	b.Run("raw", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := p.MergeStacktraces(context.Background(), query.CPUProfileType, sel, from, to, DefaultMaxNodes); err != nil {
+			if _, err := p.MergeStacktraces(context.Background(), query.CPUProfileType, sel, from, to, querytype.DefaultMaxNodes); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -1,6 +1,6 @@
 // Package plugin is the slurmscope Grafana datasource backend: settings,
-// query types, resources, health and job ownership on top of the query
-// engine.
+// queries (each run by its type from package querytype), resources,
+// health and job ownership on top of the query engine.
 package plugin
 
 import (
@@ -15,13 +15,11 @@ import (
 
 	"github.com/grafana/grafana-plugin-sdk-go/backend"
 	"github.com/grafana/grafana-plugin-sdk-go/backend/instancemgmt"
-	"github.com/grafana/grafana-plugin-sdk-go/data"
 
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/filter"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
-	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/findings"
-	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/promql"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/querytype"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -66,27 +64,36 @@ func New(set Settings, secrets map[string]string) *Datasource {
 		set.DefaultProfileType = schema.DefaultProfileType.ID()
 	}
 	d := &Datasource{settings: set, engine: set.engine()}
-	if set.Pyroscope.URL != "" {
-		cfg, err := set.backendConfig("pyroscope", set.Pyroscope, secrets)
-		if err == nil {
-			var p *backends.Pyroscope
-			if p, err = backends.NewPyroscope(cfg); err == nil {
-				d.engine.Profiles, d.pyroscope = p, p
-			}
-		}
+	if p, err := openBackend(set, "pyroscope", set.Pyroscope, secrets, backends.NewPyroscope); p != nil {
+		d.engine.Profiles, d.pyroscope = p, p
+	} else {
 		d.pyroscopeErr = err
 	}
-	if set.Prometheus.URL != "" {
-		cfg, err := set.backendConfig("prometheus", set.Prometheus, secrets)
-		if err == nil {
-			var p *backends.Prometheus
-			if p, err = backends.NewPrometheus(cfg); err == nil {
-				d.engine.Metrics, d.prometheus = p, p
-			}
-		}
+	if p, err := openBackend(set, "prometheus", set.Prometheus, secrets, backends.NewPrometheus); p != nil {
+		d.engine.Metrics, d.prometheus = p, p
+	} else {
 		d.prometheusErr = err
 	}
 	return d
+}
+
+// openBackend builds the client of one backend (name is also the prefix of
+// its secrets) with open: nil and no error where its URL is not set, nil
+// and the reason where its settings are wrong.
+func openBackend[C pinger](set Settings, name string, b BackendSettings, secrets map[string]string, open func(backends.Config) (C, error)) (C, error) {
+	var none C
+	if b.URL == "" {
+		return none, nil
+	}
+	cfg, err := set.backendConfig(name, b, secrets)
+	if err != nil {
+		return none, err
+	}
+	c, err := open(cfg)
+	if err != nil {
+		return none, err
+	}
+	return c, nil
 }
 
 // NewWith builds a datasource on given backends; tests fake them by hand.
@@ -163,15 +170,20 @@ func (d *Datasource) query(ctx context.Context, pc backend.PluginContext, q back
 			resp = backend.ErrDataResponse(backend.StatusInternal, fmt.Sprintf("internal error: %v", p))
 		}
 	}()
-	m, err := parseModel(q)
+	m, t, err := parseModel(q)
 	if err != nil {
-		return backend.ErrDataResponse(backend.StatusBadRequest, err.Error())
+		return errorResponse(badRequest{err})
 	}
 	f, err := filter.Compile(m.Filter)
 	if err != nil {
 		return backend.ErrDataResponse(backend.StatusBadRequest, "filter: "+err.Error())
 	}
-	frames, err := d.run(ctx, d.scope(pc, f), m, queryRange(q))
+	n := t.Needs()
+	if err := d.configErr(n.Pyroscope, n.Prometheus); err != nil {
+		return errorResponse(err)
+	}
+	env := querytype.Env{Engine: d.engine, Scope: d.scope(pc, f), Range: queryRange(q), ProfileType: d.settings.DefaultProfileType}
+	frames, err := t.Run(ctx, env)
 	if err != nil {
 		return errorResponse(err)
 	}
@@ -210,150 +222,6 @@ func (d *Datasource) configErr(needPyroscope, needPrometheus bool) error {
 		return badRequest{d.prometheusErr}
 	}
 	return nil
-}
-
-func (d *Datasource) run(ctx context.Context, scope query.Scope, m Model, r query.Range) (data.Frames, error) {
-	pt := m.ProfileType
-	if pt == "" {
-		pt = d.settings.DefaultProfileType
-	}
-	switch m.QueryType {
-	case TypeFlamegraph:
-		if err := d.configErr(true, false); err != nil {
-			return nil, err
-		}
-		t, err := d.engine.FlameGraph(ctx, scope, pt, r, m.MaxNodes)
-		if err != nil {
-			return nil, err
-		}
-		return data.Frames{flameFrame(t, "flamegraph", profileUnit(pt))}, nil
-	case TypeProfileSeries:
-		if err := d.configErr(true, false); err != nil {
-			return nil, err
-		}
-		gb, err := attributes(m.GroupBy)
-		if err != nil {
-			return nil, badRequest{err}
-		}
-		ss, err := d.engine.ProfileSeries(ctx, scope, pt, gb, r)
-		if err != nil {
-			return nil, err
-		}
-		return seriesFrames("profile", profileUnit(pt), ss), nil
-	case TypeGPUMetric:
-		if err := d.configErr(false, true); err != nil {
-			return nil, err
-		}
-		gq, err := gpuQuery(m)
-		if err != nil {
-			return nil, badRequest{err}
-		}
-		ss, err := d.engine.GPUMetric(ctx, scope, gq, r)
-		if err != nil {
-			return nil, err
-		}
-		return seriesFrames(gq.Metric.Name, gq.Metric.Unit, ss), nil
-	case TypeTopEntities:
-		ent := m.Entity
-		if ent == "" {
-			ent = schema.JobID.Name
-		}
-		ea, err := attributes([]string{ent})
-		if err != nil {
-			return nil, badRequest{err}
-		}
-		rank, err := query.ParseRank(m.RankBy)
-		if err != nil {
-			return nil, badRequest{err}
-		}
-		if err := d.configErr(!rank.FromMetrics(), rank.FromMetrics()); err != nil {
-			return nil, err
-		}
-		limit := m.Limit
-		if limit == 0 {
-			limit = 10
-		}
-		rs, err := d.engine.TopEntities(ctx, scope, ea[0], rank, r, limit)
-		if err != nil {
-			return nil, err
-		}
-		return data.Frames{rankedFrame("top", ea[0].Name, rank.Unit(), rs)}, nil
-	case TypeAttributeValues:
-		as, err := attributes([]string{m.Attribute})
-		if err != nil {
-			return nil, badRequest{err}
-		}
-		if err := d.configErr(true, true); err != nil {
-			return nil, err
-		}
-		vs, err := d.engine.AttributeValues(ctx, scope, as[0], r)
-		if err != nil {
-			return nil, err
-		}
-		return data.Frames{valuesFrame(as[0].Name, vs)}, nil
-	case TypeFindings:
-		kind, err := findings.ParseKind(m.Finding)
-		if err != nil {
-			return nil, badRequest{err}
-		}
-		if m.Format != "" && m.Format != FormatTable && m.Format != FormatNumeric {
-			return nil, badRequest{fmt.Errorf("format %q: want %s or %s", m.Format, FormatTable, FormatNumeric)}
-		}
-		if err := d.configErr(false, true); err != nil {
-			return nil, err
-		}
-		fs, err := d.engine.Findings(ctx, scope, r, kind)
-		if err != nil {
-			return nil, err
-		}
-		if m.Format == FormatNumeric {
-			return findingNumbers(fs), nil
-		}
-		return data.Frames{findingsFrame(fs)}, nil
-	}
-	return nil, badRequest{fmt.Errorf("unknown queryType %q: want %s, %s, %s, %s, %s or %s", m.QueryType,
-		TypeFlamegraph, TypeProfileSeries, TypeGPUMetric, TypeTopEntities, TypeAttributeValues, TypeFindings)}
-}
-
-func gpuQuery(m Model) (query.GPUQuery, error) {
-	name := m.Metric
-	if name == "" {
-		name = schema.JobGPUUtilization.Name
-	}
-	metric, ok := promql.Lookup(name)
-	if !ok {
-		return query.GPUQuery{}, fmt.Errorf("unknown metric %q", name)
-	}
-	agg, err := promql.ParseAgg(m.Aggregation, metric.Agg)
-	if err != nil {
-		return query.GPUQuery{}, err
-	}
-	gb, err := attributes(m.GroupBy)
-	if err != nil {
-		return query.GPUQuery{}, err
-	}
-	var window time.Duration
-	if m.Window != "" {
-		if window, err = time.ParseDuration(m.Window); err != nil || window < time.Second || window > 366*24*time.Hour {
-			return query.GPUQuery{}, fmt.Errorf("window %q: want a duration from 1s to 366 days, like 30m", m.Window)
-		}
-	}
-	return query.GPUQuery{Metric: metric, Agg: agg, GroupBy: gb, Window: window}, nil
-}
-
-// profileUnit maps a profile type's sample unit to a Grafana unit.
-func profileUnit(profileType string) string {
-	parts := strings.Split(profileType, ":")
-	if len(parts) < 3 {
-		return ""
-	}
-	switch parts[2] {
-	case "nanoseconds":
-		return "ns"
-	case "bytes":
-		return "bytes"
-	}
-	return "short"
 }
 
 // CheckHealth checks each configured backend and says which one failed.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/flame"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/querytype"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -93,6 +94,17 @@ func (f *fakeMetrics) LabelValues(_ context.Context, _ string, sels []string, _,
 	return []string{"2"}, nil
 }
 
+// queryModel is a query's JSON model as the tests write it: the common fields
+// and those of the types the tests use.
+type queryModel struct {
+	QueryType string   `json:"queryType,omitempty"`
+	Filter    string   `json:"filter,omitempty"`
+	GroupBy   []string `json:"groupBy,omitempty"`
+	Attribute string   `json:"attribute,omitempty"`
+	Entity    string   `json:"entity,omitempty"`
+	RankBy    string   `json:"rankBy,omitempty"`
+}
+
 func dataQuery(refID string, model any) backend.DataQuery {
 	b, _ := json.Marshal(model)
 	now := time.Now()
@@ -120,13 +132,13 @@ func TestOwnershipIsEnforcedOnEveryCall(t *testing.T) {
 		pc := backend.PluginContext{User: tc.user}
 		escape := `slurm.job.user == "mallory" || true || !(slurm.job.id == "1")`
 		resp, err := d.QueryData(context.Background(), &backend.QueryDataRequest{PluginContext: pc, Queries: []backend.DataQuery{
-			dataQuery("A", Model{QueryType: TypeFlamegraph, Filter: escape}),
-			dataQuery("B", Model{QueryType: TypeProfileSeries, Filter: escape, GroupBy: []string{"slurm.job.user"}}),
-			dataQuery("C", Model{QueryType: TypeGPUMetric, Filter: escape, GroupBy: []string{"slurm.job.user"}}),
-			dataQuery("D", Model{QueryType: TypeAttributeValues, Filter: escape, Attribute: "slurm.job.id"}),
-			dataQuery("E", Model{QueryType: TypeTopEntities, Filter: escape, Entity: "slurm.job.user"}),
-			dataQuery("F", Model{QueryType: TypeFindings, Filter: escape}),
-			dataQuery("G", Model{QueryType: TypeTopEntities, Filter: escape, Entity: "slurm.job.user", RankBy: "wastedCoreHours"}),
+			dataQuery("A", queryModel{QueryType: querytype.Flamegraph, Filter: escape}),
+			dataQuery("B", queryModel{QueryType: querytype.ProfileSeries, Filter: escape, GroupBy: []string{"slurm.job.user"}}),
+			dataQuery("C", queryModel{QueryType: querytype.GPUMetric, Filter: escape, GroupBy: []string{"slurm.job.user"}}),
+			dataQuery("D", queryModel{QueryType: querytype.AttributeValues, Filter: escape, Attribute: "slurm.job.id"}),
+			dataQuery("E", queryModel{QueryType: querytype.TopEntities, Filter: escape, Entity: "slurm.job.user"}),
+			dataQuery("F", queryModel{QueryType: querytype.Findings, Filter: escape}),
+			dataQuery("G", queryModel{QueryType: querytype.TopEntities, Filter: escape, Entity: "slurm.job.user", RankBy: "wastedCoreHours"}),
 		}})
 		if err != nil {
 			t.Fatal(err)
@@ -158,7 +170,7 @@ func TestOwnershipWithoutLoginSeesNothing(t *testing.T) {
 	d := NewWith(owned, p, &fakeMetrics{})
 	for _, u := range []*backend.User{nil, {Role: "Viewer"}} {
 		resp, err := d.QueryData(context.Background(), &backend.QueryDataRequest{PluginContext: backend.PluginContext{User: u},
-			Queries: []backend.DataQuery{dataQuery("A", Model{QueryType: TypeFlamegraph})}})
+			Queries: []backend.DataQuery{dataQuery("A", queryModel{QueryType: querytype.Flamegraph})}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -188,7 +200,7 @@ func TestGarbageQueries(t *testing.T) {
 		q.JSON = []byte(g)
 		qs = append(qs, q)
 	}
-	qs = append(qs, dataQuery("ok", Model{QueryType: TypeFlamegraph}))
+	qs = append(qs, dataQuery("ok", queryModel{QueryType: querytype.Flamegraph}))
 	resp, err := d.QueryData(context.Background(), &backend.QueryDataRequest{Queries: qs})
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +219,7 @@ func TestBackendErrorsStayInTheResponse(t *testing.T) {
 	p := &fakeProfiles{err: &backends.Error{Backend: "pyroscope", Status: 503, Msg: "HTTP 503 Service Unavailable"}}
 	d := NewWith(Settings{}, p, nil)
 	resp, err := d.QueryData(context.Background(), &backend.QueryDataRequest{Queries: []backend.DataQuery{
-		dataQuery("A", Model{QueryType: TypeFlamegraph}), dataQuery("B", Model{QueryType: TypeGPUMetric})}})
+		dataQuery("A", queryModel{QueryType: querytype.Flamegraph}), dataQuery("B", queryModel{QueryType: querytype.GPUMetric})}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +234,7 @@ func TestBackendErrorsStayInTheResponse(t *testing.T) {
 func TestFlamegraphFrame(t *testing.T) {
 	d := NewWith(Settings{}, &fakeProfiles{}, nil)
 	resp, _ := d.QueryData(context.Background(), &backend.QueryDataRequest{Queries: []backend.DataQuery{
-		dataQuery("A", Model{QueryType: TypeFlamegraph, Filter: `host.name in ["a", "b"] || slurm.job.id == "3"`})}})
+		dataQuery("A", queryModel{QueryType: querytype.Flamegraph, Filter: `host.name in ["a", "b"] || slurm.job.id == "3"`})}})
 	r := resp.Responses["A"]
 	if r.Error != nil {
 		t.Fatal(r.Error)
@@ -231,7 +243,7 @@ func TestFlamegraphFrame(t *testing.T) {
 	if f.RefID != "A" || f.Meta.PreferredVisualization != data.VisTypeFlameGraph {
 		t.Errorf("frame %s meta %+v", f.RefID, f.Meta)
 	}
-	tr, ok := FromFrame(f)
+	tr, ok := querytype.FromFrame(f)
 	if !ok {
 		t.Fatal("not a nested set")
 	}
@@ -397,10 +409,10 @@ func TestFanOutSettings(t *testing.T) {
 	if e := d.engine; e.MaxQueryLength != 24*time.Hour || e.Parallel != 2 || e.MaxCalls != 6 {
 		t.Errorf("engine %+v", e)
 	}
-	week := dataQuery("W", Model{QueryType: TypeFlamegraph})
+	week := dataQuery("W", queryModel{QueryType: querytype.Flamegraph})
 	week.TimeRange.From = week.TimeRange.To.Add(-7 * 24 * time.Hour)
 	resp, _ := d.QueryData(context.Background(), &backend.QueryDataRequest{Queries: []backend.DataQuery{
-		week, dataQuery("H", Model{QueryType: TypeFlamegraph})}})
+		week, dataQuery("H", queryModel{QueryType: querytype.Flamegraph})}})
 	if r := resp.Responses["W"]; r.Status != backend.StatusBadRequest || r.Error == nil ||
 		!strings.Contains(r.Error.Error(), "needs 7 Pyroscope calls (1 selector(s) × 7 time chunk(s)") {
 		t.Errorf("a week: %v %v", r.Status, r.Error)
@@ -446,7 +458,7 @@ func TestAlertQueriesWithOwnership(t *testing.T) {
 	admin := backend.PluginContext{User: &backend.User{Login: "admin", Role: "Admin"}}
 	alertReq := func() *backend.QueryDataRequest {
 		return &backend.QueryDataRequest{PluginContext: admin, Headers: map[string]string{backend.FromAlertHeaderName: "true"},
-			Queries: []backend.DataQuery{dataQuery("A", Model{QueryType: TypeGPUMetric}), dataQuery("B", Model{QueryType: TypeFlamegraph})}}
+			Queries: []backend.DataQuery{dataQuery("A", queryModel{QueryType: querytype.GPUMetric}), dataQuery("B", queryModel{QueryType: querytype.Flamegraph})}}
 	}
 	allowed := owned
 	allowed.Ownership.AllowAlertQueries = true
@@ -494,7 +506,7 @@ func TestOwnershipMatchesEmail(t *testing.T) {
 	} {
 		p := &fakeProfiles{}
 		resp, err := NewWith(set, p, &fakeMetrics{}).QueryData(context.Background(), &backend.QueryDataRequest{
-			PluginContext: backend.PluginContext{User: &tc.user}, Queries: []backend.DataQuery{dataQuery("A", Model{QueryType: TypeFlamegraph})}})
+			PluginContext: backend.PluginContext{User: &tc.user}, Queries: []backend.DataQuery{dataQuery("A", queryModel{QueryType: querytype.Flamegraph})}})
 		if err != nil {
 			t.Fatal(err)
 		}

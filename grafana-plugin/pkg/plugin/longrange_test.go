@@ -16,6 +16,7 @@ import (
 	"github.com/grafana/pyroscope/api/gen/proto/go/push/v1/pushv1connect"
 
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
+	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/querytype"
 	"github.com/slurmscope/slurmscope/internal/testenv/pyrostandin"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -48,7 +49,7 @@ func TestAWeekThroughResources(t *testing.T) {
 			t.Errorf("%s: %d %s", tc.url, status, got)
 		}
 	}
-	q := dataQuery("A", Model{QueryType: TypeFlamegraph, Filter: `slurm.job.id == "42"`})
+	q := dataQuery("A", queryModel{QueryType: querytype.Flamegraph, Filter: `slurm.job.id == "42"`})
 	q.TimeRange = backend.TimeRange{From: now.Add(-7 * 24 * time.Hour), To: now}
 	resp, _ := d.QueryData(context.Background(), &backend.QueryDataRequest{Queries: []backend.DataQuery{q}})
 	if r := resp.Responses["A"]; r.Error != nil || len(r.Frames) != 1 || r.Frames[0].Rows() != 3 {

@@ -50,29 +50,39 @@ func TestPyroscopeErrorsAreWorded(t *testing.T) {
 	}
 }
 
+// Both backends send the tenant, the credentials and the user agent the
+// same way: one client construction.
 func TestCredentialsAndTenant(t *testing.T) {
 	var got http.Header
 	url := server(t, func(w http.ResponseWriter, r *http.Request) {
 		got = r.Header.Clone()
-		w.Write([]byte(`{"status":"success","data":{"resultType":"vector","result":[]}}`))
+		if strings.HasPrefix(r.URL.Path, "/api/v1/") {
+			w.Write([]byte(`{"status":"success","data":{"resultType":"vector","result":[]}}`))
+		} // an empty body is an empty protobuf answer
 	})
-	for _, tc := range []struct {
-		cfg  Config
-		want string
-	}{
-		{Config{BasicUser: "u", BasicPassword: "p"}, "Basic dTpw"},
-		{Config{BearerToken: "tok"}, "Bearer tok"},
-	} {
-		tc.cfg.URL, tc.cfg.TenantID = url, "team-a"
-		p, err := NewPrometheus(tc.cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Ping(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		if got.Get("Authorization") != tc.want || got.Get(TenantHeader) != "team-a" {
-			t.Errorf("headers %v", got)
+	pingers := map[string]func(Config) (interface{ Ping(context.Context) error }, error){
+		"prometheus": func(c Config) (interface{ Ping(context.Context) error }, error) { return NewPrometheus(c) },
+		"pyroscope":  func(c Config) (interface{ Ping(context.Context) error }, error) { return NewPyroscope(c) },
+	}
+	for name, open := range pingers {
+		for _, tc := range []struct {
+			cfg  Config
+			want string
+		}{
+			{Config{BasicUser: "u", BasicPassword: "p"}, "Basic dTpw"},
+			{Config{BearerToken: "tok"}, "Bearer tok"},
+		} {
+			tc.cfg.URL, tc.cfg.TenantID = url, "team-a"
+			p, err := open(tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Ping(context.Background()); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if got.Get("Authorization") != tc.want || got.Get(TenantHeader) != "team-a" || got.Get("User-Agent") != UserAgent {
+				t.Errorf("%s: headers %v", name, got)
+			}
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -51,21 +52,70 @@ func (c Config) timeout() time.Duration {
 	return DefaultTimeout
 }
 
-// httpClient builds the client for c; name prefixes its errors.
-func (c Config) httpClient(name string) (*http.Client, *url.URL, error) {
+// UserAgent names the datasource to the servers it calls.
+const UserAgent = "slurmscope-datasource"
+
+// client is what both backends share: the base URL, an HTTP client that
+// adds the tenant, credentials and user agent to every request, the
+// per-call timeout, and the backend's name on its errors.
+type client struct {
+	name    string
+	base    *url.URL
+	hc      *http.Client
+	timeout time.Duration
+}
+
+// client builds the client for c; name ("pyroscope", "prometheus")
+// prefixes its errors.
+func (c Config) client(name string) (client, error) {
 	u, err := url.Parse(strings.TrimRight(c.URL, "/"))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, nil, fmt.Errorf("%s: URL %q is not an http(s) URL", name, c.URL)
+		return client{}, fmt.Errorf("%s: URL %q is not an http(s) URL", name, c.URL)
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if u.Scheme == "https" || c.TLS != (TLS{}) {
 		tc, err := c.TLS.build()
 		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", name, err)
+			return client{}, fmt.Errorf("%s: %w", name, err)
 		}
 		tr.TLSClientConfig = tc
 	}
-	return &http.Client{Transport: &authTransport{cfg: c, next: tr}}, u, nil
+	return client{name: name, base: u, hc: &http.Client{Transport: &authTransport{cfg: c, next: tr}}, timeout: c.timeout()}, nil
+}
+
+// maxBody bounds a response: a flame graph of 8,192 nodes is a few
+// hundred kB; anything past this is a misconfigured URL.
+const maxBody = 256 << 20
+
+// roundTrip sends one request to path (with its query string) under the
+// timeout and reads the answer, at most maxBody of it. A failure that left
+// no HTTP answer comes back worded (transportError); any status is the
+// caller's to judge.
+func (c *client) roundTrip(ctx context.Context, method, path string, body io.Reader, header http.Header) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, c.base.String()+path, body)
+	if err != nil {
+		return 0, nil, c.fail(0, err.Error(), err)
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
+	res, err := c.hc.Do(req)
+	if err != nil {
+		return 0, nil, transportError(c.name, c.timeout, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(res.Body, maxBody))
+	if err != nil {
+		return 0, nil, transportError(c.name, c.timeout, err)
+	}
+	return res.StatusCode, b, nil
+}
+
+// fail is an error of this backend; status 0 when no answer came.
+func (c *client) fail(status int, msg string, err error) *Error {
+	return &Error{Backend: c.name, Status: status, Msg: msg, Err: err}
 }
 
 func (t TLS) build() (*tls.Config, error) {
@@ -90,7 +140,8 @@ func (t TLS) build() (*tls.Config, error) {
 	return tc, nil
 }
 
-// authTransport adds the tenant and credentials to every request.
+// authTransport adds the user agent, the tenant and the credentials to
+// every request.
 type authTransport struct {
 	cfg  Config
 	next http.RoundTripper
@@ -98,6 +149,7 @@ type authTransport struct {
 
 func (t *authTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
+	r.Header.Set("User-Agent", UserAgent)
 	if t.cfg.TenantID != "" {
 		r.Header.Set(TenantHeader, t.cfg.TenantID)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"net/url"
@@ -14,19 +13,15 @@ import (
 )
 
 // Prometheus calls Prometheus' HTTP API (also served by Mimir and Thanos).
-type Prometheus struct {
-	cfg  Config
-	hc   *http.Client
-	base *url.URL
-}
+type Prometheus struct{ client }
 
 // NewPrometheus returns a client for the server at cfg.URL.
 func NewPrometheus(cfg Config) (*Prometheus, error) {
-	hc, u, err := cfg.httpClient("prometheus")
+	c, err := cfg.client("prometheus")
 	if err != nil {
 		return nil, err
 	}
-	return &Prometheus{cfg: cfg, hc: hc, base: u}, nil
+	return &Prometheus{c}, nil
 }
 
 // Sample is one point of a series.
@@ -52,48 +47,34 @@ type apiResponse struct {
 // out. Queries are POSTed, so that long ones fit; the label API takes
 // only GET.
 func (p *Prometheus) call(ctx context.Context, method, path string, form url.Values, out any) error {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.timeout())
-	defer cancel()
-	target, body := p.base.String()+path, ""
+	target, body, header := path, "", http.Header{}
 	if method == http.MethodGet {
 		target += "?" + form.Encode()
 	} else {
 		body = form.Encode()
+		header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
-	req, err := http.NewRequestWithContext(ctx, method, target, strings.NewReader(body))
+	status, b, err := p.roundTrip(ctx, method, target, strings.NewReader(body), header)
 	if err != nil {
-		return &Error{Backend: "prometheus", Msg: err.Error(), Err: err}
-	}
-	if method != http.MethodGet {
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	}
-	res, err := p.hc.Do(req)
-	if err != nil {
-		return transportError("prometheus", p.cfg.timeout(), err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(res.Body, maxBody))
-	if err != nil {
-		return transportError("prometheus", p.cfg.timeout(), err)
+		return err
 	}
 	var ar apiResponse
 	jsonErr := json.Unmarshal(b, &ar)
-	if res.StatusCode != http.StatusOK {
+	if status != http.StatusOK {
 		msg := string(b)
 		if jsonErr == nil && ar.Error != "" {
 			msg = ar.Error
 		}
-		return statusError("prometheus", res.StatusCode, msg)
+		return statusError(p.name, status, msg)
 	}
 	if jsonErr != nil || ar.Status != "success" {
-		return &Error{Backend: "prometheus", Status: res.StatusCode,
-			Msg: fmt.Sprintf("unexpected answer from %s (is the URL a Prometheus API?): %.200s", path, b)}
+		return p.fail(status, fmt.Sprintf("unexpected answer from %s (is the URL a Prometheus API?): %.200s", path, b), nil)
 	}
 	if out == nil {
 		return nil
 	}
 	if err := json.Unmarshal(ar.Data, out); err != nil {
-		return &Error{Backend: "prometheus", Msg: fmt.Sprintf("undecodable %s answer: %v", path, err), Err: err}
+		return p.fail(0, fmt.Sprintf("undecodable %s answer: %v", path, err), err)
 	}
 	return nil
 }
@@ -118,7 +99,7 @@ func (p *Prometheus) QueryRange(ctx context.Context, expr string, start, end tim
 		for _, v := range r.Values {
 			smp, err := decodeSample(v)
 			if err != nil {
-				return nil, &Error{Backend: "prometheus", Msg: err.Error()}
+				return nil, p.fail(0, err.Error(), nil)
 			}
 			s.Samples = append(s.Samples, smp)
 		}
@@ -141,13 +122,13 @@ func (p *Prometheus) Query(ctx context.Context, expr string, at time.Time) ([]Pr
 		return nil, err
 	}
 	if d.ResultType != "vector" {
-		return nil, &Error{Backend: "prometheus", Msg: fmt.Sprintf("query answered a %s, want a vector", d.ResultType)}
+		return nil, p.fail(0, fmt.Sprintf("query answered a %s, want a vector", d.ResultType), nil)
 	}
 	out := make([]PromSeries, 0, len(d.Result))
 	for _, r := range d.Result {
 		smp, err := decodeSample(r.Value)
 		if err != nil {
-			return nil, &Error{Backend: "prometheus", Msg: err.Error()}
+			return nil, p.fail(0, err.Error(), nil)
 		}
 		out = append(out, PromSeries{Labels: r.Metric, Samples: []Sample{smp}})
 	}

@@ -5,10 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
-	"net/url"
 	"time"
 
 	querierv1 "github.com/grafana/pyroscope/api/gen/proto/go/querier/v1"
@@ -19,60 +17,40 @@ import (
 // Pyroscope calls the querier.v1 API as Connect unary calls with protobuf
 // bodies. The calls are made by hand, not through a generated client, so
 // that an HTTP status and a gateway's plain-text body reach the error.
-type Pyroscope struct {
-	cfg  Config
-	hc   *http.Client
-	base *url.URL
-}
+type Pyroscope struct{ client }
 
 // NewPyroscope returns a client for the server at cfg.URL.
 func NewPyroscope(cfg Config) (*Pyroscope, error) {
-	hc, u, err := cfg.httpClient("pyroscope")
+	c, err := cfg.client("pyroscope")
 	if err != nil {
 		return nil, err
 	}
-	return &Pyroscope{cfg: cfg, hc: hc, base: u}, nil
+	return &Pyroscope{c}, nil
 }
 
 const querierService = "/querier.v1.QuerierService/"
 
-// maxBody bounds a response: a flame graph of 8,192 nodes is a few
-// hundred kB; anything past this is a misconfigured URL.
-const maxBody = 256 << 20
-
 func (p *Pyroscope) call(ctx context.Context, method string, req, resp proto.Message) error {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.timeout())
-	defer cancel()
 	body, err := proto.Marshal(req)
 	if err != nil {
-		return &Error{Backend: "pyroscope", Msg: err.Error(), Err: err}
+		return p.fail(0, err.Error(), err)
 	}
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, p.base.String()+querierService+method, bytes.NewReader(body))
+	header := http.Header{"Content-Type": {"application/proto"}, "Connect-Protocol-Version": {"1"}}
+	status, b, err := p.roundTrip(ctx, http.MethodPost, querierService+method, bytes.NewReader(body), header)
 	if err != nil {
-		return &Error{Backend: "pyroscope", Msg: err.Error(), Err: err}
+		return err
 	}
-	hr.Header.Set("Content-Type", "application/proto")
-	hr.Header.Set("Connect-Protocol-Version", "1")
-	res, err := p.hc.Do(hr)
-	if err != nil {
-		return transportError("pyroscope", p.cfg.timeout(), err)
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(res.Body, maxBody))
-	if err != nil {
-		return transportError("pyroscope", p.cfg.timeout(), err)
-	}
-	if res.StatusCode != http.StatusOK {
+	if status != http.StatusOK {
 		// Connect errors are JSON {code, message}; a gateway's are text.
 		var ce struct{ Code, Message string }
 		msg := string(b)
 		if json.Unmarshal(b, &ce) == nil && ce.Message != "" {
 			msg = ce.Message
 		}
-		return statusError("pyroscope", res.StatusCode, method+": "+msg)
+		return statusError(p.name, status, method+": "+msg)
 	}
 	if err := proto.Unmarshal(b, resp); err != nil {
-		return &Error{Backend: "pyroscope", Status: res.StatusCode, Msg: fmt.Sprintf("%s: undecodable answer (is the URL a Pyroscope server?): %v", method, err), Err: err}
+		return p.fail(status, fmt.Sprintf("%s: undecodable answer (is the URL a Pyroscope server?): %v", method, err), err)
 	}
 	return nil
 }

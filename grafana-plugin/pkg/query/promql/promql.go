@@ -120,12 +120,15 @@ const (
 	Min Agg = "min"
 )
 
+// Aggs lists the operators a query may ask for.
+var Aggs = []Agg{Avg, Sum, Max, Min}
+
 // ParseAgg accepts the operators above; "" gives def.
 func ParseAgg(s string, def Agg) (Agg, error) {
-	switch Agg(s) {
-	case "":
+	if s == "" {
 		return def, nil
-	case Avg, Sum, Max, Min:
+	}
+	if slices.Contains(Aggs, Agg(s)) {
 		return Agg(s), nil
 	}
 	return "", fmt.Errorf("aggregation %q: want avg, sum, max or min", s)
