@@ -1,22 +1,22 @@
 package cli
 
 import (
+	"context"
 	"flag"
-	"fmt"
 	"io"
 	"log/slog"
 	"maps"
 	"net"
+	"net/http"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/slurmscope/slurmscope/agent/httpclient"
+	"github.com/slurmscope/slurmscope/agent/service"
 )
 
 func runFlagSet(t *testing.T) (*flag.FlagSet, *runFlags) {
@@ -26,44 +26,6 @@ func runFlagSet(t *testing.T) (*flag.FlagSet, *runFlags) {
 	f := &runFlags{}
 	f.register(fs)
 	return fs, f
-}
-
-// TestRunBackendFlags: Pyroscope and remote write take the same HTTP
-// settings under their own prefixes, and each lands in its own config.
-func TestRunBackendFlags(t *testing.T) {
-	fs, f := runFlagSet(t)
-	if f.pyro.Timeout != 30*time.Second || f.rw.Timeout != 30*time.Second || f.rw.Interval != 15*time.Second {
-		t.Errorf("defaults: pyroscope timeout %v, remote write timeout %v, interval %v", f.pyro.Timeout, f.rw.Timeout, f.rw.Interval)
-	}
-	var args []string
-	for prefix, v := range map[string]string{"pyroscope": "p", "prometheus-remote-write": "rw"} {
-		for _, s := range []string{"url=https://" + v + ".test/x", "tenant=" + v + "-tenant", "basic-auth-user=" + v + "-user",
-			"basic-auth-password-file=/" + v + "-pw", "bearer-token-file=/" + v + "-token", "ca-file=/" + v + "-ca",
-			"cert-file=/" + v + "-cert", "key-file=/" + v + "-key", "server-name=" + v + ".name", "insecure-skip-verify",
-			"timeout=" + map[string]string{"p": "3s", "rw": "4s"}[v]} {
-			args = append(args, "--"+prefix+"-"+s)
-		}
-	}
-	args = append(args, "--prometheus-remote-write-interval=5s")
-	if err := fs.Parse(args); err != nil {
-		t.Fatal(err)
-	}
-	want := func(v string, timeout time.Duration) string {
-		return fmt.Sprintf("%+v", httpclient.Config{URL: "https://" + v + ".test/x", Tenant: v + "-tenant",
-			BasicAuthUser: v + "-user", BasicAuthPasswordFile: "/" + v + "-pw", BearerTokenFile: "/" + v + "-token",
-			TLS: httpclient.TLSConfig{CAFile: "/" + v + "-ca", CertFile: "/" + v + "-cert", KeyFile: "/" + v + "-key",
-				ServerName: v + ".name", InsecureSkipVerify: true},
-			Timeout: timeout})
-	}
-	if got := fmt.Sprintf("%+v", f.pyro.Config); got != want("p", 3*time.Second) {
-		t.Errorf("pyroscope: %s\nwant %s", got, want("p", 3*time.Second))
-	}
-	if got := fmt.Sprintf("%+v", f.rw.Config); got != want("rw", 4*time.Second) {
-		t.Errorf("remote write: %s\nwant %s", got, want("rw", 4*time.Second))
-	}
-	if f.rw.Interval != 5*time.Second {
-		t.Errorf("remote write interval %v", f.rw.Interval)
-	}
 }
 
 // TestDocumentedFlagsExist: every backend and spool flag the README and
@@ -92,23 +54,21 @@ func TestDocumentedFlagsExist(t *testing.T) {
 	t.Logf("documented: %s", strings.Join(slices.Sorted(maps.Keys(seen)), " "))
 }
 
-// TestRunIngestionWindowFlags: the window defaults to Pyroscope's, takes
-// the server's values, and a negative bound is refused before anything
-// starts.
-func TestRunIngestionWindowFlags(t *testing.T) {
-	fs, f := runFlagSet(t)
-	if f.pyroWindow.OlderThan != time.Hour || f.pyroWindow.NewerThan != 10*time.Minute {
-		t.Errorf("defaults %+v, want Pyroscope's 1h and 10m", f.pyroWindow)
-	}
-	if err := fs.Parse([]string{"--pyroscope-reject-older-than=72h", "--pyroscope-reject-newer-than=0"}); err != nil {
-		t.Fatal(err)
-	}
-	if f.pyroWindow.OlderThan != 72*time.Hour || f.pyroWindow.NewerThan != 0 {
-		t.Errorf("parsed %+v", f.pyroWindow)
-	}
-	var stderr strings.Builder
-	if rc := runCmd([]string{"--pyroscope-reject-older-than=-1h"}, io.Discard, &stderr); rc != 2 || !strings.Contains(stderr.String(), "must not be negative") {
-		t.Errorf("negative bound: rc %d, %q", rc, stderr.String())
+// TestRunChecksEveryKind: each kind's check runs before anything starts,
+// whichever list the kind is in: a profile source's, a sink's, a
+// service's and the stack capture's.
+func TestRunChecksEveryKind(t *testing.T) {
+	for args, want := range map[string]string{
+		"--sample-rate=0":                   "--sample-rate 0 out of range",
+		"--pyroscope-reject-older-than=-1h": "must not be negative",
+		"--host-metrics-interval=1ms":       "--host-metrics-interval 1ms is shorter than 100ms",
+		"--unwind=dwarf":                    `--unwind "dwarf": want auto or fp`,
+		"--upload-interval=10ms":            "--upload-interval 10ms is shorter than 1s",
+	} {
+		var stderr strings.Builder
+		if rc := runCmd([]string{args}, io.Discard, &stderr); rc != 2 || !strings.Contains(stderr.String(), want) {
+			t.Errorf("%s: rc %d, %q; want 2 and %q", args, rc, stderr.String(), want)
+		}
 	}
 }
 
@@ -116,26 +76,59 @@ func TestRunIngestionWindowFlags(t *testing.T) {
 // unless told otherwise it is served on this host only; a wider address
 // without TLS and basic auth is served, with a warning in the log.
 func TestMetricsAddrDefaultsToLoopback(t *testing.T) {
-	fs, f := runFlagSet(t)
+	fs, _ := runFlagSet(t)
 	if err := fs.Parse(nil); err != nil {
 		t.Fatal(err)
 	}
-	host, _, err := net.SplitHostPort(f.metricsAddr)
+	addr := fs.Lookup("metrics-addr").Value.String()
+	host, _, err := net.SplitHostPort(addr)
 	if err != nil || !net.ParseIP(host).IsLoopback() {
-		t.Fatalf("--metrics-addr defaults to %q, want a loopback address", f.metricsAddr)
+		t.Fatalf("--metrics-addr defaults to %q, want a loopback address", addr)
 	}
 	for addr, warn := range map[string]bool{"127.0.0.1:0": false, "[::1]:0": false, "0.0.0.0:0": true, ":0": true} {
 		var log strings.Builder
-		stop, err := serveMetrics(runFlags{metricsAddr: addr}, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(&log, nil)))
+		reg := prometheus.NewRegistry()
+		k := &metricsServer{addr: addr}
+		srv, err := k.Open(service.Env{Reg: reg, Gatherer: reg, Log: slog.New(slog.NewTextHandler(&log, nil))})
 		if err != nil {
 			if addr == "[::1]:0" {
 				continue // a host without IPv6
 			}
 			t.Fatal(err)
 		}
-		stop()
+		srv.(io.Closer).Close()
 		if got := strings.Contains(log.String(), "without --web.config.file"); got != warn {
 			t.Errorf("%s: warned %v, want %v:\n%s", addr, got, warn, log.String())
 		}
+	}
+}
+
+// TestMetricsServerServesAndStops: /metrics serves the registry once Run
+// runs, and Run returns once its context is done.
+func TestMetricsServerServesAndStops(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "test_gauge", Help: "a test gauge"})
+	g.Set(42)
+	reg.MustRegister(g)
+	k := &metricsServer{addr: "127.0.0.1:0"}
+	srv, err := k.Open(service.Env{Reg: reg, Gatherer: reg, Log: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	resp, err := http.Get("http://" + srv.(*serving).ln.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "test_gauge 42") {
+		t.Errorf("/metrics:\n%s", body)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
 	}
 }

@@ -24,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +35,7 @@ import (
 
 	"github.com/slurmscope/slurmscope/agent/attribution"
 	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/agent/promschema"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -94,7 +94,7 @@ type Collector struct {
 	closed bool
 	st     state
 
-	snap atomic.Pointer[[]prometheus.Metric]
+	snap promschema.Snapshot
 	devs atomic.Pointer[deviceSnapshot] // the last poll's GPUs, for CUDADevice
 
 	cmu          sync.Mutex // guards the counters below
@@ -184,8 +184,6 @@ func New(o Options) (*Collector, error) {
 			o.Log.Info("NVML has no GPM support; SM and Tensor activity are not reported", "missing", miss)
 		}
 	}
-	empty := []prometheus.Metric{}
-	c.snap.Store(&empty)
 	return c, nil
 }
 
@@ -248,7 +246,7 @@ func (c *Collector) Poll(ctx context.Context) error {
 	out = append(out,
 		prometheus.MustNewConstMetric(c.desc.pollDuration, prometheus.GaugeValue, dur.Seconds()),
 		prometheus.MustNewConstMetric(c.desc.lastPoll, prometheus.GaugeValue, float64(start.UnixNano())/1e9))
-	c.snap.Store(&out)
+	c.snap.Store(out)
 	c.devs.Store(&deviceSnapshot{units: p.units, topo: p.topo})
 	c.cmu.Lock()
 	c.polls++
@@ -267,20 +265,11 @@ func (c *Collector) Describe(chan<- *prometheus.Desc) {}
 // Collect sends the last poll's snapshot and the counters. It never calls
 // NVML.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	for _, m := range *c.snap.Load() {
-		ch <- m
-	}
+	c.snap.Collect(ch)
 	c.cmu.Lock()
 	defer c.cmu.Unlock()
 	ch <- prometheus.MustNewConstMetric(c.desc.polls, prometheus.CounterValue, float64(c.polls))
-	keys := make([][2]string, 0, len(c.nvmlErrs))
-	for k := range c.nvmlErrs {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b [2]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) })
-	for _, k := range keys {
-		ch <- prometheus.MustNewConstMetric(c.desc.nvmlErrors, prometheus.CounterValue, float64(c.nvmlErrs[k]), k[0], k[1])
-	}
+	promschema.CollectCounts(ch, c.desc.nvmlErrors, c.nvmlErrs)
 	// Every reason is always exported, so that rate() sees the first one.
 	for _, r := range allocReasons {
 		ch <- prometheus.MustNewConstMetric(c.desc.allocErrors, prometheus.CounterValue, float64(c.allocErrs[r]), r)

@@ -23,7 +23,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,7 +70,7 @@ type Collector struct {
 	desc descs
 
 	pollMu sync.Mutex
-	snap   atomic.Pointer[[]prometheus.Metric]
+	snap   promschema.Snapshot
 
 	cmu      sync.Mutex // guards the counters and the log-once sets
 	polls    uint64
@@ -118,8 +117,6 @@ func New(o Options) *Collector {
 	c.desc.pollDuration = d(schema.CgroupPollDuration)
 	c.desc.polls = d(schema.CgroupPolls)
 	c.desc.readErrors = d(schema.CgroupReadErrors)
-	empty := []prometheus.Metric{}
-	c.snap.Store(&empty)
 	return c
 }
 
@@ -162,7 +159,7 @@ func (c *Collector) Poll(ctx context.Context) {
 		}
 	}
 	out = append(out, prometheus.MustNewConstMetric(c.desc.pollDuration, prometheus.GaugeValue, c.o.Now().Sub(start).Seconds()))
-	c.snap.Store(&out)
+	c.snap.Store(out)
 	c.cmu.Lock()
 	c.polls++
 	if refreshErr != nil && (c.lastPoll == nil || c.lastPoll.Error() != refreshErr.Error()) {
@@ -309,18 +306,9 @@ func (c *Collector) Describe(chan<- *prometheus.Desc) {}
 
 // Collect sends the last poll and the counters. It reads no file.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	for _, m := range *c.snap.Load() {
-		ch <- m
-	}
+	c.snap.Collect(ch)
 	c.cmu.Lock()
 	defer c.cmu.Unlock()
 	ch <- prometheus.MustNewConstMetric(c.desc.polls, prometheus.CounterValue, float64(c.polls))
-	keys := make([][2]string, 0, len(c.errs))
-	for k := range c.errs {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b [2]string) int { return strings.Compare(a[0]+"\x00"+a[1], b[0]+"\x00"+b[1]) })
-	for _, k := range keys {
-		ch <- prometheus.MustNewConstMetric(c.desc.readErrors, prometheus.CounterValue, float64(c.errs[k]), k[0], k[1])
-	}
+	promschema.CollectCounts(ch, c.desc.readErrors, c.errs)
 }

@@ -1,7 +1,8 @@
 // Package ship delivers an on-disk spool to one backend, oldest entry first.
 // Pyroscope pushes and remote-write requests go through the same loop; each
 // backend supplies only a Sender: how to decode a spooled entry and how to
-// send it once, with its failures classified (see Error).
+// send it once, with its failures classified (see Error), and takes its
+// spool's flags with SpoolFlags.
 //
 // A retryable failure holds the queue (head-of-line) and the head is retried
 // with capped, jittered exponential backoff, or after the server's

@@ -1,21 +1,19 @@
-// Package sink delivers the agent's profiles: to files on disk (the default
-// with no server, readable by go tool pprof, and summarised by ReadDir) or
-// to Pyroscope through the bounded spool.
+// Package sink writes the agent's profiles to files on disk, readable by go
+// tool pprof and summarised by ReadDir: the delivery backend of
+// --output-dir, and the one profiles go to when no other is set.
 package sink
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
-	pushv1 "github.com/grafana/pyroscope/api/gen/proto/go/push/v1"
-
 	"github.com/slurmscope/slurmscope/agent/daemon"
-	"github.com/slurmscope/slurmscope/agent/pyroscope"
-	"github.com/slurmscope/slurmscope/schema"
+	"github.com/slurmscope/slurmscope/agent/service"
 )
 
 // NoJobDir holds profiles of processes in no job.
@@ -104,28 +102,6 @@ func safeName(s string) string {
 	return b.String()
 }
 
-// Push spools one push request per profile: a request the server rejects
-// then costs one job's interval, not everyone's.
-type Push struct{ Shipper *pyroscope.Shipper }
-
-var _ daemon.Sink = (*Push)(nil)
-
-// Write implements daemon.Sink.
-func (p *Push) Write(_ context.Context, outs []daemon.Output) error {
-	var errs []error
-	for _, o := range outs {
-		req, err := PushRequest(o)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if err := p.Shipper.Enqueue(req); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // Multi writes to every sink and reports every failure.
 type Multi []daemon.Sink
 
@@ -140,14 +116,58 @@ func (m Multi) Write(ctx context.Context, outs []daemon.Output) error {
 	return errors.Join(errs...)
 }
 
-// PushRequest is the push request of one profile: its series labels,
-// service_name as the series' own.
-func PushRequest(o daemon.Output) (*pushv1.PushRequest, error) {
-	labels := map[string]string{}
-	for _, l := range o.Labels {
-		if l.Name != schema.ServiceName {
-			labels[l.Name] = l.Value
-		}
-	}
-	return pyroscope.NewPushRequest(pyroscope.Series{Name: o.Type.Name, ServiceName: o.ServiceName, Labels: labels, Profiles: [][]byte{o.Data}})
+// DefaultDir is where profiles go when no delivery backend is set.
+const DefaultDir = "/var/lib/slurmscope/profiles"
+
+// Kind writes profiles to --output-dir; where no other delivery backend is
+// set, to DefaultDir.
+type Kind struct{ root string }
+
+var _ service.Fallback = (*Kind)(nil)
+
+// Flags registers --output-dir.
+func (k *Kind) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&k.root, "output-dir", "", "write profiles as DIR/<job id>/<type>-<unix>.pb.gz (default "+DefaultDir+" when no --pyroscope-url)")
 }
+
+// Check has nothing to check before the directory is made.
+func (k *Kind) Check() error { return nil }
+
+// Open writes to --output-dir when it is set.
+func (k *Kind) Open(service.Env) (service.Service, error) {
+	if k.root == "" {
+		return nil, nil
+	}
+	return openDir(k.root)
+}
+
+// OpenFallback writes to --output-dir, or to DefaultDir.
+func (k *Kind) OpenFallback(service.Env) (service.Service, error) {
+	if k.root == "" {
+		return openDir(DefaultDir)
+	}
+	return openDir(k.root)
+}
+
+func openDir(root string) (*dirService, error) {
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, fmt.Errorf("--output-dir: %w", err)
+	}
+	return &dirService{Dir{Root: root}}, nil
+}
+
+// dirService is Dir as a service: it writes as the daemon calls it, and
+// has nothing to run.
+type dirService struct{ Dir }
+
+var (
+	_ daemon.Sink     = (*dirService)(nil)
+	_ service.Service = (*dirService)(nil)
+)
+
+func (*dirService) Run(ctx context.Context) error {
+	<-ctx.Done()
+	return nil
+}
+
+func (d *dirService) String() string { return "output-dir " + d.Root }

@@ -20,7 +20,8 @@
 // crash and exactly-once otherwise.
 //
 // A Spool is safe for concurrent use. It expects one consumer; several
-// producers are fine.
+// producers are fine. Open locks the directory (flock of its .lock file), so
+// a second reader, in this process or another, is refused with ErrLocked.
 package spool
 
 import (
@@ -37,6 +38,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // File format of one entry: magic (4 bytes), payload length (uint32, big
@@ -45,6 +47,7 @@ const (
 	headerSize = 12
 	entryExt   = ".entry"
 	tmpPrefix  = ".tmp-"
+	lockName   = ".lock"
 	// QuarantineDir is the subdirectory that corrupt entries are moved to.
 	QuarantineDir = "quarantine"
 )
@@ -65,6 +68,9 @@ var (
 	ErrFull = errors.New("spool: full")
 	// ErrClosed is returned by every method after Close.
 	ErrClosed = errors.New("spool: closed")
+	// ErrLocked is returned by Open for a directory that another open
+	// Spool, in this process or another, reads.
+	ErrLocked = errors.New("spool: directory in use by another reader (another agent, or another backend's spool flag naming it)")
 )
 
 // Entry is one queued payload. Seq orders entries within one Open; a run
@@ -99,6 +105,7 @@ type Spool struct {
 	maxBytes int64
 	log      *slog.Logger
 	noSync   bool
+	lock     *os.File // flocked while open
 
 	mu     sync.Mutex
 	items  []item // queue order, oldest first
@@ -137,8 +144,12 @@ func Open(dir string, maxBytes int64, opts ...Option) (*Spool, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("spool: %w", err)
 	}
+	if err := s.lockDir(); err != nil {
+		return nil, err
+	}
 	des, err := os.ReadDir(dir)
 	if err != nil {
+		s.lock.Close()
 		return nil, fmt.Errorf("spool: %w", err)
 	}
 	for _, de := range des {
@@ -176,6 +187,26 @@ func Open(dir string, maxBytes int64, opts ...Option) (*Spool, error) {
 		s.dropLocked(0)
 	}
 	return s, nil
+}
+
+// lockDir takes the directory's lock: two readers of one spool would
+// deliver its entries twice and ack each other's.
+func (s *Spool) lockDir() error {
+	f, err := os.OpenFile(filepath.Join(s.dir, lockName), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	// flock locks belong to the open file, so a second Open in this
+	// process is refused like another process.
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return fmt.Errorf("%w: %s", ErrLocked, s.dir)
+		}
+		return fmt.Errorf("spool: lock %s: %w", s.dir, err)
+	}
+	s.lock = f
+	return nil
 }
 
 // Dir returns the spool's directory.
@@ -426,13 +457,15 @@ func (s *Spool) Stats() Stats {
 	return st
 }
 
-// Close releases the spool. Queued entries stay on disk for the next Open.
+// Close releases the spool and its directory's lock. Queued entries stay on
+// disk for the next Open.
 func (s *Spool) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.closed {
-		s.closed = true
-		close(s.done)
+	if s.closed {
+		return nil
 	}
-	return nil
+	s.closed = true
+	close(s.done)
+	return s.lock.Close() // releases the flock
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -96,6 +97,32 @@ func TestRestartReplaysInOrder(t *testing.T) {
 	s2 := open(t, dir, 1<<20)
 	mustAppend(t, s2, "p5")
 	eq(t, drain(t, s2), []string{"p1", "p2", "p3", "p4", "p5"})
+}
+
+// TestOneReaderPerDirectory: a second Open of a directory that is open is
+// refused, in this process as from another, and succeeds once the first
+// is closed; the lock file is no entry.
+func TestOneReaderPerDirectory(t *testing.T) {
+	dir := t.TempDir()
+	a := open(t, dir, 1<<20)
+	mustAppend(t, a, "x")
+	if b, err := Open(dir, 1<<20, WithLogger(quiet)); !errors.Is(err, ErrLocked) {
+		if b != nil {
+			b.Close()
+		}
+		t.Fatalf("second Open: %v, want ErrLocked", err)
+	}
+	// Another process: flock(1) on the same file.
+	if flock, err := exec.LookPath("flock"); err == nil {
+		out, err := exec.Command(flock, "--nonblock", "--conflict-exit-code", "7", filepath.Join(dir, lockName), "true").CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+			t.Errorf("flock(1) on the open spool: %v %s, want exit 7 (conflict)", err, out)
+		}
+	}
+	a.Close()
+	b := open(t, dir, 1<<20)
+	eq(t, drain(t, b), []string{"x"})
 }
 
 func TestBoundDropsOldest(t *testing.T) {

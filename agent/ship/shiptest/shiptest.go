@@ -2,8 +2,12 @@
 package shiptest
 
 import (
+	"errors"
 	"sync"
+	"testing"
 	"time"
+
+	"github.com/slurmscope/slurmscope/agent/spool"
 )
 
 // Delays stands in for the shipper's timer (ship.Options.After): it fires at
@@ -29,4 +33,17 @@ func (r *Delays) Got() []time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]time.Duration(nil), r.d...)
+}
+
+// RequireHeld fails t unless the spool in dir is open: a backend that
+// spools there holds it as its one reader.
+func RequireHeld(t testing.TB, dir string) {
+	t.Helper()
+	sp, err := spool.Open(dir, 1<<20)
+	if err == nil {
+		sp.Close()
+	}
+	if !errors.Is(err, spool.ErrLocked) {
+		t.Fatalf("opening %s beside its backend: %v, want spool.ErrLocked", dir, err)
+	}
 }

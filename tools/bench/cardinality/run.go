@@ -31,8 +31,8 @@ import (
 	"github.com/slurmscope/slurmscope/agent/gpu"
 	"github.com/slurmscope/slurmscope/agent/gpu/gputest"
 	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/agent/pyroscope"
 	"github.com/slurmscope/slurmscope/agent/remotewrite"
-	"github.com/slurmscope/slurmscope/agent/sink"
 	"github.com/slurmscope/slurmscope/agent/source"
 	"github.com/slurmscope/slurmscope/agent/users"
 	"github.com/slurmscope/slurmscope/internal/testenv/pyrostandin"
@@ -156,7 +156,7 @@ func run(c config, out io.Writer) error {
 }
 
 // pushSink is the agent's Pyroscope sink, one push request per profile
-// (sink.PushRequest, as sink.Push sends them), sent straight to the server.
+// (pyroscope.PushRequest, as pyroscope.Sink sends them), sent straight to the server.
 type pushSink struct {
 	client pushv1connect.PusherServiceClient
 	hour   func() *hour
@@ -164,7 +164,7 @@ type pushSink struct {
 
 func (s *pushSink) Write(ctx context.Context, outs []daemon.Output) error {
 	for _, o := range outs {
-		req, err := sink.PushRequest(o)
+		req, err := pyroscope.PushRequest(o)
 		if err != nil {
 			return err
 		}

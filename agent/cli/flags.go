@@ -1,0 +1,99 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/slurmscope/slurmscope/agent/budget"
+	"github.com/slurmscope/slurmscope/agent/gpu"
+	"github.com/slurmscope/slurmscope/agent/gputrace"
+	"github.com/slurmscope/slurmscope/agent/service"
+	"github.com/slurmscope/slurmscope/agent/source"
+)
+
+// runFlags are run's flags: its own, and those of every kind it runs.
+type runFlags struct {
+	attr attrFlags
+	stackFlags
+	sysRoot        string
+	kinds          []source.Kind // the profile sources, each with its flags
+	gpuKernels     *gputrace.Kind
+	sinks          []service.Kind // where profiles go
+	services       []service.Kind // what runs beside the profiler
+	interval       time.Duration
+	allProcesses   bool
+	logLevel       string
+	rescanInterval time.Duration
+	budget         budget.Options
+	work           budget.WorkOptions
+}
+
+// flagged is what every kind has: flags and their check.
+type flagged interface {
+	Flags(fs *flag.FlagSet)
+	Check() error
+}
+
+func (f *runFlags) register(fs *flag.FlagSet) {
+	f.attr.register(fs)
+	fs.StringVar(&f.sysRoot, "sys-root", "/sys", "root of the sysfs filesystem (online CPUs)")
+	// GPUs are named by the index CUDA_VISIBLE_DEVICES gives, or through
+	// NVML when the collector runs.
+	gpuMetrics := &gpuMetrics{attr: &f.attr}
+	f.gpuKernels = &gputrace.Kind{EnvKeys: gpu.EnvKeys, Devices: gpuMetrics.cudaDevice}
+	f.kinds = profileKinds(f.gpuKernels)
+	f.sinks = sinkKinds()
+	f.services = serviceKinds(&f.attr, gpuMetrics)
+	for _, k := range f.all() {
+		k.Flags(fs)
+	}
+	fs.DurationVar(&f.interval, "upload-interval", 15*time.Second, "how often profiles are built and sent")
+	fs.DurationVar(&f.rescanInterval, "rescan-interval", time.Second, "how often new processes are attributed (short-lived processes need it shorter)")
+	fs.BoolVar(&f.allProcesses, "all-processes", false, "also profile processes that are in no job (labelled by executable)")
+	f.stackFlags.register(fs)
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.Int64Var(&f.budget.Total, "memory-budget-bytes", 0,
+		"bytes the agent may hold for all jobs together (symbol tables, perf maps, mapping tables, GPU aggregation); 0: 384 MiB; at most 3/8 of the agent's cgroup memory limit (the unit's MemoryMax)")
+	fs.Int64Var(&f.budget.JobShare, "memory-budget-job-bytes", 0,
+		"the most one job may make the agent hold; past it the job's own least recently used entries are evicted; 0: 128 MiB, or a third of the budget")
+	fs.Int64Var(&f.work.Burst, "job-read-burst-bytes", budget.DefaultWorkBurst,
+		"bytes of a job's files (symbol tables, perf maps, mapping tables) the agent reads at once before --job-read-bytes-per-second applies")
+	fs.Int64Var(&f.work.Rate, "job-read-bytes-per-second", budget.DefaultWorkRate,
+		"bytes of a job's files the agent reads a second past the burst; reads past it wait, counted")
+}
+
+// all are the kinds run runs: profile sources, sinks and services.
+func (f *runFlags) all() []flagged {
+	var out []flagged
+	for _, k := range f.kinds {
+		out = append(out, k)
+	}
+	for _, k := range f.sinks {
+		out = append(out, k)
+	}
+	for _, k := range f.services {
+		out = append(out, k)
+	}
+	return out
+}
+
+// check validates the parsed flags before anything starts.
+func (f *runFlags) check() error {
+	for _, k := range f.all() {
+		if err := k.Check(); err != nil {
+			return err
+		}
+	}
+	if err := f.stackFlags.check(); err != nil {
+		return err
+	}
+	if f.interval < time.Second {
+		return fmt.Errorf("--upload-interval %v is shorter than 1s", f.interval)
+	}
+	if f.budget.Total < 0 || f.budget.JobShare < 0 || f.work.Burst <= 0 || f.work.Rate <= 0 {
+		return errors.New("--memory-budget-bytes and --memory-budget-job-bytes must not be negative, --job-read-burst-bytes and --job-read-bytes-per-second must be positive")
+	}
+	return nil
+}

@@ -1,0 +1,100 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/slurmscope/slurmscope/agent/attribution"
+	"github.com/slurmscope/slurmscope/agent/daemon"
+	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/agent/source"
+	"github.com/slurmscope/slurmscope/agent/stackwalk"
+	"github.com/slurmscope/slurmscope/agent/symbolize"
+	"github.com/slurmscope/slurmscope/agent/unwind"
+)
+
+// stackFlags are the flags of the stack capture every source's probe
+// shares.
+type stackFlags struct {
+	unwind       string
+	interps      interpFlags
+	labelSetup   bool
+	unwindBudget int64
+}
+
+func (f *stackFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.unwind, "unwind", "auto", "user stacks: auto (from the .eh_frame unwind tables of each mapped file, frame pointers where a file has none; x86-64) or fp (frame pointers only)")
+	f.interps = interpFlags{}
+	f.interps.register(fs)
+	fs.BoolVar(&f.labelSetup, "label-stack-setup", false, "label each sample with what of the stack capture was set up for its process (stack_setup): a diagnostic for checking unwinding, which splits series")
+	fs.Int64Var(&f.unwindBudget, "unwind-table-bytes", unwind.DefaultMaxTableBytes, "bound of the unwind tables in kernel memory; the least recently used are evicted past it (their frames fall back to frame pointers)")
+}
+
+func (f *stackFlags) check() error {
+	if f.unwind != "auto" && f.unwind != "fp" {
+		return fmt.Errorf("--unwind %q: want auto or fp", f.unwind)
+	}
+	if f.unwindBudget <= 0 {
+		return errors.New("--unwind-table-bytes must be positive")
+	}
+	return nil
+}
+
+// stacks is the one stack capture for every source's probe: the unwind
+// tables and the interpreter state of the processes the agent profiles.
+type stacks struct {
+	walker     *stackwalk.Walker
+	labelSetup bool
+}
+
+// newStacks starts the stack capture. A process the probes meet before a
+// rescan is admitted at once, as a rescan would (d holds the daemon once
+// the sources exist).
+func newStacks(f runFlags, proc procfs.FS, sym *symbolize.Symbolizer, res *attribution.Resolver, d *atomic.Pointer[daemon.Daemon], log *slog.Logger) (*stacks, error) {
+	walker, err := stackwalk.New(stackwalk.Options{Proc: proc, Tables: f.unwind == "auto", Interpreters: f.interps.enabled(),
+		Remapped:      sym.Refresh,
+		MaxTableBytes: f.unwindBudget, ExitGrace: 2*f.interval + time.Minute, Log: log,
+		Profiled: func(id procfs.ID) bool {
+			if dm := d.Load(); dm != nil {
+				return dm.Admit(id)
+			}
+			// Before the daemon starts: its first scan admits the process.
+			p, ok := res.Cached(id)
+			if !ok {
+				var err error
+				if p, err = res.Resolve(id.PID); err != nil {
+					return false
+				}
+			}
+			return p.ID == id && !p.Foreign && (p.InJob() || f.allProcesses)
+		}})
+	if err != nil {
+		return nil, fmt.Errorf("starting the stack unwinder (needs root, BTF, Linux 5.17 or later): %w", err)
+	}
+	return &stacks{walker, f.labelSetup}, nil
+}
+
+func (s *stacks) Close() error { return s.walker.Close() }
+
+// forSources gives the sources' probes the stack capture.
+func (s *stacks) forSources(env *source.Env) { env.Stacks = s.walker }
+
+// started exports the capture's metrics and logs how it unwinds, once a
+// source uses it.
+func (s *stacks) started(reg prometheus.Registerer, log *slog.Logger) {
+	reg.MustRegister(s.walker.Collectors()...)
+	log.Info("capturing user stacks", "unwind", map[bool]string{true: "tables", false: "frame pointers"}[s.walker.Tables()],
+		"frame_pointers_because", s.walker.FramePointerReason(), "interpreters", s.walker.Interpreters())
+}
+
+// forDaemon has the daemon tell the capture of every process it profiles.
+func (s *stacks) forDaemon(cfg *daemon.Config) {
+	cfg.Watchers = append(cfg.Watchers, source.ProcessAttacher(s.walker))
+	cfg.LabelStackSetup = s.labelSetup
+}
