@@ -6,8 +6,9 @@
 # and package.json name the versions).
 set -euo pipefail
 
-# linux-perf: agent/unwind compares its stacks with perf record --call-graph dwarf.
-PKGS=(slurm-wlm munge prometheus clang-14 llvm-14 libbpf-dev gcc g++ make procps util-linux curl linux-perf)
+# linux-perf: agent/unwind compares its stacks with perf record --call-graph dwarf;
+# gdb: agent/unwind/replay records snapshots under it (its live test too).
+PKGS=(slurm-wlm munge prometheus clang-14 llvm-14 libbpf-dev gcc g++ make procps util-linux curl linux-perf gdb)
 # The CPython frame tests: Debian's own interpreter (static, stripped, no
 # frame pointers) and its venv module; the arm64 C library headers hold the
 # offset table to CPython's headers for arm64 too.

@@ -3,5 +3,5 @@
 # as in Debian bookworm) and fails if it differs from what is committed.
 set -eu
 cd "$(dirname "$0")"
-gen="probe_x86_bpfel.go probe_x86_bpfel.o"
+gen="probe_x86_bpfel.go probe_x86_bpfel.o replay_x86_bpfel.go replay_x86_bpfel.o"
 go generate ./ && git diff --exit-code -- $gen && test -z "$(git status --porcelain -- $gen)"
