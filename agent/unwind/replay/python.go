@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/slurmscope/slurmscope/agent/bpf"
+	"github.com/slurmscope/slurmscope/agent/interp"
 	"github.com/slurmscope/slurmscope/agent/python"
 )
 
@@ -14,8 +16,8 @@ import (
 // mappings, its mapped files and its memory. The recorder gives it the
 // live process (recording what is read); the replay gives it a snapshot.
 type PythonProcess interface {
-	python.MapsReader
-	python.Opener
+	interp.MapsReader
+	interp.Opener
 	Memory(pid int) python.Memory
 }
 
@@ -27,42 +29,45 @@ const (
 )
 
 // ResolvePython runs agent/python's Tracker on process pid as the agent
-// does (Notify: find the interpreter in the mapped files, check its
+// does (Announce: find the interpreter in the mapped files, check its
 // runtime in memory; then Resolve: read the code objects of the raw
-// frames), and returns the resolved frames and whether the stack was cut.
-func ResolvePython(p PythonProcess, pid int, raw []RawFrame, truncated bool) ([]python.Frame, error) {
+// frames), and returns the resolved frames.
+func ResolvePython(p PythonProcess, pid int, raw []RawFrame, truncated bool) (interp.Stack, error) {
 	now := time.Unix(1, 0)
 	tr := python.NewTracker(python.TrackerOptions{
 		Arch: python.AMD64, Maps: p, Open: p, Procs: procTable{}, Memory: p.Memory,
 		Now: func() time.Time { return now },
 	})
 	tgid := uint32(pid) // #nosec G115 -- a recorded pid, below pid_max
-	tr.Notify(python.Event{TGID: tgid, StartBoottime: pyStart, MM: pyMM})
+	proc := interp.Process{PID: tgid, StartNs: pyStart, MM: pyMM}
+	tr.Announce(proc)
 	if _, _, ok := tr.Version(tgid); !ok {
-		return nil, fmt.Errorf("replay: the tracker did not set the process up: %+v", tr.Stats().Skipped)
+		return interp.Stack{}, fmt.Errorf("replay: the tracker did not set the process up: %+v", tr.Stats().Skipped)
 	}
-	if len(raw) > python.MaxFrames {
-		return nil, fmt.Errorf("replay: %d raw frames, the walk keeps %d", len(raw), python.MaxFrames)
+	if len(raw) > bpf.InterpMaxFrames {
+		return interp.Stack{}, fmt.Errorf("replay: %d raw frames, the walk keeps %d", len(raw), bpf.InterpMaxFrames)
 	}
-	st := &python.RawStack{Len: uint32(len(raw))} // #nosec G115 -- at most MaxFrames
+	// As python.h packs them.
+	st := &bpf.InterpStack{Len: uint32(len(raw)), Kind: python.Kind} // #nosec G115 -- at most InterpMaxFrames
 	for i, r := range raw {
-		st.Frames[i] = python.RawFrame{Code: r.Code, Check: r.Check, Lasti: r.Lasti, Owner: r.Owner, IsEntry: r.IsEntry}
+		st.Frames[i] = bpf.InterpFrame{Addr: r.Code, Check: r.Check,
+			Data: uint64(uint32(r.Lasti)) | uint64(r.Owner)<<32 | uint64(r.IsEntry)<<40} // #nosec G115 -- lasti's bits, as the walk stores them
 	}
 	if truncated {
-		st.Flags |= python.StackTruncated
+		st.Flags |= bpf.InterpTruncated
 	}
-	frames, _ := tr.Resolve(tgid, pyStart, st)
-	if frames == nil {
-		return nil, errors.New("replay: Resolve returned nothing")
+	out := tr.Resolve(proc, st)
+	if out.Frames == nil {
+		return interp.Stack{}, errors.New("replay: Resolve returned nothing")
 	}
-	return frames, nil
+	return out, nil
 }
 
-// procTable is the walk's py_procs map, which a replay does not need.
+// procTable is the capture's process table, which a replay does not need.
 type procTable struct{}
 
-func (procTable) Put(uint32, python.ProcInfo) error { return nil }
-func (procTable) Delete(uint32) error               { return nil }
+func (procTable) Put(interp.Process, []byte) error { return nil }
+func (procTable) Delete(uint32) error              { return nil }
 
 // SnapshotPython serves a CPython snapshot to ResolvePython.
 type SnapshotPython struct{ S *Snapshot }
@@ -71,7 +76,7 @@ var _ PythonProcess = SnapshotPython{}
 
 func (p SnapshotPython) Maps(int) ([]python.Mapping, error) { return p.S.Maps(), nil }
 
-func (p SnapshotPython) OpenMapped(_ int, m python.Mapping) (python.File, error) {
+func (p SnapshotPython) OpenMapped(_ int, m python.Mapping) (interp.File, error) {
 	i, err := p.S.fileOf(m)
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/slurmscope/slurmscope/agent/interp"
 	"github.com/slurmscope/slurmscope/agent/python"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
 	"github.com/slurmscope/slurmscope/agent/unwind/cfi"
@@ -219,7 +220,7 @@ func checkSymbols(t *testing.T, s *replay.Snapshot) {
 }
 
 // nativeNames symbolises the recorded frames from the trimmed files, as
-// the agent's symbolizer would hand them to python.Splice.
+// the agent's symbolizer would hand them to interp.Splice.
 func nativeNames(t *testing.T, s *replay.Snapshot) []symbolize.Frame {
 	t.Helper()
 	tables := buildTables(t, s)
@@ -259,12 +260,12 @@ func TestPythonFrames(t *testing.T) {
 }
 
 func checkPython(t *testing.T, s *replay.Snapshot) {
-	frames, err := replay.ResolvePython(replay.SnapshotPython{S: s}, 4242, s.Python.Raw, false)
+	stack, err := replay.ResolvePython(replay.SnapshotPython{S: s}, 4242, s.Python.Raw, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []replay.PyFrame
-	for _, f := range frames {
+	for _, f := range stack.Frames {
 		got = append(got, replay.PyFrame{Function: f.Function, File: f.File, Line: f.Line, Entry: f.Entry})
 	}
 	if !slices.Equal(got, s.Python.Expected) {
@@ -285,7 +286,7 @@ func checkPython(t *testing.T, s *replay.Snapshot) {
 	var want []string
 	evals := 0
 	for _, f := range native {
-		if !python.IsEvalFrame(f) {
+		if !(python.CPython{}).EvalFrame(f) {
 			want = append(want, f.Function+" "+f.Module)
 			continue
 		}
@@ -301,7 +302,7 @@ func checkPython(t *testing.T, s *replay.Snapshot) {
 		t.Fatalf("%d eval-loop frames in the native stack, %d groups of Python frames", evals, len(groups))
 	}
 	var spliced []string
-	for _, f := range python.Splice(native, frames, false) {
+	for _, f := range interp.Splice(native, stack) {
 		if f.Module == python.Module {
 			spliced = append(spliced, fmt.Sprintf("%s (%s:%d) %s", f.Function, f.File, f.Line, f.Module))
 		} else {

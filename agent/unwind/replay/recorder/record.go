@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/agent/interp"
 	"github.com/slurmscope/slurmscope/agent/python"
 	"github.com/slurmscope/slurmscope/agent/unwind/cfi"
 	"github.com/slurmscope/slurmscope/agent/unwind/replay"
@@ -340,7 +341,7 @@ func capturePython(w Workload, st *stop, s *replay.Snapshot, maps []procfs.Mappi
 	// Only what the resolver reads is kept, not what the walk itself
 	// read: the replay resolves, the walk's frames are stored.
 	lv.reads = map[string]*[][2]uint64{}
-	frames, err := replay.ResolvePython(lv, st.PID, raw, false)
+	stack, err := replay.ResolvePython(lv, st.PID, raw, false)
 	if err != nil {
 		return nil, err
 	}
@@ -348,8 +349,8 @@ func capturePython(w Workload, st *stop, s *replay.Snapshot, maps []procfs.Mappi
 	if err != nil {
 		return nil, err
 	}
-	got := make([]replay.PyFrame, len(frames))
-	for i, f := range frames {
+	got := make([]replay.PyFrame, len(stack.Frames))
+	for i, f := range stack.Frames {
 		got[i] = replay.PyFrame{Function: f.Function, File: f.File, Line: f.Line, Entry: f.Entry}
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -467,7 +468,7 @@ var _ replay.PythonProcess = (*live)(nil)
 
 func (l *live) Maps(int) ([]python.Mapping, error) { return l.maps, nil }
 
-func (l *live) OpenMapped(_ int, m python.Mapping) (python.File, error) {
+func (l *live) OpenMapped(_ int, m python.Mapping) (interp.File, error) {
 	f, err := os.Open(m.Path)
 	if err != nil {
 		return nil, err

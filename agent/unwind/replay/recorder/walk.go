@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/slurmscope/slurmscope/agent/bpf"
 	"github.com/slurmscope/slurmscope/agent/python"
 	"github.com/slurmscope/slurmscope/agent/unwind/replay"
 )
@@ -14,7 +15,7 @@ import (
 // is the thread's (native_thread_id, the tid, on 3.11+; thread_id,
 // pthread_self() = the fs base, before), then each frame's code object,
 // the check of its name and file pointers, its instruction and its owner
-// and is_entry bytes, up to python.MaxFrames, shims included. The BPF walk
+// and is_entry bytes, up to bpf.InterpMaxFrames, shims included. The BPF walk
 // cannot run on a thread stopped by ptrace, so the recorder reads the same
 // fields the same way; the replay holds what agent/python makes of them to
 // what the script itself saw.
@@ -53,7 +54,7 @@ func walk(m python.Memory, l *python.Layout, runtime, tid, fsBase uint64) ([]rep
 		return nil, false, err
 	}
 	var out []replay.RawFrame
-	for len(out) < python.MaxFrames && frame != 0 {
+	for len(out) < bpf.InterpMaxFrames && frame != 0 {
 		code, err := ptr(frame + uint64(l.FrameCode))
 		if err != nil {
 			return nil, false, err
