@@ -17,8 +17,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/interp"
+	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/python"
 	"github.com/slurmscope/slurmscope/agent/unwind/cfi"
 	"github.com/slurmscope/slurmscope/agent/unwind/replay"
