@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/slurmscope/slurmscope/agent/cgroup"
-	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/slurm"
 	"github.com/slurmscope/slurmscope/agent/users"
 )
@@ -23,6 +22,7 @@ type jobEntry struct {
 	key     string
 	loc     cgroup.Location // job-level fields only: JobID, SLUID, Node, UID
 	host    string
+	seen    time.Time // when its first member was read
 	snap    atomic.Pointer[Job]
 	members map[int]*procEntry
 	tried   map[int]uint64 // pid -> start time whose environment was read
@@ -67,6 +67,15 @@ func (j *jobEntry) complete() bool {
 	return snap.Name != "" && snap.UID >= 0 && j.idKnown() && !j.idConflict
 }
 
+// settled reports whether the job's metadata is as complete as it will
+// get, so that series which carry it (host metrics, slurmscope_job_info)
+// may be published: complete, or incomplete for longer than a launch takes.
+// A series published before its job's name and owner are known would be
+// another series than the job's from then on. Called with Resolver.mu held.
+func (j *jobEntry) settled(now time.Time) bool {
+	return j.complete() || now.Sub(j.seen) >= settleWindow
+}
+
 // incompleteRetry is how soon a job still missing its name or owner is
 // looked at again: its tasks may have been caught before their exec.
 const incompleteRetry = 2 * time.Second
@@ -92,16 +101,9 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 		start uint64
 		rank  int
 	}
-	// A task is forked by slurmstepd (root, slurmd's environment) and only
-	// then takes the user's uid and execs the job's program, keeping its
-	// pid and start time. Members first seen in that moment are read again.
+	// Members caught mid-launch are read again by the cache (settling);
+	// what is read here is what they are now.
 	r.mu.RLock()
-	var recheck []int
-	for pid, m := range j.members {
-		if !m.loc.Stepd && m.uid <= 0 {
-			recheck = append(recheck, pid)
-		}
-	}
 	var stepds []stepdRead
 	if j.loc.JobID == "" {
 		for pid, m := range j.members {
@@ -114,25 +116,8 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 	for i := range stepds {
 		stepds[i].id = r.stepdJobID(stepds[i])
 	}
-	type fresh struct {
-		pid  int
-		st   procfs.Stat
-		uid  int
-		fail bool
-	}
-	var reread []fresh
-	for _, pid := range recheck {
-		st, err := r.o.Proc.Stat(pid)
-		uid, err2 := r.o.Proc.UID(pid)
-		reread = append(reread, fresh{pid, st, uid, err != nil || err2 != nil})
-	}
 
 	r.mu.Lock()
-	for _, f := range reread {
-		if m := j.members[f.pid]; m != nil && !f.fail && m.start == f.st.StartTime {
-			m.uid, m.comm = f.uid, clean(f.st.Comm, 64)
-		}
-	}
 	r.absorbStepds(j, stepds)
 	var cands []cand
 	votes := newOwnerVotes()
@@ -230,14 +215,14 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 	r.checkOwner(j, uid)
 	j.refreshed = now
 	r.publish(j)
-	// A task still root's was caught between slurmstepd's fork and its
-	// exec, which is a matter of milliseconds: look again at the next
-	// pass (the daemon's, right before each drain) rather than in
-	// incompleteRetry, or the interval's profile goes out without the
-	// job's name and owner.
+	// A task whose environment has not named the job yet may be a moment
+	// before its exec: look again at the next pass (the daemon's, right
+	// before each drain) rather than in incompleteRetry, or the
+	// interval's profile goes out without the job's name. Members still
+	// settling are read again by the cache, which marks the job dirty.
 	if !j.complete() {
-		for _, m := range j.members {
-			if !m.loc.Stepd && m.uid <= 0 && m.goneAt.IsZero() {
+		for pid, m := range j.members {
+			if t, ok := j.tried[pid]; !m.loc.Stepd && m.goneAt.IsZero() && now.Sub(m.seen) < settleWindow && (!ok || t != m.start) {
 				j.dirty = true
 				break
 			}
