@@ -11,6 +11,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/cgroup"
 	"github.com/slurmscope/slurmscope/agent/slurm"
 	"github.com/slurmscope/slurmscope/agent/users"
+	"github.com/slurmscope/slurmscope/schema"
 )
 
 // Job metadata: an entry per job with a process on the node, gathered from
@@ -25,8 +26,8 @@ type jobEntry struct {
 	seen    time.Time // when its first member was read
 	snap    atomic.Pointer[Job]
 	members map[int]*procEntry
-	tried   map[int]uint64 // pid -> start time whose environment was read
-	env     envFacts
+	tried   map[int]uint64    // pid -> start time whose environment was read
+	env     map[string]string // metadata attribute name -> the tasks' value
 	// refreshed is when metadata was last gathered; dirty is set when a
 	// member joined since, which may carry what is still missing.
 	refreshed time.Time
@@ -47,10 +48,6 @@ type jobEntry struct {
 	stepdTried map[int]uint64
 	// idConflict is set while the id slurmstepd gives is another job's.
 	idConflict bool
-}
-
-type envFacts struct {
-	name, account, partition string
 }
 
 func (r *Resolver) jobStale(j *jobEntry, now time.Time) bool {
@@ -160,7 +157,7 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 	}
 	var reads []envRead
 	for _, c := range cands {
-		env, err := r.o.Proc.Environ(c.pid, slurm.EnvKeys...)
+		env, err := r.o.Proc.Environ(c.pid, r.envKeys...)
 		if err != nil {
 			r.count(err)
 		}
@@ -202,7 +199,7 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 		if rd.env[slurm.EnvJobID] != "" {
 			j.tried[rd.pid] = rd.start
 		}
-		j.env.absorb(rd.env, jobID)
+		r.absorbEnv(j, rd.env, jobID)
 	}
 	if askCtld && !late {
 		j.ctldAsking = false
@@ -332,20 +329,23 @@ func stepRank(step string) int {
 	return 1
 }
 
-func (f *envFacts) absorb(env map[string]string, jobID string) {
+// absorbEnv records what a task's environment says of the job's
+// metadata, the first value of each attribute. Callers hold r.mu.
+func (r *Resolver) absorbEnv(j *jobEntry, env map[string]string, jobID string) {
 	if id := env[slurm.EnvJobID]; id == "" || id != jobID {
 		// A task that rewrote its own environment describes some other
 		// job: ignore it rather than mislabel this one.
 		return
 	}
-	if f.name == "" {
-		f.name = env[slurm.EnvJobName]
-	}
-	if f.account == "" {
-		f.account = env[slurm.EnvJobAccount]
-	}
-	if f.partition == "" {
-		f.partition = env[slurm.EnvJobPartition]
+	for _, a := range r.o.Metadata {
+		v := env[a.From.Env]
+		if a.From.Decide&schema.FromEnv == 0 || v == "" || j.env[a.Name] != "" {
+			continue
+		}
+		if j.env == nil {
+			j.env = map[string]string{}
+		}
+		j.env[a.Name] = v
 	}
 }
 
@@ -354,8 +354,26 @@ func (f *envFacts) absorb(env map[string]string, jobID string) {
 // the host holds keeps s<SLUID>, and a job whose path names the id takes
 // it back from a SLUID job. Callers hold r.mu.
 func (r *Resolver) publish(j *jobEntry) {
-	s := &Job{ID: j.jobID(), SLUID: j.loc.SLUID, UID: j.uidFromNode, Host: j.host, Cgroup: j.cgroup,
-		Name: clean(j.env.name, maxValue), Account: clean(j.env.account, maxValue), Partition: clean(j.env.partition, maxValue)}
+	s := &Job{ID: j.jobID(), SLUID: j.loc.SLUID, UID: j.uidFromNode, Host: j.host, Cgroup: j.cgroup}
+	// Metadata: slurmctld's word, else the tasks' environment, each only
+	// where the schema lets it decide (absorbEnv checks the environment).
+	for _, a := range r.o.Metadata {
+		v := j.env[a.Name]
+		if ci := j.ctldInfo; ci != nil && a.From.Decide&schema.FromSlurmctld != 0 && ci.Value(a) != "" {
+			v = ci.Value(a)
+		}
+		if v = clean(v, maxValue); v == "" {
+			continue
+		}
+		if a.Name == schema.JobName.Name {
+			s.Name = v
+			continue
+		}
+		if s.Meta == nil {
+			s.Meta = map[string]string{}
+		}
+		s.Meta[a.Name] = v
+	}
 	var demote []*jobEntry
 	if s.ID != "" {
 		for _, o := range r.jobs {
@@ -380,15 +398,6 @@ func (r *Resolver) publish(j *jobEntry) {
 		s.ID = "s" + j.loc.SLUID
 	}
 	if ci := j.ctldInfo; ci != nil {
-		if ci.Name != "" {
-			s.Name = clean(ci.Name, maxValue)
-		}
-		if ci.Account != "" {
-			s.Account = clean(ci.Account, maxValue)
-		}
-		if ci.Partition != "" {
-			s.Partition = clean(ci.Partition, maxValue)
-		}
 		if s.UID < 0 && ci.UID >= 0 {
 			s.UID = ci.UID
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/cgroup"
 	"github.com/slurmscope/slurmscope/agent/cgroup/cgrouptest"
 	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/schema"
 )
 
 // A task's launch, as slurmstepd runs it: it forks the task as root into
@@ -102,7 +103,7 @@ func (g *launchRig) checkLaunched(how string) {
 		g.t.Errorf("%s: task at step %q task %q (slurmstepd %v) uid %d, want batch, 0, a task, 1001", how, p.Step, p.Task, p.Stepd, p.UID)
 	}
 	j := p.Job
-	if j.ID != "2" || j.Name != "gosplit" || j.User != "bob" || j.UID != 1001 || j.Account != "physics" || j.Partition != "debug" {
+	if j.ID != "2" || j.Name != "gosplit" || j.User != "bob" || j.UID != 1001 || j.Value(schema.JobAccount) != "physics" || j.Value(schema.JobPartition) != "debug" {
 		g.t.Errorf("%s: job %+v, want 2, gosplit, bob (1001), physics, debug", how, *j)
 	}
 	var info *Job
