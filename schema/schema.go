@@ -161,6 +161,10 @@ var (
 		Description: "SLURM partition the job runs in.",
 		Source:      "job metadata",
 		From:        metadata("SLURM_JOB_PARTITION", "partition", "Partition")}
+	JobQOS = Attribute{Name: "slurm.job.qos", Label: "slurm_job_qos", Type: String, Scope: ScopeJob,
+		Description: "SLURM quality of service (QOS) of the job.",
+		Source:      "job metadata",
+		From:        metadata("SLURM_JOB_QOS", "qos", "QOS")}
 	HostName = Attribute{Name: "host.name", Label: "host_name", Type: String, Scope: ScopeHost,
 		Description: "The node (SLURM NodeName) the data comes from.",
 		Source:      "--node-name, the multiple-slurmd cgroup path, or the hostname"}
@@ -184,7 +188,7 @@ const ServiceName = "service_name"
 
 // All lists every attribute in the order the UI presents them.
 var All = []Attribute{
-	JobID, JobName, JobUser, JobStep, JobAccount, JobPartition,
+	JobID, JobName, JobUser, JobStep, JobAccount, JobPartition, JobQOS,
 	HostName, GPUName, GPUUUID, GPUIndex, GPUMIGProfile, GPUMIGInstance,
 }
 

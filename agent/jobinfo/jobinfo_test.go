@@ -22,7 +22,7 @@ func TestCollectorExportsThisNodesJobs(t *testing.T) {
 	}, "node-a")
 	want := `# HELP slurmscope_job_info A SLURM job with a process on this node (value 1).
 # TYPE slurmscope_job_info gauge
-slurmscope_job_info{host_name="node-a",slurm_job_account="physics",slurm_job_id="4242",slurm_job_name="train \"llama\" ✓",slurm_job_partition="gpu",slurm_job_user="bob"} 1
+slurmscope_job_info{host_name="node-a",slurm_job_account="physics",slurm_job_id="4242",slurm_job_name="train \"llama\" ✓",slurm_job_partition="gpu",slurm_job_qos="",slurm_job_user="bob"} 1
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
 		t.Fatal(err)

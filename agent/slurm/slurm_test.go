@@ -15,12 +15,13 @@ import (
 
 func TestParseSqueueJSON(t *testing.T) {
 	for name, doc := range map[string]string{
-		"22.05": `{"jobs":[{"job_id":11,"name":"other"},{"job_id":12,"name":"train \"llama\" ✓","user_name":"bob","user_id":1001,"account":"physics","partition":"gpu"}]}`,
-		"24.11": `{"jobs":[{"job_id":12,"name":"train \"llama\" ✓","user_name":"bob","user_id":{"set":true,"number":1001},"account":"physics","partition":"gpu"}]}`,
+		"22.05": `{"jobs":[{"job_id":11,"name":"other"},{"job_id":12,"name":"train \"llama\" ✓","user_name":"bob","user_id":1001,"account":"physics","partition":"gpu","qos":"normal"}]}`,
+		"24.11": `{"jobs":[{"job_id":12,"name":"train \"llama\" ✓","user_name":"bob","user_id":{"set":true,"number":1001},"account":"physics","partition":"gpu","qos":"normal"}]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, err := ParseSqueueJSON([]byte(doc), "12")
-			want := JobInfo{ID: "12", User: "bob", UID: 1001, Meta: map[string]string{schema.JobName.Name: `train "llama" ✓`, schema.JobAccount.Name: "physics", schema.JobPartition.Name: "gpu"}}
+			want := JobInfo{ID: "12", User: "bob", UID: 1001, Meta: map[string]string{schema.JobName.Name: `train "llama" ✓`, schema.JobAccount.Name: "physics",
+				schema.JobPartition.Name: "gpu", schema.JobQOS.Name: "normal"}}
 			if err != nil || !reflect.DeepEqual(got, want) {
 				t.Fatalf("got %+v, %v", got, err)
 			}
@@ -37,7 +38,8 @@ func TestParseSqueueJSON(t *testing.T) {
 func TestParseScontrolOneLiner(t *testing.T) {
 	line := `JobId=12 JobName=train "llama" ✓ UserId=bob(1001) GroupId=bob(1001) MCS_label=N/A Priority=1 Account=physics QOS=normal JobState=RUNNING Partition=gpu AllocNode:Sid=n:1`
 	got, err := ParseScontrolOneLiner([]byte(line), "12")
-	want := JobInfo{ID: "12", User: "bob", UID: 1001, Meta: map[string]string{schema.JobName.Name: `train "llama" ✓`, schema.JobAccount.Name: "physics", schema.JobPartition.Name: "gpu"}}
+	want := JobInfo{ID: "12", User: "bob", UID: 1001, Meta: map[string]string{schema.JobName.Name: `train "llama" ✓`, schema.JobAccount.Name: "physics",
+		schema.JobPartition.Name: "gpu", schema.JobQOS.Name: "normal"}}
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v, %v", got, err)
 	}
