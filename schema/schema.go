@@ -62,30 +62,109 @@ type Attribute struct {
 	Type        Type
 	Scope       Scope
 	Description string
-	Source      string // where the agent takes it from on the node
+	Source      string // where the agent takes it from on the node, in words
+	// From is where the agent reads a job attribute, for the readers that
+	// take it from the table (agent/slurm, agent/attribution).
+	From Sources
+}
+
+// Origin is a kind of place the agent learns a job attribute from on a
+// node. What the job's user can write (its tasks' environment) is one
+// origin among them, so the table can say it never decides an identity.
+type Origin uint8
+
+const (
+	// FromCgroup is the cgroup path slurmd made, root's.
+	FromCgroup Origin = 1 << iota
+	// FromStepd is slurmstepd's title, root's.
+	FromStepd
+	// FromTaskUID is the real uid of the job's tasks.
+	FromTaskUID
+	// FromEnv is the environment of the job's tasks, which its user can
+	// set to anything.
+	FromEnv
+	// FromSlurmctld is slurmctld, asked through squeue --json or
+	// scontrol show job.
+	FromSlurmctld
+)
+
+// Sources say where a job attribute is read and which origins may decide
+// its value.
+type Sources struct {
+	// Decide holds the origins whose word may set the value. A source
+	// named below whose origin is not here is read only to check another
+	// (SLURM_JOB_ID says whether an environment describes the job).
+	Decide Origin
+	// Env is the variable slurmstepd sets in every task of the job.
+	Env string
+	// Squeue is the field of a job object in `squeue --json`.
+	Squeue string
+	// Scontrol is the key of the field in `scontrol show job -o`.
+	Scontrol string
+}
+
+// IsMetadata reports whether a is job metadata: a job attribute decided
+// only by its tasks' environment and slurmctld and carried as they give
+// it, slurmctld's word first. The readers take every such attribute from
+// the table; identities (id, owner, step) have their own rules.
+func (a Attribute) IsMetadata() bool {
+	d := a.From.Decide
+	return a.Scope == ScopeJob && d != 0 && d&^(FromEnv|FromSlurmctld) == 0
+}
+
+// Metadata returns the job metadata attributes of All (IsMetadata), in
+// its order.
+func Metadata() []Attribute {
+	var out []Attribute
+	for _, a := range All {
+		if a.IsMetadata() {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// metadata is where job metadata comes from: the tasks' environment
+// variable env, or slurmctld's squeue and scontrol fields.
+func metadata(env, squeue, scontrol string) Sources {
+	return Sources{Decide: FromEnv | FromSlurmctld, Env: env, Squeue: squeue, Scontrol: scontrol}
 }
 
 var (
+	// The id decides which environments describe the job, never the
+	// other way round: SLURM_JOB_ID is read only to check them.
 	JobID = Attribute{Name: "slurm.job.id", Label: "slurm_job_id", Type: Int, Scope: ScopeJob,
 		Description: "SLURM job id (for array jobs the id of the array task's own job).",
-		Source:      "the cgroup path (job_<id>), or the SLUID directory resolved to the id"}
+		Source:      "the cgroup path (job_<id>), or the SLUID directory resolved to the id",
+		From:        Sources{Decide: FromCgroup | FromStepd, Env: "SLURM_JOB_ID", Squeue: "job_id", Scontrol: "JobId"}}
 	JobName = Attribute{Name: "slurm.job.name", Label: "slurm_job_name", Type: String, Scope: ScopeJob,
 		Description: "SLURM job name.",
-		Source:      "job metadata: environment of the job's tasks, or slurmctld"}
+		Source:      "job metadata: environment of the job's tasks, or slurmctld",
+		From:        metadata("SLURM_JOB_NAME", "name", "JobName")}
+	// The owner has no environment variable: SLURM_JOB_USER is the
+	// user's to set.
 	JobUser = Attribute{Name: "slurm.job.user", Label: "slurm_job_user", Type: String, Scope: ScopeJob,
 		Description: "Owner of the job.",
-		Source:      "the uid of the job's tasks (or the v1 cgroup path, or slurmctld); never the job's environment"}
+		Source:      "the uid of the job's tasks (or the v1 cgroup path, or slurmctld); never the job's environment",
+		From:        Sources{Decide: FromCgroup | FromTaskUID | FromSlurmctld, Squeue: "user_name", Scontrol: "UserId"}}
 	// JobStep is per process: one job's processes run in several steps,
 	// so it splits samples inside a job's profile.
 	JobStep = Attribute{Name: "slurm.job.step", Label: "slurm_job_step", Type: String, Scope: ScopeProcess,
 		Description: "Job step: 0..n, batch, extern or interactive.",
-		Source:      "the cgroup path (step_<s>)"}
+		Source:      "the cgroup path (step_<s>)",
+		From:        Sources{Decide: FromCgroup}}
 	JobAccount = Attribute{Name: "slurm.job.account", Label: "slurm_job_account", Type: String, Scope: ScopeJob,
 		Description: "SLURM account charged for the job.",
-		Source:      "job metadata"}
+		Source:      "job metadata",
+		From:        metadata("SLURM_JOB_ACCOUNT", "account", "Account")}
 	JobPartition = Attribute{Name: "slurm.job.partition", Label: "slurm_job_partition", Type: String, Scope: ScopeJob,
 		Description: "SLURM partition the job runs in.",
-		Source:      "job metadata"}
+		Source:      "job metadata",
+		From:        metadata("SLURM_JOB_PARTITION", "partition", "Partition")}
+	JobQOS = Attribute{Name: "slurm.job.qos", Label: "slurm_job_qos", Type: String, Scope: ScopeJob,
+		Description: "SLURM quality of service (QOS) of the job.",
+		Source:      "job metadata",
+		From:        metadata("SLURM_JOB_QOS", "qos", "QOS")}
 	HostName = Attribute{Name: "host.name", Label: "host_name", Type: String, Scope: ScopeHost,
 		Description: "The node (SLURM NodeName) the data comes from.",
 		Source:      "--node-name, the multiple-slurmd cgroup path, or the hostname"}
@@ -109,7 +188,7 @@ const ServiceName = "service_name"
 
 // All lists every attribute in the order the UI presents them.
 var All = []Attribute{
-	JobID, JobName, JobUser, JobStep, JobAccount, JobPartition,
+	JobID, JobName, JobUser, JobStep, JobAccount, JobPartition, JobQOS,
 	HostName, GPUName, GPUUUID, GPUIndex, GPUMIGProfile, GPUMIGInstance,
 }
 

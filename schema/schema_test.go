@@ -45,6 +45,51 @@ func TestTableIsConsistent(t *testing.T) {
 	}
 }
 
+// The sources table keeps DESIGN.md's identity rules: the owner never
+// comes from the environment (and has no variable to read), the job id
+// never from SLURM_JOB_ID (read only to check an environment), the step
+// only from the path; every job attribute says what decides it, and every
+// metadata attribute can be read from each origin that may decide it.
+func TestSourcesKeepIdentityRules(t *testing.T) {
+	if JobUser.From.Decide&FromEnv != 0 || JobUser.From.Env != "" || JobUser.IsMetadata() {
+		t.Errorf("%s may come from the environment: %+v", JobUser.Name, JobUser.From)
+	}
+	if JobID.From.Decide&(FromEnv|FromSlurmctld) != 0 || JobID.From.Env == "" || JobID.IsMetadata() {
+		t.Errorf("%s: %+v; want decided by the path or slurmstepd, its variable read only as a check", JobID.Name, JobID.From)
+	}
+	if JobStep.From != (Sources{Decide: FromCgroup}) || JobStep.IsMetadata() {
+		t.Errorf("%s: %+v", JobStep.Name, JobStep.From)
+	}
+	envs := map[string]string{}
+	for _, a := range All {
+		f := a.From
+		switch {
+		case a.Scope == ScopeJob && f.Decide == 0:
+			t.Errorf("%s: nothing decides it", a.Name)
+		case a.Scope != ScopeJob && a != JobStep && f != (Sources{}):
+			t.Errorf("%s is not a job attribute but has sources %+v", a.Name, f)
+		}
+		if f.Env != "" {
+			if other, ok := envs[f.Env]; ok || !strings.HasPrefix(f.Env, "SLURM_JOB_") {
+				t.Errorf("%s: variable %s (also %s's): want one SLURM_JOB_ variable per attribute", a.Name, f.Env, other)
+			}
+			envs[f.Env] = a.Name
+		}
+		if !a.IsMetadata() {
+			continue
+		}
+		if f.Decide&FromEnv != 0 && f.Env == "" || f.Decide&FromSlurmctld != 0 && (f.Squeue == "" || f.Scontrol == "") {
+			t.Errorf("%s: decided by %b but not read from each: %+v", a.Name, f.Decide, f)
+		}
+		if !slices.Contains(Metadata(), a) {
+			t.Errorf("%s is metadata but not in Metadata()", a.Name)
+		}
+	}
+	if !slices.Contains(Metadata(), JobName) {
+		t.Errorf("%s is not metadata", JobName.Name)
+	}
+}
+
 // baseUnits are Prometheus' base units a metric name may end in.
 var baseUnits = []string{"ratio", "bytes", "seconds", "watts", "celsius", "hertz", "joules", "volts", "amperes", "meters"}
 

@@ -4,8 +4,9 @@
 // job's user cannot change: a login shell that inherited SLURM_JOB_ID is not
 // in a job, and neither is a process in a look-alike tree a user built
 // (cgroup.Layout says where slurmd makes its tree; cgroup.Tree checks root
-// owns it). Metadata is job-level: the job's name, account and partition
-// come from the environment of the job's tasks (or slurmctld), its owner
+// owns it). Metadata is job-level: the job's name, account, partition and
+// any other schema.Metadata attribute come from the environment of the
+// job's tasks (or slurmctld), where the schema's table says, its owner
 // from the uid of its tasks (or the v1 cgroup path, or slurmctld), and the
 // id of a SLUID directory from slurmstepd's title, never from an
 // environment variable the user controls. So slurmstepd, or a task whose
@@ -34,14 +35,17 @@ import (
 
 // Job is an immutable snapshot of what is known about a job on this host.
 type Job struct {
-	ID        string // numeric job id; for an unresolved SLUID job, "s<SLUID>"
-	SLUID     string
-	Name      string
-	User      string
-	UID       int // -1 when not yet known
-	Account   string
-	Partition string
-	Host      string // the node this part of the job runs on
+	ID    string // numeric job id; for an unresolved SLUID job, "s<SLUID>"
+	SLUID string
+	// Name is the job's schema.JobName, which also names its profiles
+	// (service_name) and keys its per-job series.
+	Name string
+	User string
+	UID  int // -1 when not yet known
+	// Meta holds the job's other metadata attributes (schema.Metadata)
+	// by name, those with a value. Never written once published.
+	Meta map[string]string
+	Host string // the node this part of the job runs on
 	// Cgroup is the job's directory in the cgroup v2 hierarchy (its path
 	// as /proc shows it); "" for a v1 job.
 	Cgroup string
@@ -52,21 +56,19 @@ type Job struct {
 
 // Value is the job's value of a job attribute, or of host.name; "" for any
 // other. Labels and slurmscope_job_info take every job attribute of the
-// schema through it, so a new one needs only its field and its case here.
+// schema through it, so a metadata attribute needs no case here.
 func (j *Job) Value(a schema.Attribute) string {
-	switch a.Name {
-	case schema.JobID.Name:
+	switch {
+	case a.Name == schema.JobID.Name:
 		return j.ID
-	case schema.JobName.Name:
+	case a.Name == schema.JobName.Name:
 		return j.Name
-	case schema.JobUser.Name:
+	case a.Name == schema.JobUser.Name:
 		return j.User
-	case schema.JobAccount.Name:
-		return j.Account
-	case schema.JobPartition.Name:
-		return j.Partition
-	case schema.HostName.Name:
+	case a.Name == schema.HostName.Name:
 		return j.Host
+	case a.Scope == schema.ScopeJob:
+		return j.Meta[a.Name]
 	}
 	return ""
 }
@@ -103,6 +105,10 @@ type Options struct {
 	// Controller, when set, is asked about each job once per JobTTL; its
 	// answer wins over the tasks' environment.
 	Controller slurm.Controller
+	// Metadata are the job attributes read from the tasks' environment and
+	// the Controller's answer, as their schema.Sources say; default
+	// schema.Metadata().
+	Metadata []schema.Attribute
 	// ControllerWait is how long a refresh waits for the Controller
 	// before it publishes what the node knows, the answer following when
 	// it comes (the callers are the host poll and a new process's
@@ -148,7 +154,8 @@ type Stats struct {
 
 // Resolver attributes processes to jobs. It is safe for concurrent use.
 type Resolver struct {
-	o Options
+	o       Options
+	envKeys []string // what a task's environment is read for
 
 	mu    sync.RWMutex
 	procs map[int]*procEntry
@@ -180,6 +187,9 @@ func New(o Options) *Resolver {
 	if o.HostName == "" {
 		o.HostName = o.NodeName
 	}
+	if o.Metadata == nil {
+		o.Metadata = schema.Metadata()
+	}
 	if o.ControllerWait <= 0 {
 		o.ControllerWait = 100 * time.Millisecond
 	}
@@ -198,7 +208,7 @@ func New(o Options) *Resolver {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Resolver{o: o, procs: map[int]*procEntry{}, jobs: map[string]*jobEntry{}}
+	return &Resolver{o: o, envKeys: slurm.EnvKeys(o.Metadata), procs: map[int]*procEntry{}, jobs: map[string]*jobEntry{}}
 }
 
 // Stats returns the error counters.

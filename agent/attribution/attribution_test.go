@@ -18,6 +18,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/procfs/procfstest"
 	"github.com/slurmscope/slurmscope/agent/slurm"
 	"github.com/slurmscope/slurmscope/agent/users"
+	"github.com/slurmscope/slurmscope/schema"
 )
 
 func fixtureUsers(t testing.TB) users.Passwd {
@@ -93,7 +94,7 @@ func TestScanFixtureTree(t *testing.T) {
 			continue
 		}
 		g := want{job: p.Job.ID, name: p.Job.Name, user: p.Job.User, step: p.Step, task: p.Task,
-			account: p.Job.Account, partition: p.Job.Partition, host: p.Host, stepd: p.Stepd}
+			account: p.Job.Value(schema.JobAccount), partition: p.Job.Value(schema.JobPartition), host: p.Host, stepd: p.Stepd}
 		if g != w {
 			t.Errorf("pid %d:\n got %+v\nwant %+v", pid, g, w)
 		}
@@ -242,13 +243,13 @@ func (f *fakeCtld) Job(_ context.Context, id string) (slurm.JobInfo, error) {
 }
 
 func TestControllerWinsForMetadataButNotForTheOwner(t *testing.T) {
-	ctld := &fakeCtld{info: slurm.JobInfo{Name: "from-ctld", User: "alice", UID: 1002, Account: "acct", Partition: "part"}}
+	ctld := &fakeCtld{info: slurm.JobInfo{User: "alice", UID: 1002, Meta: map[string]string{schema.JobName.Name: "from-ctld", schema.JobAccount.Name: "acct", schema.JobPartition.Name: "part"}}}
 	r := newFixtureResolver(t, "testdata/proc", func(o *Options) { o.Controller = ctld })
 	p, err := r.Resolve(301)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Job.Name != "from-ctld" || p.Job.Account != "acct" || p.Job.Partition != "part" {
+	if p.Job.Name != "from-ctld" || p.Job.Value(schema.JobAccount) != "acct" || p.Job.Value(schema.JobPartition) != "part" {
 		t.Errorf("controller metadata not used: %+v", p.Job)
 	}
 	// slurmctld claims uid 1002, the job's tasks run as 1001: a disagreement
@@ -280,7 +281,7 @@ func (s *slowCtld) Job(ctx context.Context, id string) (slurm.JobInfo, error) {
 // holds up nobody: the job is published from its tasks' environment, and
 // slurmctld's answer replaces it when it comes, without asking twice.
 func TestSlowControllerHoldsUpNobody(t *testing.T) {
-	ctld := &slowCtld{fakeCtld: fakeCtld{info: slurm.JobInfo{Name: "from-ctld", UID: 1001}}, release: make(chan struct{})}
+	ctld := &slowCtld{fakeCtld: fakeCtld{info: slurm.JobInfo{UID: 1001, Meta: map[string]string{schema.JobName.Name: "from-ctld"}}}, release: make(chan struct{})}
 	r := newFixtureResolver(t, "testdata/proc", func(o *Options) { o.Controller = ctld })
 	p, err := r.Resolve(301)
 	if err != nil {
@@ -614,7 +615,7 @@ func TestJobGRESIsThisNodes(t *testing.T) {
 		"node-a": {{Name: "gpu", Count: 1, Index: []int{0}, GPU: true}},
 		"node-b": {{Name: "gpu", Count: 2, Index: []int{1, 2}, GPU: true}},
 	}
-	ctld := &fakeCtld{info: slurm.JobInfo{Name: "x", UID: 1001, GRES: gres}}
+	ctld := &fakeCtld{info: slurm.JobInfo{UID: 1001, Meta: map[string]string{schema.JobName.Name: "x"}, GRES: gres}}
 	r := newFixtureResolver(t, "testdata/proc", func(o *Options) { o.Controller = ctld })
 	for pid, want := range map[int]int{301: 1, 400: 2, 402: 1} { // node-a by hostname, node-b and node-a by path
 		p, err := r.Resolve(pid)

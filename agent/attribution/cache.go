@@ -27,6 +27,8 @@ type procEntry struct {
 	foreign bool
 	job     *jobEntry // nil: in no job (negative entry)
 	goneAt  time.Time // when a scan first missed it; zero while it lives
+	// seen is when the process (with this start time) was first read.
+	seen time.Time
 	// recheck marks a process's first "in no job": it may be between its
 	// fork and joining a job's cgroup (slurmstepd's task before proctrack
 	// adds it, a shell that joins, then execs the job's program), so it is
@@ -34,9 +36,31 @@ type procEntry struct {
 	recheck bool
 }
 
-// recheckAfter is how old a first "in no job" must be before a refresh
-// reads it again: long past any fork-to-join window, short of an interval.
+// recheckAfter is how old a first "in no job", or a member of a job that
+// may still be on its way to its place (settling), must be before it is
+// read again: long past any fork-to-join window, short of an interval.
 const recheckAfter = 200 * time.Millisecond
+
+// settleWindow is how long after a process is first seen in a job a
+// launch may still be moving it: slurmstepd forks each task as root into
+// its own cgroup (the step's slurm leaf) with slurmd's environment, moves
+// it to its task cgroup, and only then does the task take the user's uid
+// and exec the job's program, keeping its pid and start time. A look in
+// between must not be believed for JobTTL.
+const settleWindow = 10 * time.Second
+
+// settling reports whether e, a member of a job first seen less than
+// settleWindow ago, is where a task's launch passes through rather than
+// where a task runs: root's (or of an unknown uid), in the slurm leaf (only
+// slurmstepd and its fork before the move are there), or above any step.
+// Such a member is read again at every pass, recheckAfter apart, so the
+// pass after the exec finds the task's place, owner and environment.
+// slurmstepd itself, root's in the leaf for good, is believed once its
+// window is over.
+func (e *procEntry) settling(now time.Time) bool {
+	return e.job != nil && e.goneAt.IsZero() && now.Sub(e.seen) < settleWindow &&
+		(e.uid <= 0 || e.loc.Stepd || e.loc.Step == "")
+}
 
 // Cached returns the attribution of process id if it is cached. It never
 // reads /proc and never allocates: the sampling path calls it per sample. A
@@ -65,20 +89,25 @@ func (e *procEntry) process(pid int) Process {
 
 // Resolve attributes a live process, reading /proc only for what the cache
 // does not already hold.
-func (r *Resolver) Resolve(pid int) (Process, error) {
+func (r *Resolver) Resolve(pid int) (Process, error) { return r.resolvePID(pid, false) }
+
+// resolvePID is Resolve; full (Scan's pass before each drain) also re-reads
+// members still settling that were read less than recheckAfter ago, so
+// the drain's profiles see a task that exec'd a moment before.
+func (r *Resolver) resolvePID(pid int, full bool) (Process, error) {
 	st, err := r.o.Proc.Stat(pid)
 	if err != nil {
 		r.count(err)
 		return Process{}, err
 	}
-	return r.resolve(pid, st)
+	return r.resolve(pid, st, full)
 }
 
-func (r *Resolver) resolve(pid int, st procfs.Stat) (Process, error) {
+func (r *Resolver) resolve(pid int, st procfs.Stat, full bool) (Process, error) {
 	now := r.o.Now()
 	r.mu.RLock()
 	e := r.procs[pid]
-	fresh := e != nil && e.start == st.StartTime && now.Sub(e.checked) < r.ttl(e)
+	fresh := e != nil && e.start == st.StartTime && now.Sub(e.checked) < r.ttl(e, now) && !(full && e.settling(now))
 	var j *jobEntry
 	if fresh {
 		j = e.job
@@ -126,7 +155,7 @@ func (r *Resolver) resolve(pid int, st procfs.Stat) (Process, error) {
 		}
 		uid = -1
 	}
-	ne := &procEntry{start: st.StartTime, checked: now, comm: clean(st.Comm, 64), uid: uid, loc: loc, host: r.o.HostName}
+	ne := &procEntry{start: st.StartTime, checked: now, seen: now, comm: clean(st.Comm, 64), uid: uid, loc: loc, host: r.o.HostName}
 	if loc.Node != "" {
 		ne.host = loc.Node
 		ne.foreign = r.o.NodeName != "" && loc.Node != r.o.NodeName
@@ -135,6 +164,9 @@ func (r *Resolver) resolve(pid int, st procfs.Stat) (Process, error) {
 	r.mu.Lock()
 	old := r.procs[pid]
 	ne.recheck = !loc.InJob && (old == nil || old.start != ne.start)
+	if old != nil && old.start == ne.start {
+		ne.seen = old.seen
+	}
 	if old != nil && old.job != nil {
 		// The job entry stays: the process (or the pid's new owner)
 		// usually rejoins it below; empty jobs are collected by scans.
@@ -148,7 +180,7 @@ func (r *Resolver) resolve(pid int, st procfs.Stat) (Process, error) {
 	if loc.InJob {
 		j = r.jobs[loc.JobKey()]
 		if j == nil {
-			j = &jobEntry{key: loc.JobKey(), host: ne.host, members: map[int]*procEntry{}, tried: map[int]uint64{}, uidFromNode: loc.UID}
+			j = &jobEntry{key: loc.JobKey(), host: ne.host, seen: now, members: map[int]*procEntry{}, tried: map[int]uint64{}, uidFromNode: loc.UID}
 			j.loc = cgroup.Location{InJob: true, JobID: loc.JobID, SLUID: loc.SLUID, Node: loc.Node, UID: loc.UID, Version: loc.Version}
 			if loc.Version == 2 {
 				j.cgroup = jobDir(loc)
@@ -189,7 +221,7 @@ func jobDir(loc cgroup.Location) string {
 	return loc.Slurm[:i+1+len(dir)]
 }
 
-func (r *Resolver) ttl(e *procEntry) time.Duration {
+func (r *Resolver) ttl(e *procEntry, now time.Time) time.Duration {
 	if e.job == nil {
 		// pam_slurm_adopt can move an existing process into a job, so "in
 		// no job" is only believed for a while.
@@ -197,6 +229,9 @@ func (r *Resolver) ttl(e *procEntry) time.Duration {
 			return min(recheckAfter, r.o.NegativeTTL)
 		}
 		return r.o.NegativeTTL
+	}
+	if e.settling(now) {
+		return min(recheckAfter, r.o.JobTTL)
 	}
 	return r.o.JobTTL
 }
@@ -212,7 +247,7 @@ func (r *Resolver) Scan() ([]Process, error) {
 	live := make(map[int]bool, len(pids))
 	out := make([]Process, 0, len(pids))
 	for _, pid := range pids {
-		p, err := r.Resolve(pid)
+		p, err := r.resolvePID(pid, true)
 		if err != nil {
 			continue // counted; a process that exits mid-read is normal
 		}
@@ -285,13 +320,18 @@ func (r *Resolver) forgetExcept(live map[int]bool) {
 	}
 }
 
-// Jobs returns the current snapshot of every job with a live process.
+// Jobs returns the current snapshot of every job with a live process
+// whose metadata has settled (jobEntry.settled), for the series that
+// carry it.
 func (r *Resolver) Jobs() []*Job {
+	now := r.o.Now()
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	out := make([]*Job, 0, len(r.jobs))
 	for _, j := range r.jobs {
-		out = append(out, j.snap.Load())
+		if j.settled(now) {
+			out = append(out, j.snap.Load())
+		}
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Host+"/"+out[a].ID < out[b].Host+"/"+out[b].ID })
 	return out
@@ -299,8 +339,9 @@ func (r *Resolver) Jobs() []*Job {
 
 // Refresh attributes processes the resolver has not seen and forgets those
 // that are gone, without re-reading known ones (but a first "in no job",
-// once: procEntry.recheck): cheap enough to run every second, so that
-// short-lived processes are labelled before they exit.
+// once: procEntry.recheck, and members still settling): cheap enough to
+// run every second, so that short-lived processes are labelled before
+// they exit.
 func (r *Resolver) Refresh() ([]Process, error) {
 	pids, err := r.o.Proc.PIDs()
 	if err != nil {
@@ -313,7 +354,7 @@ func (r *Resolver) Refresh() ([]Process, error) {
 	for _, pid := range pids {
 		live[pid] = true
 		// A pid whose entry is marked exited is back: a new process.
-		if e := r.procs[pid]; e == nil || !e.goneAt.IsZero() || (e.recheck && now.Sub(e.checked) >= r.ttl(e)) {
+		if e := r.procs[pid]; e == nil || !e.goneAt.IsZero() || (e.recheck || e.settling(now)) && now.Sub(e.checked) >= r.ttl(e, now) {
 			fresh = append(fresh, pid)
 		}
 	}

@@ -12,12 +12,19 @@ type JobCgroup struct {
 }
 
 // JobCgroups returns the cgroup directory of every job of this node that
-// has a live member, from the paths its members were attributed by. It
-// reads nothing, and holds the lock only to copy.
+// has a live member and whose metadata has settled (its host metrics carry
+// its name and owner, and on v1 read its user's step directories), from
+// the paths its members were attributed by: the job's own directory
+// whichever level a member sits at. It reads nothing, and holds the lock
+// only to copy.
 func (r *Resolver) JobCgroups() []JobCgroup {
+	now := r.o.Now()
 	r.mu.RLock()
 	var out []JobCgroup
 	for _, j := range r.jobs {
+		if !j.settled(now) {
+			continue
+		}
 		best, dir, version := -1, "", 0
 		for pid, m := range j.members {
 			if m.foreign || (best >= 0 && pid > best) {

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/slurmscope/slurmscope/agent/cgroup"
-	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/slurm"
 	"github.com/slurmscope/slurmscope/agent/users"
+	"github.com/slurmscope/slurmscope/schema"
 )
 
 // Job metadata: an entry per job with a process on the node, gathered from
@@ -23,10 +23,11 @@ type jobEntry struct {
 	key     string
 	loc     cgroup.Location // job-level fields only: JobID, SLUID, Node, UID
 	host    string
+	seen    time.Time // when its first member was read
 	snap    atomic.Pointer[Job]
 	members map[int]*procEntry
-	tried   map[int]uint64 // pid -> start time whose environment was read
-	env     envFacts
+	tried   map[int]uint64    // pid -> start time whose environment was read
+	env     map[string]string // metadata attribute name -> the tasks' value
 	// refreshed is when metadata was last gathered; dirty is set when a
 	// member joined since, which may carry what is still missing.
 	refreshed time.Time
@@ -49,10 +50,6 @@ type jobEntry struct {
 	idConflict bool
 }
 
-type envFacts struct {
-	name, account, partition string
-}
-
 func (r *Resolver) jobStale(j *jobEntry, now time.Time) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -65,6 +62,15 @@ func (r *Resolver) jobStale(j *jobEntry, now time.Time) bool {
 func (j *jobEntry) complete() bool {
 	snap := j.snap.Load()
 	return snap.Name != "" && snap.UID >= 0 && j.idKnown() && !j.idConflict
+}
+
+// settled reports whether the job's metadata is as complete as it will
+// get, so that series which carry it (host metrics, slurmscope_job_info)
+// may be published: complete, or incomplete for longer than a launch takes.
+// A series published before its job's name and owner are known would be
+// another series than the job's from then on. Called with Resolver.mu held.
+func (j *jobEntry) settled(now time.Time) bool {
+	return j.complete() || now.Sub(j.seen) >= settleWindow
 }
 
 // incompleteRetry is how soon a job still missing its name or owner is
@@ -92,16 +98,9 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 		start uint64
 		rank  int
 	}
-	// A task is forked by slurmstepd (root, slurmd's environment) and only
-	// then takes the user's uid and execs the job's program, keeping its
-	// pid and start time. Members first seen in that moment are read again.
+	// Members caught mid-launch are read again by the cache (settling);
+	// what is read here is what they are now.
 	r.mu.RLock()
-	var recheck []int
-	for pid, m := range j.members {
-		if !m.loc.Stepd && m.uid <= 0 {
-			recheck = append(recheck, pid)
-		}
-	}
 	var stepds []stepdRead
 	if j.loc.JobID == "" {
 		for pid, m := range j.members {
@@ -114,25 +113,8 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 	for i := range stepds {
 		stepds[i].id = r.stepdJobID(stepds[i])
 	}
-	type fresh struct {
-		pid  int
-		st   procfs.Stat
-		uid  int
-		fail bool
-	}
-	var reread []fresh
-	for _, pid := range recheck {
-		st, err := r.o.Proc.Stat(pid)
-		uid, err2 := r.o.Proc.UID(pid)
-		reread = append(reread, fresh{pid, st, uid, err != nil || err2 != nil})
-	}
 
 	r.mu.Lock()
-	for _, f := range reread {
-		if m := j.members[f.pid]; m != nil && !f.fail && m.start == f.st.StartTime {
-			m.uid, m.comm = f.uid, clean(f.st.Comm, 64)
-		}
-	}
 	r.absorbStepds(j, stepds)
 	var cands []cand
 	votes := newOwnerVotes()
@@ -175,7 +157,7 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 	}
 	var reads []envRead
 	for _, c := range cands {
-		env, err := r.o.Proc.Environ(c.pid, slurm.EnvKeys...)
+		env, err := r.o.Proc.Environ(c.pid, r.envKeys...)
 		if err != nil {
 			r.count(err)
 		}
@@ -217,7 +199,7 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 		if rd.env[slurm.EnvJobID] != "" {
 			j.tried[rd.pid] = rd.start
 		}
-		j.env.absorb(rd.env, jobID)
+		r.absorbEnv(j, rd.env, jobID)
 	}
 	if askCtld && !late {
 		j.ctldAsking = false
@@ -230,14 +212,14 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 	r.checkOwner(j, uid)
 	j.refreshed = now
 	r.publish(j)
-	// A task still root's was caught between slurmstepd's fork and its
-	// exec, which is a matter of milliseconds: look again at the next
-	// pass (the daemon's, right before each drain) rather than in
-	// incompleteRetry, or the interval's profile goes out without the
-	// job's name and owner.
+	// A task whose environment has not named the job yet may be a moment
+	// before its exec: look again at the next pass (the daemon's, right
+	// before each drain) rather than in incompleteRetry, or the
+	// interval's profile goes out without the job's name. Members still
+	// settling are read again by the cache, which marks the job dirty.
 	if !j.complete() {
-		for _, m := range j.members {
-			if !m.loc.Stepd && m.uid <= 0 && m.goneAt.IsZero() {
+		for pid, m := range j.members {
+			if t, ok := j.tried[pid]; !m.loc.Stepd && m.goneAt.IsZero() && now.Sub(m.seen) < settleWindow && (!ok || t != m.start) {
 				j.dirty = true
 				break
 			}
@@ -347,20 +329,23 @@ func stepRank(step string) int {
 	return 1
 }
 
-func (f *envFacts) absorb(env map[string]string, jobID string) {
+// absorbEnv records what a task's environment says of the job's
+// metadata, the first value of each attribute. Callers hold r.mu.
+func (r *Resolver) absorbEnv(j *jobEntry, env map[string]string, jobID string) {
 	if id := env[slurm.EnvJobID]; id == "" || id != jobID {
 		// A task that rewrote its own environment describes some other
 		// job: ignore it rather than mislabel this one.
 		return
 	}
-	if f.name == "" {
-		f.name = env[slurm.EnvJobName]
-	}
-	if f.account == "" {
-		f.account = env[slurm.EnvJobAccount]
-	}
-	if f.partition == "" {
-		f.partition = env[slurm.EnvJobPartition]
+	for _, a := range r.o.Metadata {
+		v := env[a.From.Env]
+		if a.From.Decide&schema.FromEnv == 0 || v == "" || j.env[a.Name] != "" {
+			continue
+		}
+		if j.env == nil {
+			j.env = map[string]string{}
+		}
+		j.env[a.Name] = v
 	}
 }
 
@@ -369,8 +354,26 @@ func (f *envFacts) absorb(env map[string]string, jobID string) {
 // the host holds keeps s<SLUID>, and a job whose path names the id takes
 // it back from a SLUID job. Callers hold r.mu.
 func (r *Resolver) publish(j *jobEntry) {
-	s := &Job{ID: j.jobID(), SLUID: j.loc.SLUID, UID: j.uidFromNode, Host: j.host, Cgroup: j.cgroup,
-		Name: clean(j.env.name, maxValue), Account: clean(j.env.account, maxValue), Partition: clean(j.env.partition, maxValue)}
+	s := &Job{ID: j.jobID(), SLUID: j.loc.SLUID, UID: j.uidFromNode, Host: j.host, Cgroup: j.cgroup}
+	// Metadata: slurmctld's word, else the tasks' environment, each only
+	// where the schema lets it decide (absorbEnv checks the environment).
+	for _, a := range r.o.Metadata {
+		v := j.env[a.Name]
+		if ci := j.ctldInfo; ci != nil && a.From.Decide&schema.FromSlurmctld != 0 && ci.Value(a) != "" {
+			v = ci.Value(a)
+		}
+		if v = clean(v, maxValue); v == "" {
+			continue
+		}
+		if a.Name == schema.JobName.Name {
+			s.Name = v
+			continue
+		}
+		if s.Meta == nil {
+			s.Meta = map[string]string{}
+		}
+		s.Meta[a.Name] = v
+	}
 	var demote []*jobEntry
 	if s.ID != "" {
 		for _, o := range r.jobs {
@@ -395,15 +398,6 @@ func (r *Resolver) publish(j *jobEntry) {
 		s.ID = "s" + j.loc.SLUID
 	}
 	if ci := j.ctldInfo; ci != nil {
-		if ci.Name != "" {
-			s.Name = clean(ci.Name, maxValue)
-		}
-		if ci.Account != "" {
-			s.Account = clean(ci.Account, maxValue)
-		}
-		if ci.Partition != "" {
-			s.Partition = clean(ci.Partition, maxValue)
-		}
 		if s.UID < 0 && ci.UID >= 0 {
 			s.UID = ci.UID
 		}

@@ -201,7 +201,7 @@ func writeTable(w io.Writer, procs []attribution.Process) error {
 	for _, p := range procs {
 		var id, step, user, acct, part, name string
 		if j := p.Job; j != nil {
-			id, step, user, acct, part, name = j.ID, p.Step, j.User, j.Account, j.Partition, j.Name
+			id, step, user, acct, part, name = j.ID, p.Step, j.User, j.Value(schema.JobAccount), j.Value(schema.JobPartition), j.Name
 			if p.Stepd {
 				step += " (slurmstepd)"
 			}

@@ -120,7 +120,8 @@ func (m *memSink) Write(_ context.Context, outs []Output) error {
 func proc(pid int, start uint64) procfs.ID { return procfs.ID{PID: pid, Start: start} }
 
 func fixtureProcs() *fakeRes {
-	job1 := &attribution.Job{ID: "1", Name: `train "llama" ✓`, User: "bob", UID: 1001, Host: "node-a", Account: "phys"}
+	job1 := &attribution.Job{ID: "1", Name: `train "llama" ✓`, User: "bob", UID: 1001, Host: "node-a",
+		Meta: map[string]string{schema.JobAccount.Name: "phys"}}
 	job2 := &attribution.Job{ID: "2", Name: "other", User: "alice", UID: 1002, Host: "node-a"}
 	return &fakeRes{procs: map[int]attribution.Process{
 		10: {ID: proc(10, 100), Comm: "python3", Host: "node-a", Step: "0", Job: job1},

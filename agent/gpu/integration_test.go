@@ -156,7 +156,7 @@ func gather(t *testing.T, c prometheus.Collector) series {
 }
 
 // get returns the value of the series with exactly these labels (host_name
-// is added).
+// is added). An empty label is no label, as Prometheus stores it.
 func (s series) get(name string, labels map[string]string) (float64, bool) {
 	f := s.fams[name]
 	if f == nil {
@@ -164,17 +164,24 @@ func (s series) get(name string, labels map[string]string) (float64, bool) {
 	}
 	want := map[string]string{schema.HostName.Label: "node1"}
 	for k, v := range labels {
-		want[k] = v
+		if v != "" {
+			want[k] = v
+		}
 	}
 next:
 	for _, m := range f.GetMetric() {
-		if len(m.GetLabel()) != len(want) {
-			continue
-		}
+		n := 0
 		for _, lp := range m.GetLabel() {
+			if lp.GetValue() == "" {
+				continue
+			}
 			if v, ok := want[lp.GetName()]; !ok || v != lp.GetValue() {
 				continue next
 			}
+			n++
+		}
+		if n != len(want) {
+			continue
 		}
 		switch {
 		case m.GetGauge() != nil:

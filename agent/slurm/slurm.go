@@ -1,6 +1,7 @@
 // Package slurm holds what the agent learns about a job beyond its cgroup:
-// its name, account and partition, from the job's own tasks or from
-// slurmctld.
+// its metadata (schema.Metadata: name, account, partition, ...), from the
+// job's own tasks or from slurmctld, each attribute read where the schema
+// says.
 package slurm
 
 import (
@@ -11,34 +12,56 @@ import (
 	"fmt"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/slurmscope/slurmscope/schema"
 )
 
-// Environment variables slurmstepd sets in every task. SLURM_JOB_USER is
-// deliberately absent: the job's owner can set it to anything.
-const (
-	EnvJobID        = "SLURM_JOB_ID"
-	EnvJobName      = "SLURM_JOB_NAME"
-	EnvJobAccount   = "SLURM_JOB_ACCOUNT"
-	EnvJobPartition = "SLURM_JOB_PARTITION"
-)
+// EnvJobID is the variable slurmstepd sets in every task to the job's id.
+// It never decides the id; an environment that names another job does not
+// describe this one.
+var EnvJobID = schema.JobID.From.Env
 
-// EnvKeys are the keys the agent reads from a task's environment.
-var EnvKeys = []string{EnvJobID, EnvJobName, EnvJobAccount, EnvJobPartition}
+// EnvKeys are the variables to read from a task's environment for the
+// metadata attributes attrs: EnvJobID, then each attribute's. The owner has
+// none: SLURM_JOB_USER is the user's to set.
+func EnvKeys(attrs []schema.Attribute) []string {
+	keys := []string{EnvJobID}
+	for _, a := range attrs {
+		if a.From.Decide&schema.FromEnv != 0 && a.From.Env != "" && !slices.Contains(keys, a.From.Env) {
+			keys = append(keys, a.From.Env)
+		}
+	}
+	return keys
+}
 
 // JobInfo is job metadata from slurmctld, which the job's user cannot forge.
 type JobInfo struct {
-	ID        string
-	Name      string
-	User      string
-	UID       int
-	Account   string
-	Partition string
+	ID   string
+	User string
+	UID  int
+	// Meta holds the metadata attributes asked for (Commands.Attributes)
+	// by name, those slurmctld gave a value.
+	Meta map[string]string
 	// GRES is what the job holds, per node name; nil when the answer did
 	// not say (a slurmctld that does not print it).
 	GRES map[string][]GRES
+}
+
+// Value is the job's value of metadata attribute a; "" when not given.
+func (i JobInfo) Value(a schema.Attribute) string { return i.Meta[a.Name] }
+
+func (i *JobInfo) set(a schema.Attribute, v string) {
+	if v == "" {
+		return
+	}
+	if i.Meta == nil {
+		i.Meta = map[string]string{}
+	}
+	i.Meta[a.Name] = v
 }
 
 // Controller asks slurmctld about a job.
@@ -58,6 +81,9 @@ type Commands struct {
 	Scontrol string // likewise
 	Slurmd   string // likewise, for NodeGRES
 	Timeout  time.Duration
+	// Attributes are the metadata attributes to read; default
+	// schema.Metadata().
+	Attributes []schema.Attribute
 	// run is exec by default; tests replace it.
 	run func(ctx context.Context, name string, args ...string) ([]byte, error)
 }
@@ -101,9 +127,13 @@ func (c *Commands) Job(ctx context.Context, id string) (JobInfo, error) {
 	if squeue == "" {
 		squeue = "squeue"
 	}
+	attrs := c.Attributes
+	if attrs == nil {
+		attrs = schema.Metadata()
+	}
 	out, err := c.exec(ctx, squeue, "--json", "--jobs="+id)
 	if err == nil {
-		info, perr := ParseSqueueJSON(out, id)
+		info, perr := parseSqueueJSON(out, id, attrs)
 		if perr == nil || errors.Is(perr, ErrNoSuchJob) {
 			return info, perr
 		}
@@ -117,7 +147,7 @@ func (c *Commands) Job(ctx context.Context, id string) (JobInfo, error) {
 	if err2 != nil {
 		return JobInfo{}, fmt.Errorf("slurmctld lookup of job %s: squeue: %v; scontrol: %w", id, err, err2)
 	}
-	return ParseScontrolOneLiner(out, id)
+	return parseScontrolOneLiner(out, id, attrs)
 }
 
 // number accepts both encodings squeue has used: a bare number (22.05) and
@@ -149,32 +179,72 @@ func (n *number) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// ParseSqueueJSON extracts job id from the output of `squeue --json`.
+// ParseSqueueJSON extracts job id from the output of `squeue --json`, with
+// the schema's metadata attributes.
 func ParseSqueueJSON(b []byte, id string) (JobInfo, error) {
+	return parseSqueueJSON(b, id, schema.Metadata())
+}
+
+// squeueJob is a job object of squeue --json: its fields by name, as the
+// schema names them.
+type squeueJob map[string]json.RawMessage
+
+// str is the string field f, "" when absent or not a string (a field
+// whose encoding another release changed says nothing, rather than
+// failing the answer).
+func (j squeueJob) str(f string) string {
+	var s string
+	if raw, ok := j[f]; !ok || f == "" || json.Unmarshal(raw, &s) != nil {
+		return ""
+	}
+	return s
+}
+
+func (j squeueJob) number(f string) (number, error) {
+	var n number
+	if raw, ok := j[f]; ok {
+		if err := json.Unmarshal(raw, &n); err != nil {
+			return n, fmt.Errorf("%s: %w", f, err)
+		}
+	}
+	return n, nil
+}
+
+func parseSqueueJSON(b []byte, id string, attrs []schema.Attribute) (JobInfo, error) {
 	var doc struct {
-		Jobs []struct {
-			JobID      number          `json:"job_id"`
-			Name       string          `json:"name"`
-			UserName   string          `json:"user_name"`
-			UserID     number          `json:"user_id"`
-			Account    string          `json:"account"`
-			Partition  string          `json:"partition"`
-			GRESDetail []string        `json:"gres_detail"`
-			Resources  json.RawMessage `json:"job_resources"`
-		} `json:"jobs"`
+		Jobs []squeueJob `json:"jobs"`
 	}
 	if err := json.Unmarshal(b, &doc); err != nil {
 		return JobInfo{}, fmt.Errorf("squeue --json: %w", err)
 	}
 	for _, j := range doc.Jobs {
-		if !j.JobID.set || strconv.FormatInt(j.JobID.v, 10) != id {
+		jobID, err := j.number(schema.JobID.From.Squeue)
+		if err != nil {
+			return JobInfo{}, fmt.Errorf("squeue --json: %w", err)
+		}
+		if !jobID.set || strconv.FormatInt(jobID.v, 10) != id {
 			continue
 		}
-		info := JobInfo{ID: id, Name: j.Name, User: j.UserName, UID: -1, Account: j.Account, Partition: j.Partition}
-		if j.UserID.set {
-			info.UID = int(j.UserID.v)
+		info := JobInfo{ID: id, User: j.str(schema.JobUser.From.Squeue), UID: -1}
+		for _, a := range attrs {
+			if a.From.Decide&schema.FromSlurmctld != 0 {
+				info.set(a, j.str(a.From.Squeue))
+			}
 		}
-		gres, err := squeueGRES(j.GRESDetail, j.Resources)
+		// user_id sits beside the schema's user_name: the owner's uid,
+		// which the node compares with its own.
+		if uid, err := j.number("user_id"); err != nil {
+			return JobInfo{}, fmt.Errorf("squeue --json, job %s: %w", id, err)
+		} else if uid.set {
+			info.UID = int(uid.v)
+		}
+		var detail []string
+		if raw, ok := j["gres_detail"]; ok {
+			if err := json.Unmarshal(raw, &detail); err != nil {
+				return JobInfo{}, fmt.Errorf("squeue --json, job %s: gres_detail: %w", id, err)
+			}
+		}
+		gres, err := squeueGRES(detail, j["job_resources"])
 		if err != nil {
 			return JobInfo{}, fmt.Errorf("squeue --json, job %s: %w", id, err)
 		}
@@ -185,13 +255,31 @@ func ParseSqueueJSON(b []byte, id string) (JobInfo, error) {
 }
 
 var (
-	reScJobID = regexp.MustCompile(`(?:^|\s)JobId=(\d+)\s`)
+	reScJobID = regexp.MustCompile(`(?:^|\s)` + schema.JobID.From.Scontrol + `=(\d+)\s`)
 	// UserId=name(uid) GroupId= follows JobName; anchoring on that whole
 	// shape keeps a job name that contains " UserId=" from fooling us.
-	reScName   = regexp.MustCompile(`(?s)\sJobName=(.*?)\sUserId=([^\s(]*)\((\d+)\)\sGroupId=`)
-	reScAcct   = regexp.MustCompile(`\sAccount=(\S*)`)
-	reScPartit = regexp.MustCompile(`\sPartition=(\S*)`)
+	reScName = regexp.MustCompile(`(?s)\s` + schema.JobName.From.Scontrol + `=(.*?)\s` + schema.JobUser.From.Scontrol + `=([^\s(]*)\((\d+)\)\sGroupId=`)
 )
+
+// scontrolField is the value of key in the fields of a one-liner, the
+// first such field: "" when absent or (null).
+func scontrolField(fields, key string) string {
+	if key == "" {
+		return ""
+	}
+	i := strings.Index(fields, " "+key+"=")
+	if i < 0 {
+		return ""
+	}
+	v := fields[i+len(key)+2:]
+	if end := strings.IndexAny(v, " \t\n"); end >= 0 {
+		v = v[:end]
+	}
+	if v == "(null)" {
+		return ""
+	}
+	return v
+}
 
 // squeueGRES pairs gres_detail, one entry per node of the allocation, with
 // the allocation's node names: job_resources.allocated_nodes (22.05 to
@@ -253,10 +341,15 @@ func squeueGRES(detail []string, res json.RawMessage) (map[string][]GRES, error)
 // reScNodeGRES matches the per-node lines of `scontrol show job -d`.
 var reScNodeGRES = regexp.MustCompile(`(?:^|\s)Nodes=(\S+) CPU_IDs=\S* Mem=\S* GRES=(\S*)`)
 
-// ParseScontrolOneLiner parses `scontrol show job -d -o <id>`. Job names are
-// not quoted in this format, so the name is taken as everything between
-// "JobName=" and the user/group fields that always follow it.
+// ParseScontrolOneLiner parses `scontrol show job -d -o <id>`, with the
+// schema's metadata attributes. Job names are not quoted in this format,
+// so the name is taken as everything between "JobName=" and the user/group
+// fields that always follow it.
 func ParseScontrolOneLiner(b []byte, id string) (JobInfo, error) {
+	return parseScontrolOneLiner(b, id, schema.Metadata())
+}
+
+func parseScontrolOneLiner(b []byte, id string, attrs []schema.Attribute) (JobInfo, error) {
 	line := string(b)
 	if strings.Contains(line, "Invalid job id") {
 		return JobInfo{}, ErrNoSuchJob
@@ -269,26 +362,26 @@ func ParseScontrolOneLiner(b []byte, id string) (JobInfo, error) {
 	if n == nil {
 		return JobInfo{}, fmt.Errorf("scontrol output for job %s has no JobName/UserId", id)
 	}
-	info := JobInfo{ID: id, Name: n[1], UID: -1}
-	// A job name may itself contain " UserId=x(1) GroupId=". The owner is
-	// trusted only when the line holds exactly one such field.
-	if strings.Count(line, " UserId=") == 1 {
+	info := JobInfo{ID: id, UID: -1}
+	info.set(schema.JobName, n[1])
+	// What follows the owner's fields is slurmctld's up to the fields a
+	// user names (Comment, Command, WorkDir, ...), which come after every
+	// metadata field. A job name may itself contain " UserId=x(1)
+	// GroupId=": then where the name ends is unknown, and neither the
+	// owner nor any field after it is trusted.
+	trusted := strings.Count(line, " "+schema.JobUser.From.Scontrol+"=") == 1
+	head := ""
+	if trusted {
 		info.User = n[2]
 		info.UID, _ = strconv.Atoi(n[3])
+		head = line[reScName.FindStringIndex(line)[1]:]
 	}
-	if a := reScAcct.FindStringSubmatch(line); a != nil && a[1] != "(null)" {
-		info.Account = a[1]
+	for _, a := range attrs {
+		if a.From.Decide&schema.FromSlurmctld != 0 && a.Name != schema.JobName.Name {
+			info.set(a, scontrolField(head, a.From.Scontrol))
+		}
 	}
-	if p := reScPartit.FindStringSubmatch(line); p != nil && p[1] != "(null)" {
-		info.Partition = p[1]
-	}
-	// The per-node lines sit between the owner's fields and MinCPUsNode=;
-	// the job name before them and the fields a user names after them
-	// (Comment, Command, WorkDir, ...) could imitate them.
-	head := line[reScName.FindStringIndex(line)[1]:]
-	if strings.Count(line, " UserId=") != 1 {
-		head = "" // the name imitates the owner's fields: where it ends is unknown
-	}
+	// The per-node lines sit between the owner's fields and MinCPUsNode=.
 	if i := strings.Index(head, " MinCPUsNode="); i >= 0 {
 		head = head[:i]
 	} else {

@@ -2,20 +2,26 @@ package slurm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/slurmscope/slurmscope/schema"
 )
 
 func TestParseSqueueJSON(t *testing.T) {
 	for name, doc := range map[string]string{
-		"22.05": `{"jobs":[{"job_id":11,"name":"other"},{"job_id":12,"name":"train \"llama\" ✓","user_name":"bob","user_id":1001,"account":"physics","partition":"gpu"}]}`,
-		"24.11": `{"jobs":[{"job_id":12,"name":"train \"llama\" ✓","user_name":"bob","user_id":{"set":true,"number":1001},"account":"physics","partition":"gpu"}]}`,
+		"22.05": `{"jobs":[{"job_id":11,"name":"other"},{"job_id":12,"name":"train \"llama\" ✓","user_name":"bob","user_id":1001,"account":"physics","partition":"gpu","qos":"normal"}]}`,
+		"24.11": `{"jobs":[{"job_id":12,"name":"train \"llama\" ✓","user_name":"bob","user_id":{"set":true,"number":1001},"account":"physics","partition":"gpu","qos":"normal"}]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			got, err := ParseSqueueJSON([]byte(doc), "12")
-			want := JobInfo{ID: "12", Name: `train "llama" ✓`, User: "bob", UID: 1001, Account: "physics", Partition: "gpu"}
+			want := JobInfo{ID: "12", User: "bob", UID: 1001, Meta: map[string]string{schema.JobName.Name: `train "llama" ✓`, schema.JobAccount.Name: "physics",
+				schema.JobPartition.Name: "gpu", schema.JobQOS.Name: "normal"}}
 			if err != nil || !reflect.DeepEqual(got, want) {
 				t.Fatalf("got %+v, %v", got, err)
 			}
@@ -32,7 +38,8 @@ func TestParseSqueueJSON(t *testing.T) {
 func TestParseScontrolOneLiner(t *testing.T) {
 	line := `JobId=12 JobName=train "llama" ✓ UserId=bob(1001) GroupId=bob(1001) MCS_label=N/A Priority=1 Account=physics QOS=normal JobState=RUNNING Partition=gpu AllocNode:Sid=n:1`
 	got, err := ParseScontrolOneLiner([]byte(line), "12")
-	want := JobInfo{ID: "12", Name: `train "llama" ✓`, User: "bob", UID: 1001, Account: "physics", Partition: "gpu"}
+	want := JobInfo{ID: "12", User: "bob", UID: 1001, Meta: map[string]string{schema.JobName.Name: `train "llama" ✓`, schema.JobAccount.Name: "physics",
+		schema.JobPartition.Name: "gpu", schema.JobQOS.Name: "normal"}}
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v, %v", got, err)
 	}
@@ -61,7 +68,7 @@ func TestCommandsFallsBackToScontrol(t *testing.T) {
 		return []byte("JobId=7 JobName=a b UserId=bob(1001) GroupId=bob(1001) Account=x Partition=p\n"), nil
 	}}
 	info, err := c.Job(context.Background(), "7")
-	if err != nil || info.Name != "a b" || info.User != "bob" {
+	if err != nil || info.Value(schema.JobName) != "a b" || info.User != "bob" {
 		t.Fatalf("got %+v, %v (calls %q)", info, err, calls)
 	}
 	if len(calls) != 2 || calls[0] != "squeue --json --jobs=7" || calls[1] != "scontrol show job -d -o 7" {
@@ -236,5 +243,66 @@ func TestNodeGRESRunsSlurmd(t *testing.T) {
 	}
 	if _, err := c.NodeGRES(context.Background(), "-x;reboot"); err == nil {
 		t.Error("a hostile node name reached slurmd's command line")
+	}
+}
+
+// fakeQOS is an attribute of a test-only table: no code names it, yet both
+// of slurmctld's answers must give it.
+var fakeQOS = schema.Attribute{Name: "slurm.job.test_qos", Label: "slurm_job_test_qos", Scope: schema.ScopeJob,
+	From: schema.Sources{Decide: schema.FromEnv | schema.FromSlurmctld, Env: "SLURM_JOB_TEST_QOS", Squeue: "test_qos", Scontrol: "TestQOS"}}
+
+// Every metadata attribute of the schema, and one of a test-only table,
+// is read from squeue --json and from scontrol where the table says; an
+// attribute outside the table is not.
+func TestEveryMetadataAttributeIsParsed(t *testing.T) {
+	table := append(schema.Metadata(), fakeQOS)
+	fields := map[string]any{"job_id": 12, "user_name": "bob", "user_id": 1001}
+	line := fmt.Sprintf("JobId=12 JobName=sc-%s UserId=bob(1001) GroupId=bob(1001) MCS_label=N/A Priority=1", schema.JobName.Name)
+	for _, a := range table {
+		fields[a.From.Squeue] = "sq-" + a.Name
+		if a != schema.JobName {
+			line += fmt.Sprintf(" %s=sc-%s", a.From.Scontrol, a.Name)
+		}
+	}
+	line += " Command=/jobs/x.sh Comment=x Account=forged Partition=forged"
+	doc, err := json.Marshal(map[string]any{"jobs": []any{fields}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, prefix string
+		parse        func(attrs []schema.Attribute) (JobInfo, error)
+	}{
+		{"squeue", "sq-", func(attrs []schema.Attribute) (JobInfo, error) { return parseSqueueJSON(doc, "12", attrs) }},
+		{"scontrol", "sc-", func(attrs []schema.Attribute) (JobInfo, error) {
+			return parseScontrolOneLiner([]byte(line), "12", attrs)
+		}},
+	} {
+		got, err := tc.parse(table)
+		if err != nil || got.ID != "12" || got.User != "bob" || got.UID != 1001 {
+			t.Fatalf("%s: %+v, %v", tc.name, got, err)
+		}
+		for _, a := range table {
+			if v := got.Value(a); v != tc.prefix+a.Name {
+				t.Errorf("%s: %s = %q, want %q", tc.name, a.Name, v, tc.prefix+a.Name)
+			}
+		}
+		got, err = tc.parse(schema.Metadata())
+		if err != nil || got.Value(fakeQOS) != "" {
+			t.Errorf("%s: an attribute outside the table was read: %+v, %v", tc.name, got, err)
+		}
+	}
+	if keys := EnvKeys(table); keys[0] != EnvJobID || !slices.Contains(keys, fakeQOS.From.Env) {
+		t.Errorf("EnvKeys = %q", keys)
+	}
+}
+
+// A job name that imitates the owner's fields leaves the owner and every
+// field after it untrusted: where the name ends is unknown.
+func TestScontrolForgedNameTrustsNoField(t *testing.T) {
+	line := `JobId=13 JobName=x UserId=alice(1002) GroupId=y Account=evil Partition=evil UserId=bob(1001) GroupId=bob(1001) Account=a Partition=p`
+	got, err := ParseScontrolOneLiner([]byte(line), "13")
+	if err != nil || got.User != "" || got.UID != -1 || got.Value(schema.JobAccount) != "" || got.Value(schema.JobPartition) != "" {
+		t.Fatalf("forged fields accepted: %+v, %v", got, err)
 	}
 }
