@@ -8,13 +8,101 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/pprof/profile"
 
 	"github.com/slurmscope/slurmscope/agent/python"
+	"github.com/slurmscope/slurmscope/schema"
 )
+
+// The stack tests judge unwinding where it is deterministic: over the
+// samples taken once the agent had set the process up (its unwind tables
+// in, and for a Python job its interpreter found), which the agent labels
+// with --label-stack-setup. How soon that is (under load, not
+// deterministic) is measured apart: TestStackSetupTime and the
+// agent_process_setup_seconds histogram.
+
+// jobRun is one job's samples and how many the sampler owed it: its CPU
+// time while the agent ran, read from its cgroup, at the sample rate.
+type jobRun struct {
+	ss  []sample
+	cpu time.Duration
+	hz  float64
+}
+
+// stackHz is the stack tests' sample rate: enough samples for 5-point
+// bounds in seconds.
+const stackHz = 499
+
+// cgroupCPU reads the CPU time of the processes of a cgroup: cpu.stat's
+// usage_usec (v2), or cpuacct.usage (v1).
+func cgroupCPU(dir string) (time.Duration, error) {
+	if b, err := os.ReadFile(filepath.Join(dir, "cpuacct.usage")); err == nil {
+		ns, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		return time.Duration(ns), err
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "cpu.stat"))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
+			us, err := strconv.ParseInt(v, 10, 64)
+			return time.Duration(us) * time.Microsecond, err
+		}
+	}
+	return 0, fmt.Errorf("%s: no usage_usec in cpu.stat", dir)
+}
+
+// checkSampled holds a job's CPU profiles to its CPU time: at least frac
+// of the samples the sampler owed it were taken, attributed to it and
+// written, whatever was set up for it then (1.00-1.04 measured for a
+// CPU-only job).
+func checkSampled(t *testing.T, r jobRun, frac float64) {
+	t.Helper()
+	got := float64(total(r.ss))
+	t.Logf("%.0f CPU samples for %v of CPU (%.0f owed at %.0f Hz): %.3f", got, r.cpu.Round(time.Millisecond), r.expected(), r.hz, got/max(r.expected(), 1))
+	if got < frac*r.expected() {
+		t.Errorf("%.0f CPU samples, want >= %.0f%% of the %.0f the job's %v of CPU owed", got, 100*frac, r.expected(), r.cpu.Round(time.Millisecond))
+	}
+}
+
+// expected is the number of samples the job's CPU time stands for.
+func (r jobRun) expected() float64 { return r.cpu.Seconds() * r.hz }
+
+// setUp is the samples taken once the capture was set up: the native
+// unwinder, and an interpreter too with python.
+func (r jobRun) setUp(python bool) []sample {
+	return where(r.ss, func(s sample) bool {
+		if python {
+			return s.setup == "native_interpreter"
+		}
+		return s.setup == "native" || s.setup == "native_interpreter"
+	})
+}
+
+// enough fails t unless n samples are at least frac of what the job's CPU
+// time owed (frac: the share of its CPU time the workload spends there).
+func (r jobRun) enough(t *testing.T, what string, n int64, frac float64) {
+	t.Helper()
+	if want := frac * r.expected(); float64(n) < want {
+		logTop(t, "too few "+what, r.ss)
+		t.Fatalf("%d %s, want >= %.0f (%.0f%% of the %.0f its %v of CPU owed at %.0f Hz)", n, what, want, 100*frac, r.expected(), r.cpu.Round(time.Millisecond), r.hz)
+	}
+}
+
+// logSetUp logs what share of the job's samples were taken set up.
+func (r jobRun) logSetUp(t *testing.T, python bool) []sample {
+	t.Helper()
+	up := r.setUp(python)
+	t.Logf("%d of %d samples (%.1f%%) taken once set up; %v of CPU owed %.0f", total(up), total(r.ss),
+		100*float64(total(up))/float64(max(total(r.ss), 1)), r.cpu.Round(time.Millisecond), r.expected())
+	return up
+}
 
 // The product-level checks of the user-stack capture (the .eh_frame
 // unwinder, the CPython frames and their splice), shared by the simulated
@@ -29,11 +117,14 @@ type frame struct {
 	module   string // base name of the mapping, "[python]" for Python frames
 }
 
-// sample is one pprof sample: its stack and values (samples or launches,
-// then ns).
+// sample is one pprof sample: its stack, values (samples or launches,
+// then ns), and what of the stack capture was set up for its process when
+// it was taken (the agent's --label-stack-setup: none, native,
+// interpreter, native_interpreter).
 type sample struct {
 	frames []frame
 	n, ns  int64
+	setup  string
 }
 
 func (s sample) index(fn string) int {
@@ -88,6 +179,9 @@ func readSamples(t *testing.T, dir, prefix string) []sample {
 		for _, s := range p.Sample {
 			var st sample
 			st.n = s.Value[0]
+			if l := s.Label[schema.StackSetupLabel]; len(l) == 1 {
+				st.setup = l[0]
+			}
 			if len(s.Value) > 1 {
 				st.ns = s.Value[1]
 			}
@@ -173,9 +267,10 @@ func logTop(t *testing.T, what string, ss []sample) {
 }
 
 // checkCSplit: unwindc split, built without frame pointers: leaf's two
-// callers share its samples 70/30 within 5 points, and at least 95% of its
-// samples reach main.
-func checkCSplit(t *testing.T, ss []sample) {
+// callers share its samples 70/30 within 5 points, and its samples reach
+// main.
+func checkCSplit(t *testing.T, r jobRun) {
+	ss := r.logSetUp(t, false)
 	leaf := where(ss, func(s sample) bool { return s.has("leaf") })
 	caller := func(name string) func(sample) bool {
 		return func(s sample) bool { i := s.index("leaf"); return i+1 < len(s.frames) && s.frames[i+1].fn == name }
@@ -186,24 +281,20 @@ func checkCSplit(t *testing.T, ss []sample) {
 		return s.index("main") > s.index("run_split") && s.index("run_split") > s.index("leaf")
 	})
 	t.Logf("leaf: %d samples, caller_a %d, caller_b %d, %.1f%% reach run_split and main", total(leaf), a, b, 100*reach)
-	if total(leaf) < 300 {
-		logTop(t, "too few leaf samples", ss)
-		t.Fatalf("%d leaf samples, want >= 300", total(leaf))
+	r.enough(t, "set-up leaf samples", total(leaf), 0.5)
+	if share := float64(a) / float64(a+b); share < 0.65 || share > 0.75 || float64(a+b) < 0.99*float64(total(leaf)) {
+		t.Errorf("caller_a %.1f%% of leaf's samples (caller_b %d of %d), want 70 +- 5 and 99%% under one of them", 100*share, b, total(leaf))
 	}
-	// The samples before the agent has loaded the process's tables keep
-	// only the leaf: the job runs 4 s so that they stay a small share.
-	if share := float64(a) / float64(a+b); share < 0.65 || share > 0.75 || float64(a+b) < 0.95*float64(total(leaf)) {
-		t.Errorf("caller_a %.1f%% of leaf's samples (caller_b %d of %d), want 70 +- 5", 100*share, b, total(leaf))
-	}
-	if reach < 0.95 {
-		t.Errorf("%.1f%% of leaf's samples reach main, want >= 95%%", 100*reach)
+	if reach < 0.99 {
+		t.Errorf("%.1f%% of leaf's samples reach main, want >= 99%%", 100*reach)
 		logTop(t, "leaf samples", leaf)
 	}
 }
 
 // checkQsort: a comparator called through glibc's qsort reaches its caller
 // and main, through libc's frames.
-func checkQsort(t *testing.T, ss []sample) {
+func checkQsort(t *testing.T, r jobRun) {
+	ss := r.logSetUp(t, false)
 	cmp := where(ss, func(s sample) bool { return s.has("cmp_items") })
 	_, reach := shareOf(cmp, func(s sample) bool { return s.index("sort_rounds") > s.index("cmp_items") && s.has("main") })
 	_, viaLibc := shareOf(cmp, func(s sample) bool {
@@ -211,12 +302,9 @@ func checkQsort(t *testing.T, ss []sample) {
 		return i+1 < len(s.frames) && strings.HasPrefix(s.frames[i+1].module, "libc.so")
 	})
 	t.Logf("cmp_items: %d samples, %.1f%% reach sort_rounds and main, %.1f%% called from libc", total(cmp), 100*reach, 100*viaLibc)
-	if total(cmp) < 200 {
-		logTop(t, "too few comparator samples", ss)
-		t.Fatalf("%d comparator samples, want >= 200", total(cmp))
-	}
-	if reach < 0.95 || viaLibc < 0.95 {
-		t.Errorf("%.1f%% reach sort_rounds and main, %.1f%% are called from libc; want >= 95%% both", 100*reach, 100*viaLibc)
+	r.enough(t, "set-up comparator samples", total(cmp), 0.2)
+	if reach < 0.99 || viaLibc < 0.99 {
+		t.Errorf("%.1f%% reach sort_rounds and main, %.1f%% are called from libc; want >= 99%% both", 100*reach, 100*viaLibc)
 		logTop(t, "comparator samples", cmp)
 	}
 }
@@ -224,7 +312,8 @@ func checkQsort(t *testing.T, ss []sample) {
 // checkExceptions: time throwing and catching C++ exceptions (libstdc++'s
 // and libgcc's unwinder; Layer<N>::run inlined into thrower) unwinds to
 // main.
-func checkExceptions(t *testing.T, ss []sample) {
+func checkExceptions(t *testing.T, r jobRun) {
+	ss := r.logSetUp(t, false)
 	in := where(ss, func(s sample) bool { return s.has("catcher") })
 	_, reach := shareOf(in, func(s sample) bool {
 		return s.index("main") > s.index("except_rounds") && s.index("except_rounds") > s.index("catcher")
@@ -238,12 +327,9 @@ func checkExceptions(t *testing.T, ss []sample) {
 		return false
 	})
 	t.Logf("under catcher: %d samples, %.1f%% reach except_rounds and main, %.1f%% in libgcc_s/libstdc++", total(in), 100*reach, 100*runtime)
-	if total(in) < 200 {
-		logTop(t, "too few samples under catcher", ss)
-		t.Fatalf("%d samples under catcher, want >= 200", total(in))
-	}
-	if reach < 0.95 {
-		t.Errorf("%.1f%% reach main, want >= 95%%", 100*reach)
+	r.enough(t, "set-up samples under catcher", total(in), 0.3)
+	if reach < 0.98 {
+		t.Errorf("%.1f%% reach main, want >= 98%%", 100*reach)
 		logTop(t, "samples under catcher", in)
 	}
 	if runtime < 0.2 {
@@ -253,7 +339,8 @@ func checkExceptions(t *testing.T, ss []sample) {
 
 // checkDeep: 300 levels of recursion are cut cleanly at the 127-frame
 // limit: the leaf and 126 recurse frames, nothing else.
-func checkDeep(t *testing.T, ss []sample) {
+func checkDeep(t *testing.T, r jobRun) {
+	ss := r.logSetUp(t, false)
 	leaf := where(ss, func(s sample) bool { return s.has("deep_leaf") })
 	_, cut := shareOf(leaf, func(s sample) bool {
 		user := s.frames[s.index("deep_leaf"):]
@@ -268,15 +355,9 @@ func checkDeep(t *testing.T, ss []sample) {
 		return true
 	})
 	t.Logf("deep_leaf: %d samples, %.1f%% cut at 127 frames of recurse", total(leaf), 100*cut)
-	if total(leaf) < 200 {
-		logTop(t, "too few deep_leaf samples", ss)
-		t.Fatalf("%d deep_leaf samples, want >= 200", total(leaf))
-	}
-	// The samples before the agent has loaded the process's tables
-	// (libstdc++'s, built on first use) have only the leaf: 10% of a 1 s
-	// job was seen on a loaded host, so the job runs 4 s.
-	if cut < 0.95 {
-		t.Errorf("%.1f%% cut cleanly at the frame limit, want >= 95%%", 100*cut)
+	r.enough(t, "set-up deep_leaf samples", total(leaf), 0.3)
+	if cut < 0.99 {
+		t.Errorf("%.1f%% cut cleanly at the frame limit, want >= 99%%", 100*cut)
 		logTop(t, "deep_leaf samples", leaf)
 	}
 }
@@ -338,7 +419,8 @@ func oldInterpreter(t *testing.T) interp {
 // checkNoPython: a CPython the walk does not know keeps its native stacks
 // (from the tables: they reach Py_RunMain through the eval loop) and gets
 // no Python frames, rather than wrong ones.
-func checkNoPython(t *testing.T, ss []sample) {
+func checkNoPython(t *testing.T, r jobRun) {
+	ss := r.logSetUp(t, false)
 	_, py := shareOf(ss, func(s sample) bool { return len(s.python()) > 0 })
 	_, eval := shareOf(ss, func(s sample) bool {
 		i := s.index("Py_RunMain")
@@ -350,8 +432,12 @@ func checkNoPython(t *testing.T, ss []sample) {
 		return false
 	})
 	t.Logf("%d samples, %.1f%% with Python frames, %.1f%% reach Py_RunMain through the eval loop", total(ss), 100*py, 100*eval)
-	if total(ss) < 200 || py > 0 || eval < 0.8 {
-		t.Errorf("%.1f%% of %d samples with Python frames (want none), %.1f%% through the eval loop to Py_RunMain (want >= 80%% of at least 200)", 100*py, total(ss), 100*eval)
+	r.enough(t, "set-up samples", total(ss), 0.5)
+	if _, up := shareOf(r.ss, func(s sample) bool { return s.setup == "interpreter" || s.setup == "native_interpreter" }); up > 0 {
+		t.Errorf("%.1f%% of the samples had an interpreter set up, want none", 100*up)
+	}
+	if py > 0 || eval < 0.98 {
+		t.Errorf("%.1f%% of %d samples with Python frames (want none), %.1f%% through the eval loop to Py_RunMain (want >= 98%%)", 100*py, total(ss), 100*eval)
 		logTop(t, "samples", ss)
 	}
 }
@@ -417,15 +503,13 @@ func running(ss []sample, file string) []sample {
 }
 
 // checkPySplit: a 70/30 split between two pure-Python functions, within 5
-// points, with at least 90% of the script's samples under them, at the
-// right file and lines, under main and <module>. A process's first 0.1-0.3
-// s of CPU (more under load) run before the agent has found its
-// interpreter and are native only: the script runs 4 s of CPU so that
-// they stay a small share (at 2 s, 88% and 87.5% were seen under load).
-func checkPySplit(t *testing.T, ss []sample) { checkPySplitOf(t, ss, pyWorkload("split.py")) }
+// points, with at least 98% of the script's set-up samples under them, at
+// the right file and lines, under main and <module>.
+func checkPySplit(t *testing.T, r jobRun) { checkPySplitOf(t, r, pyWorkload("split.py")) }
 
 // checkPySplitOf is checkPySplit of a copy of split.py at script.
-func checkPySplitOf(t *testing.T, ss []sample, script string) {
+func checkPySplitOf(t *testing.T, r jobRun, script string) {
+	ss := r.logSetUp(t, true)
 	defs := defLines(t, script)
 	run := running(ss, script)
 	var a, b, bad int64
@@ -453,15 +537,12 @@ func checkPySplitOf(t *testing.T, ss []sample, script string) {
 	}
 	under := float64(a+b) / float64(max(total(run), 1))
 	t.Logf("hot_a %d, hot_b %d: %.1f%% of the script's %d samples (of %d)", a, b, 100*under, total(run), total(ss))
-	if a+b < 300 {
-		logTop(t, "too few samples under hot_a/hot_b", ss)
-		t.Fatalf("%d samples under hot_a or hot_b, want >= 300", a+b)
-	}
+	r.enough(t, "set-up samples under hot_a or hot_b", a+b, 0.5)
 	if share := float64(a) / float64(a+b); share < 0.65 || share > 0.75 {
 		t.Errorf("hot_a %.1f%% of the two, want 70 +- 5", 100*share)
 	}
-	if under < 0.9 {
-		t.Errorf("%.1f%% of the samples under hot_a/hot_b, want >= 90%%", 100*under)
+	if under < 0.98 {
+		t.Errorf("%.1f%% of the samples under hot_a/hot_b, want >= 98%%", 100*under)
 		logTop(t, "the script's samples not under hot_a/hot_b", where(run, func(s sample) bool { return !s.has("hot_a") && !s.has("hot_b") }))
 	}
 }
@@ -485,7 +566,8 @@ func hashing(s sample) bool {
 // the GIL released (hash_worker): no sample carries both threads' frames,
 // the hash thread's native samples carry its own Python stack, and the
 // pure-Python thread's carry no hashing code.
-func checkPyThreads(t *testing.T, ss []sample) {
+func checkPyThreads(t *testing.T, r jobRun) {
+	ss := r.logSetUp(t, true)
 	spin := where(ss, func(s sample) bool { return s.has("spin_main") })
 	hash := where(ss, func(s sample) bool { return s.has("hash_worker") })
 	both := where(ss, func(s sample) bool { return s.has("spin_main") && s.has("hash_worker") })
@@ -494,15 +576,13 @@ func checkPyThreads(t *testing.T, ss []sample) {
 	spinHashing := where(spin, hashing)
 	t.Logf("spin_main %d samples, hash_worker %d, both %d; %d samples in hashing code, %.1f%% of them under hash_worker alone; %d spin_main samples in hashing code",
 		total(spin), total(hash), total(both), total(inHash), 100*own, total(spinHashing))
-	if total(spin) < 50 || total(hash) < 50 {
-		logTop(t, "too few samples of a thread", ss)
-		t.Fatalf("spin_main %d, hash_worker %d samples: want >= 50 each", total(spin), total(hash))
-	}
+	r.enough(t, "set-up spin_main samples", total(spin), 0.1)
+	r.enough(t, "set-up hash_worker samples", total(hash), 0.1)
 	if total(both) > 0 {
 		t.Errorf("%d samples carry both threads' frames", total(both))
 	}
-	if total(inHash) < 50 || own < 0.95 {
-		t.Errorf("%d samples in hashing code, %.1f%% under hash_worker alone; want >= 95%% of at least 50", total(inHash), 100*own)
+	if own < 0.98 {
+		t.Errorf("%d samples in hashing code, %.1f%% under hash_worker alone; want >= 98%%", total(inHash), 100*own)
 		logTop(t, "hashing samples", inHash)
 	}
 	if total(spinHashing) > total(spin)/50 {
@@ -512,7 +592,8 @@ func checkPyThreads(t *testing.T, ss []sample) {
 
 // checkPyRecursion: a Python stack deeper than the walk's 64 frames keeps
 // its innermost frames and says it was cut at the outer end.
-func checkPyRecursion(t *testing.T, ss []sample) {
+func checkPyRecursion(t *testing.T, r jobRun) {
+	ss := r.logSetUp(t, true)
 	in := where(ss, func(s sample) bool { py := s.python(); return len(py) > 0 && py[0].fn == "spin" })
 	_, cut := shareOf(in, func(s sample) bool {
 		py := s.python()
@@ -527,15 +608,17 @@ func checkPyRecursion(t *testing.T, ss []sample) {
 		return true
 	})
 	t.Logf("spin: %d samples, %.1f%% cut cleanly (recurse frames, then %s)", total(in), 100*cut, python.TruncatedFunction)
-	if total(in) < 100 || cut < 0.95 {
-		t.Errorf("%.1f%% of %d samples in spin cut cleanly, want >= 95%% of at least 100", 100*cut, total(in))
+	r.enough(t, "set-up samples in spin", total(in), 0.3)
+	if cut < 0.99 {
+		t.Errorf("%.1f%% of %d samples in spin cut cleanly, want >= 99%%", 100*cut, total(in))
 		logTop(t, "recursion samples", ss)
 	}
 }
 
 // checkPyAsyncio: coroutines under asyncio: crunch is called from its two
 // workers only, under the event loop and <module>.
-func checkPyAsyncio(t *testing.T, ss []sample) {
+func checkPyAsyncio(t *testing.T, r jobRun) {
+	ss := r.logSetUp(t, true)
 	in := where(ss, func(s sample) bool { py := s.python(); return len(py) > 1 && py[0].fn == "crunch" })
 	callers := map[string]int64{}
 	for _, s := range in {
@@ -553,16 +636,19 @@ func checkPyAsyncio(t *testing.T, ss []sample) {
 	if callers["worker_a"] == 0 || callers["worker_b"] == 0 || len(callers) != 2 {
 		t.Errorf("crunch called from %v, want worker_a and worker_b only", callers)
 	}
-	if total(in) < 100 || ok < 0.95 {
-		t.Errorf("%.1f%% of %d samples in crunch under run_forever and <module>, want >= 95%% of at least 100", 100*ok, total(in))
+	r.enough(t, "set-up samples in crunch", total(in), 0.3)
+	if ok < 0.99 {
+		t.Errorf("%.1f%% of %d samples in crunch under run_forever and <module>, want >= 99%%", 100*ok, total(in))
 		logTop(t, "asyncio samples", ss)
 	}
 }
 
 // checkPyPool: a multiprocessing pool of 16 forked, short-lived workers:
-// at least 80% of the Python samples of the job are in work_item, from the
-// workers' first samples (a fork inherits its parent's state in BPF).
-func checkPyPool(t *testing.T, ss []sample) {
+// at least 95% of the set-up Python samples of the job are in work_item,
+// from the workers' first samples (a fork inherits its parent's state in
+// BPF); the rest is the pool's own machinery (97.1-98.0% measured).
+func checkPyPool(t *testing.T, r jobRun) {
+	ss := r.logSetUp(t, true)
 	script := pyWorkload("pool.py")
 	pyProc := where(running(ss, script), func(s sample) bool {
 		if py := s.python(); len(py) > 0 && py[0].fn == "main" {
@@ -577,27 +663,27 @@ func checkPyPool(t *testing.T, ss []sample) {
 	})
 	_, in := shareOf(pyProc, func(s sample) bool { return s.has("work_item") })
 	t.Logf("pool: %d samples of the interpreter, %.1f%% in work_item", total(pyProc), 100*in)
-	if total(pyProc) < 300 || in < 0.8 {
-		t.Errorf("%.1f%% of %d samples in work_item, want >= 80%% of at least 300", 100*in, total(pyProc))
+	r.enough(t, "set-up samples of the interpreter", total(pyProc), 0.3)
+	if in < 0.95 {
+		t.Errorf("%.1f%% of %d samples in work_item, want >= 95%%", 100*in, total(pyProc))
 		logTop(t, "pool samples not in work_item", where(pyProc, func(s sample) bool { return !s.has("work_item") }))
 	}
 }
 
 // checkPyCommand: a 2 s `python -c` (of CPU time), started after the
-// agent, has its Python frames: at least 85% of its samples in burn
-// (<string>, lines 3-5). 97-99% on a quiet host or under four busy loops;
-// the process's first 0.1-0.3 s precede its tables and interpreter set-up
-// (README), and in CI under the parallel packages that was 11.6% once.
-func checkPyCommand(t *testing.T, ss []sample) {
-	run := running(ss, "<string>")
+// agent, has its Python frames: at least 98% of its set-up samples in burn
+// (<string>, lines 3-5).
+func checkPyCommand(t *testing.T, r jobRun) {
+	run := running(r.logSetUp(t, true), "<string>")
 	inBurn := func(s sample) bool {
 		py := s.python()
 		return len(py) > 0 && py[0].fn == "burn" && py[0].file == "<string>" && py[0].line >= 3 && py[0].line <= 5
 	}
 	n, in := shareOf(run, inBurn)
 	t.Logf("python -c: %d of %d samples in burn", n, total(run))
-	if total(run) < 200 || in < 0.85 {
-		t.Errorf("%d of %d samples in burn (<string>:3-5), want >= 85%% of at least 200", n, total(run))
+	r.enough(t, "set-up samples of the command", total(run), 0.5)
+	if in < 0.98 {
+		t.Errorf("%d of %d samples in burn (<string>:3-5), want >= 98%%", n, total(run))
 		logTop(t, "-c samples not in burn", where(run, func(s sample) bool { return !inBurn(s) }))
 	}
 }
@@ -609,7 +695,7 @@ const pyCommand = "import time\ndef burn(end):\n    x = 0\n    while time.proces
 // from distinct Python methods: each kernel's GPU time sits under the
 // Python frames that launched it, by their qualified names on 3.11+
 // (co_qualname; plain names before). gpu_launch.py.
-func pyGPUCheck(py interp) func(t *testing.T, ss []sample) {
+func pyGPUCheck(py interp) func(t *testing.T, r jobRun) {
 	q := func(class, fn string) string {
 		if py.minor >= 11 {
 			return class + "." + fn
@@ -620,7 +706,8 @@ func pyGPUCheck(py interp) func(t *testing.T, ss []sample) {
 		"gemm_kernel":   {q("Linear", "forward"), q("Model", "forward"), "train_step", "main", "<module>"},
 		"reduce_kernel": {q("Model", "backward"), "train_step", "main", "<module>"},
 	}
-	return func(t *testing.T, ss []sample) {
+	return func(t *testing.T, r jobRun) {
+		ss := r.logSetUp(t, true)
 		for kernel, stack := range want {
 			of := where(ss, func(s sample) bool { return len(s.frames) > 0 && s.frames[0].fn == kernel })
 			var ns, under int64
@@ -631,8 +718,8 @@ func pyGPUCheck(py interp) func(t *testing.T, ss []sample) {
 				}
 			}
 			t.Logf("%s: %d ns of GPU time, %.1f%% under %s", kernel, ns, 100*float64(under)/float64(max(ns, 1)), strings.Join(stack, " < "))
-			if ns == 0 || float64(under) < 0.95*float64(ns) {
-				t.Errorf("%s: %d of %d ns under %s, want >= 95%%", kernel, under, ns, strings.Join(stack, " < "))
+			if ns == 0 || float64(under) < 0.99*float64(ns) {
+				t.Errorf("%s: %d of %d ns under %s, want >= 99%%", kernel, under, ns, strings.Join(stack, " < "))
 				logTop(t, kernel+" samples", of)
 			}
 		}
@@ -642,12 +729,13 @@ func pyGPUCheck(py interp) func(t *testing.T, ss []sample) {
 // pyGPUCPUCheck checks the CPU profile of gpu_launch.py: the interpreter's
 // time under train_step is under the qualified methods it calls (3.11+),
 // never a bare name there.
-func pyGPUCPUCheck(py interp) func(t *testing.T, ss []sample) {
+func pyGPUCPUCheck(py interp) func(t *testing.T, r jobRun) {
 	callees := map[string]bool{"Model.forward": true, "Model.backward": true}
 	if py.minor < 11 {
 		callees = map[string]bool{"forward": true, "backward": true}
 	}
-	return func(t *testing.T, ss []sample) {
+	return func(t *testing.T, r jobRun) {
+		ss := r.logSetUp(t, true)
 		by := map[string]int64{}
 		var n int64
 		for _, s := range ss {
@@ -664,8 +752,9 @@ func pyGPUCPUCheck(py interp) func(t *testing.T, ss []sample) {
 			}
 		}
 		t.Logf("CPU samples under train_step: %d, by callee %v", n, by)
-		if n < 20 || float64(ok) < 0.95*float64(n) {
-			t.Errorf("%d of %d CPU samples under train_step are under %v, want >= 95%% of at least 20", ok, n, callees)
+		r.enough(t, "set-up CPU samples under train_step", n, 0.1)
+		if float64(ok) < 0.99*float64(n) {
+			t.Errorf("%d of %d CPU samples under train_step are under %v, want >= 99%%", ok, n, callees)
 			logTop(t, "CPU samples", ss)
 		}
 	}
