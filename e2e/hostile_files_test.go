@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/slurmscope/slurmscope/internal/testenv"
 	"github.com/slurmscope/slurmscope/internal/testenv/memcg"
 	"github.com/slurmscope/slurmscope/internal/testenv/simjob"
 )
@@ -44,7 +45,7 @@ type hostileSetup struct {
 }
 
 func TestHostileJobs(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	s := &hostileSetup{agent: buildAgent(t), memoryMax: unitMemoryMax(t)}
 	var err error
 	if s.work, err = os.MkdirTemp("", "slurmscope-hostile-"); err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slurmscope/slurmscope/internal/testenv"
 	"github.com/slurmscope/slurmscope/internal/testenv/slurmtest"
 )
 
@@ -16,7 +17,7 @@ import (
 // pointers, whose leaf must keep its callers and main, and Debian's
 // python3.11, whose samples must carry the script's Python functions.
 func TestStacksSlurm(t *testing.T) {
-	slurmtest.RequireIntegration(t, slurmtest.V1)
+	testenv.RequireIntegration(t, slurmtest.Needs(slurmtest.V1))
 	agent := buildAgent(t)
 	ctx := context.Background()
 	c := slurmtest.StartT(t, slurmtest.Options{Mode: slurmtest.V1})

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/slurmscope/slurmscope/internal/testenv"
 	"github.com/slurmscope/slurmscope/internal/testenv/simjob"
 )
 
@@ -114,7 +115,7 @@ func pythonJobs(py interp, b stackBins, all bool) []*stackJob {
 // names on 3.11+); a process started before the agent; venvs; and a
 // CPython older than 3.9, which must keep native stacks, counted.
 func TestStacks(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	agent := buildAgent(t)
 	work := t.TempDir()
 	bins := buildStackWorkloads(t, work)

@@ -20,14 +20,8 @@ import (
 
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
+	"github.com/slurmscope/slurmscope/internal/testenv"
 )
-
-func needIntegration(t testing.TB) {
-	t.Helper()
-	if os.Getenv("SLURMSCOPE_INTEGRATION") != "1" && os.Geteuid() != 0 {
-		t.Skip("needs root (or SLURMSCOPE_INTEGRATION=1)")
-	}
-}
 
 // buildBinaries builds the injection library, the stand-ins and markercall
 // into a fresh directory.
@@ -161,7 +155,7 @@ func functions(frames []symbolize.Frame) []string {
 // launching functions, exact totals with unsampled records spread over the
 // sampled stacks, and hostile arguments counted and dropped.
 func TestIntegrationMarkers(t *testing.T) {
-	needIntegration(t)
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	dir := buildBinaries(t)
 	lib := filepath.Join(dir, "libslurmscope_inject.so")
 	tr := newTracer(t, Options{})
@@ -362,7 +356,7 @@ func waitMapped(t testing.TB, pid int) {
 // trainer's call paths, and a process on an unattached copy of the library
 // never appears.
 func TestIntegrationTrainer(t *testing.T) {
-	needIntegration(t)
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	dir := buildBinaries(t)
 	lib := filepath.Join(dir, "libslurmscope_inject.so")
 	copyDir := t.TempDir()
@@ -443,7 +437,7 @@ func TestIntegrationTrainer(t *testing.T) {
 // (it finishes, and the library's own totals still match the truth), and a
 // process killed mid-run leaves nothing behind.
 func TestIntegrationRestartAndKill(t *testing.T) {
-	needIntegration(t)
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	dir := buildBinaries(t)
 	lib := filepath.Join(dir, "libslurmscope_inject.so")
 	work := t.TempDir()
@@ -509,7 +503,7 @@ func mustStart(t testing.TB, pid int) procfs.ID {
 // The CPU cost the probe adds to one sampled launch: markercall times N calls
 // of the launch marker without and with the uprobe attached. Target: ≤ 5 µs.
 func TestIntegrationLaunchOverhead(t *testing.T) {
-	needIntegration(t)
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	dir := buildBinaries(t)
 	lib := filepath.Join(dir, "libslurmscope_inject.so")
 	const n = 200000
@@ -556,7 +550,7 @@ func TestIntegrationLaunchOverhead(t *testing.T) {
 // dropped, whatever the ration says; once it is half full, the calls of a
 // user past the ration are (counted), and those of other users are not.
 func TestIntegrationUserRation(t *testing.T) {
-	needIntegration(t)
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	dir := buildBinaries(t)
 	lib := filepath.Join(dir, "libslurmscope_inject.so")
 	// A ring of 16 launch events (a page is 4 KiB, an event about 1 KiB):
