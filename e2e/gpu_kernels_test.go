@@ -43,7 +43,7 @@ func TestGPUKernelProfiles(t *testing.T) {
 	ctx := context.Background()
 	c := slurmtest.StartT(t, slurmtest.Options{Mode: slurmtest.V2})
 	bin := filepath.Join(c.JobDir(), "gputrace")
-	for _, script := range []string{"../agent/gputrace/inject/build.sh", "../agent/gputrace/standin/build.sh"} {
+	for _, script := range []string{"../gpuinject/build.sh", "../internal/testenv/cudastandin/build.sh"} {
 		if out, err := exec.Command("sh", script, bin).CombinedOutput(); err != nil {
 			t.Fatalf("%s: %v\n%s", script, err, out)
 		}

@@ -167,7 +167,7 @@ func TestHostileJobs(t *testing.T) {
 		// The marker functions are exported: a job that loads the
 		// injection library calls them with forged records.
 		lib := filepath.Join(s.work, "gpu")
-		if out, err := exec.Command("sh", "../agent/gputrace/inject/build.sh", lib).CombinedOutput(); err != nil {
+		if out, err := exec.Command("sh", "../gpuinject/build.sh", lib).CombinedOutput(); err != nil {
 			t.Fatalf("building the injection library: %v\n%s", err, out)
 		}
 		so := filepath.Join(lib, "libslurmscope_inject.so")

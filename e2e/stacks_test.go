@@ -50,8 +50,8 @@ func buildStackWorkloads(t *testing.T, dir string) stackBins {
 	for _, cmd := range []*exec.Cmd{
 		exec.Command("gcc", "-O2", "-fomit-frame-pointer", "-g", "-o", b.unwindc, "../internal/testenv/workloads/unwindc.c"),
 		exec.Command("g++", "-O2", "-fomit-frame-pointer", "-g", "-o", b.unwindcxx, "../internal/testenv/workloads/unwindcxx.cc"),
-		exec.Command("sh", "../agent/gputrace/inject/build.sh", b.gpuDir),
-		exec.Command("sh", "../agent/gputrace/standin/build.sh", b.gpuDir),
+		exec.Command("sh", "../gpuinject/build.sh", b.gpuDir),
+		exec.Command("sh", "../internal/testenv/cudastandin/build.sh", b.gpuDir),
 	} {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)

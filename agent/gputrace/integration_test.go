@@ -2,8 +2,9 @@ package gputrace
 
 // Integration tests of the uprobes: they load BPF, so they need root (with
 // SLURMSCOPE_INTEGRATION=1 nothing is skipped, so CI cannot pass by not
-// testing). The C pieces are built with the C helper's scripts (inject/,
-// standin/) plus testdata/markercall.c, which calls the markers directly.
+// testing). The C pieces are built with their own scripts (gpuinject/,
+// internal/testenv/cudastandin/) plus testdata/markercall.c, which calls
+// the markers directly.
 
 import (
 	"bufio"
@@ -32,7 +33,7 @@ func buildBinaries(t testing.TB) string {
 		cc = "cc"
 	}
 	dir := t.TempDir()
-	for _, script := range []string{"inject/build.sh", "standin/build.sh"} {
+	for _, script := range []string{"../../gpuinject/build.sh", "../../internal/testenv/cudastandin/build.sh"} {
 		// The stand-in CUPTI and runtime are built -O2, which omits frame
 		// pointers; the probe unwinds with frame pointers only, so build
 		// them with, or the trainer's frames are cut off (real libcuda has
@@ -44,7 +45,7 @@ func buildBinaries(t testing.TB) string {
 		}
 	}
 	args := append(strings.Fields(cc), "-std=c11", "-O1", "-g", "-fno-omit-frame-pointer", "-fno-inline",
-		"-Wall", "-Wextra", "-Werror", "-Iinject", "-o", filepath.Join(dir, "markercall"), "testdata/markercall.c", "-ldl")
+		"-Wall", "-Wextra", "-Werror", "-I../../gpuinject", "-o", filepath.Join(dir, "markercall"), "testdata/markercall.c", "-ldl")
 	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 		t.Fatalf("markercall: %v\n%s", err, out)
 	}

@@ -5,7 +5,7 @@
 # stand-in version is e2e/gpu/standin-demo.sh).
 #
 #  1. compiles the injection library and the static ABI check
-#     (agent/gputrace/inject/abi_check.c against $CUDA_HOME's real cupti.h)
+#     (gpuinject/abi_check.c against $CUDA_HOME's real cupti.h)
 #     and runs the check;
 #  2. times a small PyTorch training loop without the library;
 #  3. runs it for about KCHECK_SECONDS (60 s) in a simulated SLURM job cgroup
@@ -65,13 +65,13 @@ trap 'exit 130' INT TERM
 
 # --- builds -------------------------------------------------------------------
 build_agent "$work/slurmscope-agent" || die "go build failed"
-sh agent/gputrace/inject/build.sh "$work/lib" || die "building the injection library failed"
+sh gpuinject/build.sh "$work/lib" || die "building the injection library failed"
 lib=$work/lib/libslurmscope_inject.so
 log "ABI check against $CUDA_HOME"
 cupti_inc=$CUDA_HOME/include
 [[ -f $cupti_inc/cupti.h ]] || cupti_inc=$CUDA_HOME/extras/CUPTI/include
-"${CC:-cc}" -std=c11 -Wall -I agent/gputrace/inject -I "$CUDA_HOME/include" -I "$cupti_inc" \
-	-o "$work/abi_check" agent/gputrace/inject/abi_check.c || die "abi_check.c does not compile against $cupti_inc/cupti.h"
+"${CC:-cc}" -std=c11 -Wall -I gpuinject -I "$CUDA_HOME/include" -I "$cupti_inc" \
+	-o "$work/abi_check" gpuinject/abi_check.c || die "abi_check.c does not compile against $cupti_inc/cupti.h"
 "$work/abi_check" || die "abi_check failed: cupti_abi.h does not match this CUDA's cupti.h"
 
 # --- the training loop ----------------------------------------------------------

@@ -2,7 +2,7 @@
 # standin-demo.sh OUTDIR: the agent's GPU kernel profiles, end to end, on a
 # machine WITHOUT a GPU. Builds the agent, the injection library and the
 # TEST STAND-INS (mock libcupti, pretend CUDA runtime, pretend trainer; see
-# agent/gputrace/standin), runs the trainer for about DEMO_SECONDS (20 s)
+# internal/testenv/cudastandin), runs the trainer for about DEMO_SECONDS (20 s)
 # in a simulated SLURM job cgroup under the injection library, with the
 # agent in --output-dir OUTDIR mode, stops the agent, and leaves the job's
 # gpu profiles in OUTDIR/<job id>/gpu-<unix>.pb.gz. Then prints the mock's
@@ -55,8 +55,8 @@ trap 'exit 130' INT TERM
 # --- builds ----------------------------------------------------------------
 build_agent "$work/slurmscope-agent" || die "go build failed"
 bin=$work/bin
-sh agent/gputrace/inject/build.sh "$bin" || die "building the injection library failed"
-sh agent/gputrace/standin/build.sh "$bin" || die "building the stand-ins failed"
+sh gpuinject/build.sh "$bin" || die "building the injection library failed"
+sh internal/testenv/cudastandin/build.sh "$bin" || die "building the stand-ins failed"
 lib=$bin/libslurmscope_inject.so
 
 # --- the agent ----------------------------------------------------------------
