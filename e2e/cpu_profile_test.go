@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/slurmscope/slurmscope/internal/testenv"
 	"github.com/slurmscope/slurmscope/internal/testenv/slurmtest"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -59,7 +60,7 @@ const (
 func TestCPUProfiles(t *testing.T) {
 	for _, mode := range []slurmtest.Mode{slurmtest.V2, slurmtest.V1} {
 		t.Run(mode.String(), func(t *testing.T) {
-			slurmtest.RequireIntegration(t, mode)
+			testenv.RequireIntegration(t, slurmtest.Needs(mode))
 			testCPUProfiles(t, mode, buildAgent(t))
 		})
 	}

@@ -36,6 +36,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/remotewrite"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/flame"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/querytype"
+	"github.com/slurmscope/slurmscope/internal/testenv"
 	"github.com/slurmscope/slurmscope/internal/testenv/pyrostandin"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -47,8 +48,8 @@ import (
 // its own data under fresh job ids).
 func TestDatasource(t *testing.T) {
 	pyroURL, promURL := os.Getenv("PYROSCOPE_URL"), os.Getenv("PROMETHEUS_URL")
-	if os.Getenv("SLURMSCOPE_INTEGRATION") != "1" && promURL == "" {
-		t.Skip("integration test: set SLURMSCOPE_INTEGRATION=1 (needs Debian's prometheus), or PYROSCOPE_URL and PROMETHEUS_URL")
+	if promURL == "" { // else a deployment's Prometheus (and Pyroscope) is given
+		testenv.RequireIntegration(t, testenv.Tools("prometheus", "promtool"))
 	}
 	if pyroURL == "" {
 		srv := pyrostandin.New()

@@ -14,6 +14,7 @@ import (
 	"github.com/grafana/grafana-plugin-sdk-go/genproto/pluginv2"
 
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/flame"
+	"github.com/slurmscope/slurmscope/internal/testenv"
 	"github.com/slurmscope/slurmscope/internal/testenv/pyrostandin"
 	"github.com/slurmscope/slurmscope/internal/testenv/slurmtest"
 	"github.com/slurmscope/slurmscope/schema"
@@ -39,7 +40,7 @@ const (
 // two nodes' graphs, and profile series grouped by host.name give both
 // nodes, whose totals sum to the job's.
 func TestDatasourceTwoNode(t *testing.T) {
-	slurmtest.RequireIntegration(t, slurmtest.V2)
+	testenv.RequireIntegration(t, slurmtest.Needs(slurmtest.V2))
 	pyroURL, tenant := os.Getenv("PYROSCOPE_URL"), os.Getenv("PYROSCOPE_TENANT")
 	fresh := pyroURL == ""
 	if fresh {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/slurmscope/slurmscope/internal/testenv"
 	"github.com/slurmscope/slurmscope/internal/testenv/slurmtest"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -37,12 +38,12 @@ wait "$pid"
 // profiles: kernels under their launching paths, per-kernel GPU time equal
 // to the mock's truth, the job's labels, and nothing for another job.
 func TestGPUKernelProfiles(t *testing.T) {
-	slurmtest.RequireIntegration(t, slurmtest.V2)
+	testenv.RequireIntegration(t, slurmtest.Needs(slurmtest.V2))
 	agent := buildAgent(t)
 	ctx := context.Background()
 	c := slurmtest.StartT(t, slurmtest.Options{Mode: slurmtest.V2})
 	bin := filepath.Join(c.JobDir(), "gputrace")
-	for _, script := range []string{"../agent/gputrace/inject/build.sh", "../agent/gputrace/standin/build.sh"} {
+	for _, script := range []string{"../gpuinject/build.sh", "../internal/testenv/cudastandin/build.sh"} {
 		if out, err := exec.Command("sh", script, bin).CombinedOutput(); err != nil {
 			t.Fatalf("%s: %v\n%s", script, err, out)
 		}

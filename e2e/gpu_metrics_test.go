@@ -20,6 +20,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/slurmscope/slurmscope/agent/gpu/gputest"
+	"github.com/slurmscope/slurmscope/internal/testenv"
 	"github.com/slurmscope/slurmscope/internal/testenv/slurmtest"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -66,12 +67,7 @@ const (
 // GPU, live changes and a cancelled job. A second agent behind basic auth
 // (--web.config.file) checks that the endpoint is protected.
 func TestGPUMetrics(t *testing.T) {
-	slurmtest.RequireIntegration(t, slurmtest.V2)
-	for _, tool := range []string{"prometheus", "promtool", "cc"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is required (Debian: prometheus, build-essential): %v", tool, err)
-		}
-	}
+	testenv.RequireIntegration(t, slurmtest.Needs(slurmtest.V2), testenv.Tools("prometheus", "promtool", "cc"))
 	agent := buildAgent(t)
 	stub := gputest.Library(t)
 	ctx := context.Background()

@@ -21,6 +21,7 @@ import (
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/findings"
+	"github.com/slurmscope/slurmscope/internal/testenv"
 	"github.com/slurmscope/slurmscope/internal/testenv/slurmtest"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -47,8 +48,7 @@ const (
 // Prometheus scrapes the agent every second; the engine the datasource and
 // `slurmscope job` use reads it.
 func TestHostMetrics(t *testing.T) {
-	slurmtest.RequireIntegration(t, slurmtest.V1)
-	slurmtest.RequireIntegration(t, slurmtest.V2)
+	testenv.RequireIntegration(t, slurmtest.Needs(slurmtest.V1, slurmtest.V2))
 	agent := buildAgent(t)
 	cli := buildCLI(t)
 	ds := buildDatasource(t)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/slurmscope/slurmscope/internal/testenv"
 	"github.com/slurmscope/slurmscope/internal/testenv/memcg"
 	"github.com/slurmscope/slurmscope/internal/testenv/simjob"
 )
@@ -44,7 +45,7 @@ type hostileSetup struct {
 }
 
 func TestHostileJobs(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	s := &hostileSetup{agent: buildAgent(t), memoryMax: unitMemoryMax(t)}
 	var err error
 	if s.work, err = os.MkdirTemp("", "slurmscope-hostile-"); err != nil {
@@ -166,7 +167,7 @@ func TestHostileJobs(t *testing.T) {
 		// The marker functions are exported: a job that loads the
 		// injection library calls them with forged records.
 		lib := filepath.Join(s.work, "gpu")
-		if out, err := exec.Command("sh", "../agent/gputrace/inject/build.sh", lib).CombinedOutput(); err != nil {
+		if out, err := exec.Command("sh", "../gpuinject/build.sh", lib).CombinedOutput(); err != nil {
 			t.Fatalf("building the injection library: %v\n%s", err, out)
 		}
 		so := filepath.Join(lib, "libslurmscope_inject.so")

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/slurmscope/slurmscope/agent/gpu/gputest"
+	"github.com/slurmscope/slurmscope/internal/testenv"
 	"github.com/slurmscope/slurmscope/internal/testenv/slurmtest"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -107,7 +108,7 @@ func killAtCleanup(t *testing.T, cmd *exec.Cmd) {
 // memory. None is in his job: the job's GPU memory is his task's alone,
 // its owner stays his, and each look-alike process is counted.
 func TestLookalikeCgroupIsNotAJob(t *testing.T) {
-	slurmtest.RequireIntegration(t, slurmtest.V2)
+	testenv.RequireIntegration(t, slurmtest.Needs(slurmtest.V2))
 	agent := buildAgent(t)
 	stub := gputest.Library(t)
 	ctx := context.Background()
@@ -254,7 +255,7 @@ func readPIDs(path string) []int {
 // slurmstepd names the same job as A's, C's task claims A's id. /metrics
 // answers every scrape, each job once, and no task's claim is believed.
 func TestSLUIDJobsCannotCollide(t *testing.T) {
-	slurmtest.RequireIntegration(t, slurmtest.V2)
+	testenv.RequireIntegration(t, slurmtest.Needs(slurmtest.V2))
 	agent := buildAgent(t)
 	stub := gputest.Library(t)
 	c := slurmtest.StartT(t, slurmtest.Options{Mode: slurmtest.V2, Nodes: []string{gpuNode}})
@@ -350,7 +351,7 @@ func TestSLUIDJobsCannotCollide(t *testing.T) {
 func TestGPUGrantsComeFromSlurm(t *testing.T) {
 	for _, mode := range []slurmtest.Mode{slurmtest.V2, slurmtest.V1} {
 		t.Run(mode.String(), func(t *testing.T) {
-			slurmtest.RequireIntegration(t, mode)
+			testenv.RequireIntegration(t, slurmtest.Needs(mode))
 			testGrants(t, mode)
 		})
 	}

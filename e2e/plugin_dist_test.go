@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/slurmscope/slurmscope/internal/testenv"
 )
 
 // TestPluginDist checks what `npm run build` and `mage buildAll` leave in
@@ -17,12 +19,10 @@ import (
 // commands first.
 func TestPluginDist(t *testing.T) {
 	dist := filepath.Join("..", "dist")
-	if _, err := os.Stat(filepath.Join(dist, "module.js")); err != nil {
-		if os.Getenv("SLURMSCOPE_INTEGRATION") == "1" {
-			t.Fatalf("no built plugin (%v): run `npm run build` and `mage buildAll` first", err)
-		}
-		t.Skip("integration test: build the plugin (npm run build, mage buildAll) and set SLURMSCOPE_INTEGRATION=1")
-	}
+	testenv.Require(t, testenv.Func("the built plugin (npm run build, mage buildAll)", func() error {
+		_, err := os.Stat(filepath.Join(dist, "module.js"))
+		return err
+	}))
 
 	b, err := os.ReadFile(filepath.Join(dist, "plugin.json"))
 	if err != nil {

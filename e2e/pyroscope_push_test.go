@@ -18,6 +18,7 @@ import (
 	"github.com/grafana/pyroscope/api/gen/proto/go/querier/v1/querierv1connect"
 	typesv1 "github.com/grafana/pyroscope/api/gen/proto/go/types/v1"
 
+	"github.com/slurmscope/slurmscope/internal/testenv"
 	"github.com/slurmscope/slurmscope/internal/testenv/pyrostandin"
 	"github.com/slurmscope/slurmscope/internal/testenv/simjob"
 	"github.com/slurmscope/slurmscope/schema"
@@ -51,7 +52,7 @@ func spinForPushTest() {
 // a real server from PYROSCOPE_URL, with PYROSCOPE_TENANT if it needs one)
 // and reads the job's profile back with SelectMergeStacktraces.
 func TestPushToPyroscope(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	url, tenant := os.Getenv("PYROSCOPE_URL"), os.Getenv("PYROSCOPE_TENANT")
 	if url == "" {
 		srv := pyrostandin.New()
@@ -157,15 +158,5 @@ func tenantInterceptor(tenant string) connect.UnaryInterceptorFunc {
 			}
 			return next(ctx, req)
 		}
-	}
-}
-
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Getenv("SLURMSCOPE_INTEGRATION") != "1" {
-		t.Skip("integration test: set SLURMSCOPE_INTEGRATION=1 (as root)")
-	}
-	if os.Geteuid() != 0 {
-		t.Fatal("SLURMSCOPE_INTEGRATION=1 but not root")
 	}
 }

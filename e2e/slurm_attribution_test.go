@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slurmscope/slurmscope/internal/testenv"
 	"github.com/slurmscope/slurmscope/internal/testenv/slurmtest"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -30,7 +31,7 @@ const jobName = `train "llama" ✓`
 func TestSlurmAttribution(t *testing.T) {
 	for _, mode := range []slurmtest.Mode{slurmtest.V1, slurmtest.V2} {
 		t.Run(mode.String(), func(t *testing.T) {
-			slurmtest.RequireIntegration(t, mode)
+			testenv.RequireIntegration(t, slurmtest.Needs(mode))
 			testAttribution(t, mode, buildAgent(t))
 		})
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slurmscope/slurmscope/internal/testenv"
 	"github.com/slurmscope/slurmscope/internal/testenv/slurmtest"
 )
 
@@ -18,7 +19,7 @@ import (
 // pointers, whose leaf must keep its callers and main, and Debian's
 // python3.11, whose samples must carry the script's Python functions.
 func TestStacksSlurm(t *testing.T) {
-	slurmtest.RequireIntegration(t, slurmtest.V1)
+	testenv.RequireIntegration(t, slurmtest.Needs(slurmtest.V1))
 	agent := buildAgent(t)
 	ctx := context.Background()
 	// Constrained as production clusters run: jobacct_gather/cgroup makes

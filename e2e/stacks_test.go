@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/slurmscope/slurmscope/internal/testenv"
 	"github.com/slurmscope/slurmscope/internal/testenv/simjob"
 )
 
@@ -66,8 +67,8 @@ func buildStackWorkloads(t *testing.T, dir string) stackBins {
 	for _, cmd := range []*exec.Cmd{
 		exec.Command("gcc", "-O2", "-fomit-frame-pointer", "-g", "-o", b.unwindc, "../internal/testenv/workloads/unwindc.c"),
 		exec.Command("g++", "-O2", "-fomit-frame-pointer", "-g", "-o", b.unwindcxx, "../internal/testenv/workloads/unwindcxx.cc"),
-		exec.Command("sh", "../agent/gputrace/inject/build.sh", b.gpuDir),
-		exec.Command("sh", "../agent/gputrace/standin/build.sh", b.gpuDir),
+		exec.Command("sh", "../gpuinject/build.sh", b.gpuDir),
+		exec.Command("sh", "../internal/testenv/cudastandin/build.sh", b.gpuDir),
 	} {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
@@ -126,7 +127,7 @@ func pythonJobs(py interp, b stackBins, all bool) []*stackJob {
 // names on 3.11+); a process started before the agent; venvs; and a
 // CPython older than 3.9, which must keep native stacks, counted.
 func TestStacks(t *testing.T) {
-	requireRoot(t)
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	agent := buildAgent(t)
 	work := t.TempDir()
 	bins := buildStackWorkloads(t, work)

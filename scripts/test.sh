@@ -48,9 +48,10 @@ step "browser test: the real editors and flame graph in Chromium"
 npm run build:harness
 npm run e2e:browser
 
-# One pass: unit tests need nothing; integration tests run because
-# SLURMSCOPE_INTEGRATION=1 turns a missing prerequisite into a failure
-# rather than a skip. Test clusters take a host-wide lock, so packages
+# One pass: unit tests need nothing. Integration tests (root, eBPF, a real
+# SLURM or Prometheus) pass one gate, internal/testenv's RequireIntegration:
+# without SLURMSCOPE_INTEGRATION=1 they skip; with it a missing prerequisite
+# fails rather than skips. Test clusters take a host-wide lock, so packages
 # still run in parallel.
 step "unit and integration tests"
 SLURMSCOPE_INTEGRATION=1 go test -count=1 -timeout 25m ./...

@@ -1,11 +1,12 @@
 package bpf
 
 import (
-	"os"
 	"testing"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/slurmscope/slurmscope/internal/testenv"
 )
 
 // stack is laid out as a sampler's stack value: 1 KiB, so that a map of
@@ -18,9 +19,7 @@ type stack struct {
 // TestIntegrationEachEntry reads and clears a full hash map in batches and
 // one by one: both see every entry once, and clearing leaves it empty.
 func TestIntegrationEachEntry(t *testing.T) {
-	if os.Getenv("SLURMSCOPE_INTEGRATION") != "1" && os.Geteuid() != 0 {
-		t.Skip("needs root (or SLURMSCOPE_INTEGRATION=1)")
-	}
+	testenv.RequireIntegration(t, testenv.Root)
 	for _, tc := range []struct {
 		name string
 		each func(*ebpf.Map, bool, func(*uint64, *stack)) error

@@ -1,12 +1,13 @@
 package bpf
 
 import (
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+
+	"github.com/slurmscope/slurmscope/internal/testenv"
 )
 
 func TestLoadRefusesUnknownConstants(t *testing.T) {
@@ -18,9 +19,7 @@ func TestLoadRefusesUnknownConstants(t *testing.T) {
 
 // A program the verifier refuses comes back with the verifier's reason.
 func TestLoadShowsTheVerifierLog(t *testing.T) {
-	if os.Getenv("SLURMSCOPE_INTEGRATION") != "1" && os.Geteuid() != 0 {
-		t.Skip("needs root (or SLURMSCOPE_INTEGRATION=1)")
-	}
+	testenv.RequireIntegration(t, testenv.Root)
 	spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{
 		"bad": {Name: "bad", Type: ebpf.SocketFilter, License: "GPL",
 			// Reads R2, which no one wrote, and falls off the end.

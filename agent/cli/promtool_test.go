@@ -2,7 +2,6 @@ package cli
 
 import (
 	"bytes"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/slurmscope/slurmscope/internal/testenv"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -22,12 +22,10 @@ import (
 // included. (promtool reported slurmscope_agent_gpu_kernel_nanoseconds_total:
 // `use base unit "seconds" instead of "nanoseconds"`.)
 func TestMetricsPassPromtool(t *testing.T) {
+	testenv.Require(t, testenv.Tools("promtool"))
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
-		if os.Getenv("SLURMSCOPE_INTEGRATION") == "1" {
-			t.Fatal("promtool (Debian's prometheus package, scripts/deps.sh) is not installed")
-		}
-		t.Skip("promtool not installed")
+		t.Fatal(err)
 	}
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(schemaSeries{})

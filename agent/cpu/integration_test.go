@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/slurmscope/slurmscope/internal/testenv"
 )
 
 // burnEnv makes the test binary a CPU burner instead of running tests: the
@@ -54,16 +56,6 @@ func spin(x uint64) uint64 {
 		x = x*6364136223846793005 + 1442695040888963407
 	}
 	return x
-}
-
-// needIntegration skips unless the test can load BPF. With
-// SLURMSCOPE_INTEGRATION=1 nothing is skipped: failures to load or attach are
-// failures, so CI cannot pass by silently not testing.
-func needIntegration(t testing.TB) {
-	t.Helper()
-	if os.Getenv("SLURMSCOPE_INTEGRATION") != "1" && os.Geteuid() != 0 {
-		t.Skip("needs root (or SLURMSCOPE_INTEGRATION=1)")
-	}
 }
 
 type burner struct {
@@ -162,7 +154,7 @@ func inMappings(ms []mapping, pc uint64) bool {
 }
 
 func TestIntegrationSampler(t *testing.T) {
-	needIntegration(t)
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	s, err := New(Options{ExcludePID: os.Getpid()})
 	if err != nil {
 		t.Fatal(err)
@@ -302,7 +294,7 @@ func enableBPFStats(t testing.TB) {
 }
 
 func TestIntegrationProgramStats(t *testing.T) {
-	needIntegration(t)
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	enableBPFStats(t)
 	s, err := New(Options{})
 	if err != nil {
@@ -330,7 +322,7 @@ func TestIntegrationProgramStats(t *testing.T) {
 // measured by the kernel (bpf_stats_enabled), while a burner keeps a CPU busy.
 // The Go loop only drains; ns/op is not the interesting number.
 func BenchmarkProgramRunTime(b *testing.B) {
-	needIntegration(b)
+	testenv.RequireIntegration(b, testenv.Root, testenv.BTF)
 	enableBPFStats(b)
 	s, err := New(Options{})
 	if err != nil {

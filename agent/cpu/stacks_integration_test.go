@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/slurmscope/slurmscope/agent/bpf"
+	"github.com/slurmscope/slurmscope/internal/testenv"
 )
 
 // stackBits is how many levels burnStacks recurses through, choosing one of
@@ -221,7 +222,7 @@ func checkDrained(t *testing.T, s *Sampler, drain int) {
 // lose its stack while the map is not full, and the test stops sampling
 // before the map is half full.
 func TestIntegrationManyStacks(t *testing.T) {
-	needIntegration(t)
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	s, err := New(Options{SampleRate: stacksTestRate, ExcludePID: os.Getpid()})
 	if err != nil {
 		t.Fatal(err)
@@ -286,7 +287,7 @@ func TestIntegrationManyStacks(t *testing.T) {
 // that find it full are counted as such, their samples are kept without the
 // stack, and a drain frees the map for the next round of that generation.
 func TestIntegrationStackMapFull(t *testing.T) {
-	needIntegration(t)
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	const entries = 64
 	s, err := New(Options{SampleRate: stacksTestRate, MaxStackEntries: entries, ExcludePID: os.Getpid()})
 	if err != nil {

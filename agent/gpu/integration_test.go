@@ -23,6 +23,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/gpu/gputest"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/users"
+	"github.com/slurmscope/slurmscope/internal/testenv"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -364,7 +365,7 @@ func promtool(t *testing.T, text string) {
 	t.Helper()
 	path, err := exec.LookPath("promtool")
 	if err != nil {
-		if os.Getenv("SLURMSCOPE_INTEGRATION") == "1" {
+		if testenv.Integration() {
 			t.Fatal("promtool not found (Debian package prometheus)")
 		}
 		t.Log("promtool not found; skipping its check")

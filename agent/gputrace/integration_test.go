@@ -2,8 +2,9 @@ package gputrace
 
 // Integration tests of the uprobes: they load BPF, so they need root (with
 // SLURMSCOPE_INTEGRATION=1 nothing is skipped, so CI cannot pass by not
-// testing). The C pieces are built with the C helper's scripts (inject/,
-// standin/) plus testdata/markercall.c, which calls the markers directly.
+// testing). The C pieces are built with their own scripts (gpuinject/,
+// internal/testenv/cudastandin/) plus testdata/markercall.c, which calls
+// the markers directly.
 
 import (
 	"bufio"
@@ -20,14 +21,8 @@ import (
 
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
+	"github.com/slurmscope/slurmscope/internal/testenv"
 )
-
-func needIntegration(t testing.TB) {
-	t.Helper()
-	if os.Getenv("SLURMSCOPE_INTEGRATION") != "1" && os.Geteuid() != 0 {
-		t.Skip("needs root (or SLURMSCOPE_INTEGRATION=1)")
-	}
-}
 
 // buildBinaries builds the injection library, the stand-ins and markercall
 // into a fresh directory.
@@ -38,7 +33,7 @@ func buildBinaries(t testing.TB) string {
 		cc = "cc"
 	}
 	dir := t.TempDir()
-	for _, script := range []string{"inject/build.sh", "standin/build.sh"} {
+	for _, script := range []string{"../../gpuinject/build.sh", "../../internal/testenv/cudastandin/build.sh"} {
 		// The stand-in CUPTI and runtime are built -O2, which omits frame
 		// pointers; the probe unwinds with frame pointers only, so build
 		// them with, or the trainer's frames are cut off (real libcuda has
@@ -50,7 +45,7 @@ func buildBinaries(t testing.TB) string {
 		}
 	}
 	args := append(strings.Fields(cc), "-std=c11", "-O1", "-g", "-fno-omit-frame-pointer", "-fno-inline",
-		"-Wall", "-Wextra", "-Werror", "-Iinject", "-o", filepath.Join(dir, "markercall"), "testdata/markercall.c", "-ldl")
+		"-Wall", "-Wextra", "-Werror", "-I../../gpuinject", "-o", filepath.Join(dir, "markercall"), "testdata/markercall.c", "-ldl")
 	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 		t.Fatalf("markercall: %v\n%s", err, out)
 	}
@@ -161,7 +156,7 @@ func functions(frames []symbolize.Frame) []string {
 // launching functions, exact totals with unsampled records spread over the
 // sampled stacks, and hostile arguments counted and dropped.
 func TestIntegrationMarkers(t *testing.T) {
-	needIntegration(t)
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	dir := buildBinaries(t)
 	lib := filepath.Join(dir, "libslurmscope_inject.so")
 	tr := newTracer(t, Options{})
@@ -362,7 +357,7 @@ func waitMapped(t testing.TB, pid int) {
 // trainer's call paths, and a process on an unattached copy of the library
 // never appears.
 func TestIntegrationTrainer(t *testing.T) {
-	needIntegration(t)
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	dir := buildBinaries(t)
 	lib := filepath.Join(dir, "libslurmscope_inject.so")
 	copyDir := t.TempDir()
@@ -443,7 +438,7 @@ func TestIntegrationTrainer(t *testing.T) {
 // (it finishes, and the library's own totals still match the truth), and a
 // process killed mid-run leaves nothing behind.
 func TestIntegrationRestartAndKill(t *testing.T) {
-	needIntegration(t)
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	dir := buildBinaries(t)
 	lib := filepath.Join(dir, "libslurmscope_inject.so")
 	work := t.TempDir()
@@ -509,7 +504,7 @@ func mustStart(t testing.TB, pid int) procfs.ID {
 // The CPU cost the probe adds to one sampled launch: markercall times N calls
 // of the launch marker without and with the uprobe attached. Target: ≤ 5 µs.
 func TestIntegrationLaunchOverhead(t *testing.T) {
-	needIntegration(t)
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	dir := buildBinaries(t)
 	lib := filepath.Join(dir, "libslurmscope_inject.so")
 	const n = 200000
@@ -556,7 +551,7 @@ func TestIntegrationLaunchOverhead(t *testing.T) {
 // dropped, whatever the ration says; once it is half full, the calls of a
 // user past the ration are (counted), and those of other users are not.
 func TestIntegrationUserRation(t *testing.T) {
-	needIntegration(t)
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	dir := buildBinaries(t)
 	lib := filepath.Join(dir, "libslurmscope_inject.so")
 	// A ring of 16 launch events (a page is 4 KiB, an event about 1 KiB):

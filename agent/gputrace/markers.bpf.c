@@ -3,7 +3,7 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 //
 // Uprobes on the marker functions of libslurmscope_inject.so (see
-// inject/slurmscope_inject.h). (The build constraint above keeps the go tool
+// gpuinject/slurmscope_inject.h). (The build constraint above keeps the go tool
 // from taking this file for a cgo source; bpf2go compiles it.)
 //
 // Dual licensed, unlike the rest of the project (Apache-2.0): the kernel only

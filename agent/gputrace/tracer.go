@@ -1,5 +1,5 @@
 // Package gputrace attributes GPU kernel time to the CPU stacks that
-// launched the kernels. The C half (inject/) runs inside CUDA jobs and calls
+// launched the kernels. The C half (gpuinject/) runs inside CUDA jobs and calls
 // three empty marker functions; this package attaches uprobes to them, takes
 // the launching thread's user stack at each sampled launch, and joins
 // launches with completed-kernel records on the correlation id (join.go).

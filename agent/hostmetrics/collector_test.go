@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/slurmscope/slurmscope/agent/attribution"
+	"github.com/slurmscope/slurmscope/internal/testenv"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -378,9 +379,7 @@ func must(t *testing.T, err error) {
 // on this host: memory/slurm_<node>/uid_<uid>/job_<id>/step_batch is the
 // user's): they are listed for that user's job only.
 func TestV1StepsOwnedByTheJobsUser(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to give a directory to another user")
-	}
+	testenv.RequireIntegration(t, testenv.Root)
 	root := t.TempDir()
 	jdir := filepath.Join(root, "memory", "slurm", "uid_4242", "job_7")
 	task := filepath.Join(jdir, "step_batch", "task_0")

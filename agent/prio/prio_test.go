@@ -1,16 +1,15 @@
 package prio
 
 import (
-	"os"
 	"testing"
+
+	"github.com/slurmscope/slurmscope/internal/testenv"
 )
 
 // TestRaise: the goroutine that raised runs at Nice, and a goroutine that
 // did not keeps the niceness it had.
 func TestRaise(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs CAP_SYS_NICE (root)")
-	}
+	testenv.RequireIntegration(t, testenv.Root)
 	before := make(chan int)
 	go func() { n, _ := Current(); before <- n }()
 	base := <-before

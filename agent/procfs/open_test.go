@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/slurmscope/slurmscope/internal/testenv"
 )
 
 // jobRoot makes <proc>/<pid>/root a directory, the process's root, and
@@ -291,9 +293,7 @@ func TestOpenMapping(t *testing.T) {
 // The kernel's own map_files of this test process: root only
 // (CAP_SYS_ADMIN), as for the agent.
 func TestOpenMappingLive(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("map_files needs CAP_SYS_ADMIN; run as root to cover this case")
-	}
+	testenv.RequireIntegration(t, testenv.Root)
 	p := New("")
 	exe, err := os.Executable()
 	mustDo(t, err)

@@ -21,6 +21,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/slurmscope/slurmscope/agent/httpclient"
+	"github.com/slurmscope/slurmscope/internal/testenv"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -189,12 +190,10 @@ func (p *phaseGatherer) count(phase float64) int {
 // it down, restarts the agent during the outage, brings Prometheus back and
 // checks that every spooled sample arrived, exactly and in order.
 func TestIntegrationPrometheus(t *testing.T) {
-	if os.Getenv("SLURMSCOPE_INTEGRATION") != "1" {
-		t.Skip("integration test: set SLURMSCOPE_INTEGRATION=1 (needs Debian's prometheus package)")
-	}
-	if _, err := os.Stat(prometheusBin); err != nil {
-		t.Fatalf("SLURMSCOPE_INTEGRATION=1 but %s is missing (apt-get install prometheus): %v", prometheusBin, err)
-	}
+	testenv.RequireIntegration(t, testenv.Func("Debian's prometheus package", func() error {
+		_, err := os.Stat(prometheusBin)
+		return err
+	}))
 	tmp := t.TempDir()
 	p := &promServer{
 		t: t, addr: freeAddr(t),

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/internal/testenv"
 )
 
 // fakeProcess writes <root>/<pid>/maps describing bin's executable segment
@@ -100,9 +101,7 @@ func TestBinaryReplacedOnDisk(t *testing.T) {
 // disk, and checks the running process still resolves through map_files.
 // map_files needs CAP_SYS_ADMIN.
 func TestReplacedWhileRunning(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("map_files needs CAP_SYS_ADMIN; run as root to cover this case")
-	}
+	testenv.RequireIntegration(t, testenv.Root)
 	dir := t.TempDir()
 	bin, newBin := filepath.Join(dir, "prog"), filepath.Join(dir, "new")
 	compile(t, "gcc", "-O1", "-no-pie", "-fno-pie", "-o", bin, srcPath("target.c"))

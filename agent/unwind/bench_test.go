@@ -7,6 +7,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/slurmscope/slurmscope/internal/testenv"
 )
 
 // BenchmarkSampleCost measures the BPF run time per sample of the unwinder
@@ -20,7 +22,7 @@ import (
 //
 //	go test -run '^$' -bench SampleCost -benchtime 1x ./agent/unwind/
 func BenchmarkSampleCost(b *testing.B) {
-	needIntegration(b)
+	testenv.RequireIntegration(b, testenv.Root, testenv.BTF)
 	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 	if err != nil {
 		b.Fatal(err)

@@ -19,17 +19,8 @@ import (
 	"github.com/slurmscope/slurmscope/agent/symbolize"
 	"github.com/slurmscope/slurmscope/agent/unwind"
 	"github.com/slurmscope/slurmscope/agent/unwind/unwindtest"
+	"github.com/slurmscope/slurmscope/internal/testenv"
 )
-
-// needIntegration skips unless the test can load BPF. With
-// SLURMSCOPE_INTEGRATION=1 nothing is skipped: a missing prerequisite is a
-// failure, so CI cannot pass by not testing.
-func needIntegration(t testing.TB) {
-	t.Helper()
-	if os.Getenv("SLURMSCOPE_INTEGRATION") != "1" && os.Geteuid() != 0 {
-		t.Skip("needs root (or SLURMSCOPE_INTEGRATION=1)")
-	}
-}
 
 var (
 	buildOnce sync.Once
@@ -254,7 +245,7 @@ func caller(s stack) string {
 // TestSignalFrame: a SIGPROF handler's leaf unwinds through the kernel's
 // signal frame (__restore_rt) into the interrupted code and main.
 func TestSignalFrame(t *testing.T) {
-	needIntegration(t)
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	w := start(t, filepath.Join(workloads(t), "unwindc"), "signal", 30)
 	p := sample(t, w, 3*time.Second, false, "")
 	leaf := leafStacks(p.unwound, "sig_leaf")
@@ -274,7 +265,7 @@ func TestSignalFrame(t *testing.T) {
 // TestVDSO: time in the vDSO (clock_gettime), whose table is built from
 // the agent's own vDSO image, unwinds to its caller and main.
 func TestVDSO(t *testing.T) {
-	needIntegration(t)
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	w := start(t, filepath.Join(workloads(t), "unwindc"), "vdso", 30)
 	p := sample(t, w, 3*time.Second, false, "")
 	var in []stack
@@ -296,7 +287,7 @@ func TestVDSO(t *testing.T) {
 // TestUprobeEntry: a uprobe at a function's first instruction (as on the
 // GPU marker) sees its direct caller, which a frame-pointer walk skips.
 func TestUprobeEntry(t *testing.T) {
-	needIntegration(t)
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	w := start(t, filepath.Join(workloads(t), "unwindc"), "split", 30)
 	p := sample(t, w, 2*time.Second, false, "leaf")
 	if len(p.unwound) < 200 {
@@ -317,7 +308,7 @@ func TestUprobeEntry(t *testing.T) {
 // same time as the unwinder: the callers' shares of the leaf must agree
 // within 5 points.
 func TestAgainstPerfDwarf(t *testing.T) {
-	needIntegration(t)
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	perf, err := exec.LookPath("perf")
 	if err != nil {
 		t.Fatal("perf not installed (scripts/deps.sh installs linux-perf)")
@@ -371,7 +362,7 @@ func TestAgainstPerfDwarf(t *testing.T) {
 // stacks, but every walk of it must end (with a counted reason, within
 // the frame limit), and the intact process's stacks must not suffer.
 func TestHostileTable(t *testing.T) {
-	needIntegration(t)
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	bin := filepath.Join(workloads(t), "unwindc")
 	data, err := os.ReadFile(bin)
 	if err != nil {

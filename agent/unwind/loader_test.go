@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/internal/testenv"
 )
 
 // fakeProcs serves made-up processes whose executable mappings are real
@@ -87,9 +88,7 @@ func lpmLen(t *testing.T, m *ebpf.Map) int {
 // evicted by bytes over the budget, unloaded with the last process, and a
 // reused pid starts afresh.
 func TestLoaderLifecycle(t *testing.T) {
-	if os.Getenv("SLURMSCOPE_INTEGRATION") != "1" && os.Geteuid() != 0 {
-		t.Skip("needs root (or SLURMSCOPE_INTEGRATION=1)")
-	}
+	testenv.RequireIntegration(t, testenv.Root)
 	libc := "/usr/lib/x86_64-linux-gnu/libc.so.6"
 	cxx := "/usr/lib/x86_64-linux-gnu/libstdc++.so.6"
 	fp := &fakeProcs{maps: map[int][]Mapping{
@@ -196,9 +195,7 @@ func TestLoaderLifecycle(t *testing.T) {
 // do not deadlock on files mapped in opposite orders, and leave nothing
 // behind (run with -race).
 func TestLoaderConcurrent(t *testing.T) {
-	if os.Getenv("SLURMSCOPE_INTEGRATION") != "1" && os.Geteuid() != 0 {
-		t.Skip("needs root (or SLURMSCOPE_INTEGRATION=1)")
-	}
+	testenv.RequireIntegration(t, testenv.Root)
 	libc := "/usr/lib/x86_64-linux-gnu/libc.so.6"
 	cxx := "/usr/lib/x86_64-linux-gnu/libstdc++.so.6"
 	fp := &fakeProcs{maps: map[int][]Mapping{}}

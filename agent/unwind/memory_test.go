@@ -14,6 +14,7 @@ import (
 
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/unwind/cfi"
+	"github.com/slurmscope/slurmscope/internal/testenv"
 )
 
 // BenchmarkTableMemory reports, for the largest shared libraries found on
@@ -91,9 +92,7 @@ func textBytes(b *testing.B, path string) uint64 {
 //
 //	go test -run '^$' -bench TrainingJob -benchtime 1x ./agent/unwind/
 func BenchmarkTrainingJobTables(b *testing.B) {
-	if os.Geteuid() != 0 {
-		b.Skip("needs root")
-	}
+	testenv.RequireIntegration(b, testenv.Root)
 	// Debian's python3 (whose numpy is python3-numpy) before any other.
 	py, err := exec.LookPath("/usr/bin/python3")
 	if err != nil {

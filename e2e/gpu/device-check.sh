@@ -34,33 +34,12 @@ GPU_INTERVAL=2s
 
 LOG_NAME=device-check
 LOG_FD=1
+STOP_TENTHS=100
 
 if ! [[ $SECONDS_WANTED =~ ^[0-9]+$ ]] || ((SECONDS_WANTED < 10)); then
 	die "DEVCHECK_SECONDS must be an integer >= 10"
 fi
-[[ $(id -u) == 0 ]] || die "run as root: it creates a cgroup and moves a process into it"
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$repo"
-
-work=$(mktemp -d /tmp/slurmscope-devcheck.XXXXXX)
-agent_pid=""
-load_pid=""
-cg_base=""
-cg_leaf=""
-
-# Stop what we started (SIGKILL after 10 s), then remove the job's cgroup.
-cleanup() {
-	local rc=$?
-	set +e
-	trap - EXIT INT TERM
-	stop_pid "$load_pid" 100
-	stop_pid "$agent_pid" 100
-	job_cgroup_remove
-	rm -rf "$work"
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+begin_check devcheck "it creates a cgroup and moves a process into it"
 
 # --- the agent ----------------------------------------------------------
 if [[ -z ${SLURMSCOPE_AGENT:-} ]] && ! command -v go >/dev/null; then
@@ -169,8 +148,6 @@ cg2=$(cgroup2_mount)
 job_cgroup_create "$cg2/$SLICE" "$JOB_ID" || die "cannot create $cg_leaf (read-only cgroupfs? run on the host or a privileged container)"
 
 load_secs=$((SECONDS_WANTED + 20)) # still running at the last sample
-# shellcheck disable=SC2016 # $1 is expanded by the inner bash
-enter='echo $$ >"$1/cgroup.procs" && shift && exec "$@"'
 matmul='
 import sys, time, torch
 secs = float(sys.argv[1])
@@ -201,8 +178,8 @@ if [[ $mode == matmul ]]; then
 else
 	env "${job_env[@]}" bash -c "$enter" devcheck-load "$cg_leaf" sleep "$load_secs" >"$work/load.log" 2>&1 &
 fi
-load_pid=$!
-log "job $JOB_ID ($JOB_NAME, $mode): pid $load_pid in $cg_leaf, CUDA_VISIBLE_DEVICES=$alloc"
+job_pid=$!
+log "job $JOB_ID ($JOB_NAME, $mode): pid $job_pid in $cg_leaf, CUDA_VISIBLE_DEVICES=$alloc"
 
 # --- sampling ---------------------------------------------------------------
 jobsel="slurm_job_id=\"$JOB_ID\""
@@ -214,7 +191,7 @@ while :; do
 	now=$(date +%s)
 	elapsed=$((now - start))
 	((elapsed >= SECONDS_WANTED)) && break
-	if ! kill -0 "$load_pid" 2>/dev/null; then
+	if ! kill -0 "$job_pid" 2>/dev/null; then
 		cat "$work/load.log" >&2
 		die "the job's workload exited early (its output is above)"
 	fi

@@ -5,7 +5,7 @@
 # stand-in version is e2e/gpu/standin-demo.sh).
 #
 #  1. compiles the injection library and the static ABI check
-#     (agent/gputrace/inject/abi_check.c against $CUDA_HOME's real cupti.h)
+#     (gpuinject/abi_check.c against $CUDA_HOME's real cupti.h)
 #     and runs the check;
 #  2. times a small PyTorch training loop without the library;
 #  3. runs it for about KCHECK_SECONDS (60 s) in a simulated SLURM job cgroup
@@ -33,45 +33,24 @@ NODE=kcheck
 
 LOG_NAME=kernel-check
 LOG_FD=1
+KEEP_WORK=${KCHECK_KEEP:-}
 if ! [[ $SECS =~ ^[0-9]+$ ]] || ((SECS < 20)); then
 	die "KCHECK_SECONDS must be an integer >= 20"
 fi
-[[ $(id -u) == 0 ]] || die "run as root: eBPF and a job cgroup"
+begin_check kcheck "eBPF and a job cgroup"
 [[ -f $CUDA_HOME/include/cupti.h || -f $CUDA_HOME/extras/CUPTI/include/cupti.h ]] || die "no cupti.h under CUDA_HOME=$CUDA_HOME"
 command -v "$PY" >/dev/null || die "no $PY"
 "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)' || die "$PY has no torch with CUDA"
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$repo"
-
-work=$(mktemp -d /tmp/slurmscope-kcheck.XXXXXX)
-agent_pid=""
-job_pid=""
-cg_base=""
-cg_leaf=""
-
-# Stop what we started (SIGKILL after 30 s), then remove the job's cgroup.
-cleanup() {
-	local rc=$?
-	set +e
-	trap - EXIT INT TERM
-	stop_pid "$job_pid"
-	stop_pid "$agent_pid"
-	job_cgroup_remove
-	if [[ ${KCHECK_KEEP:-} == 1 ]]; then log "kept $work"; else rm -rf "$work"; fi
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 # --- builds -------------------------------------------------------------------
 build_agent "$work/slurmscope-agent" || die "go build failed"
-sh agent/gputrace/inject/build.sh "$work/lib" || die "building the injection library failed"
+sh gpuinject/build.sh "$work/lib" || die "building the injection library failed"
 lib=$work/lib/libslurmscope_inject.so
 log "ABI check against $CUDA_HOME"
 cupti_inc=$CUDA_HOME/include
 [[ -f $cupti_inc/cupti.h ]] || cupti_inc=$CUDA_HOME/extras/CUPTI/include
-"${CC:-cc}" -std=c11 -Wall -I agent/gputrace/inject -I "$CUDA_HOME/include" -I "$cupti_inc" \
-	-o "$work/abi_check" agent/gputrace/inject/abi_check.c || die "abi_check.c does not compile against $cupti_inc/cupti.h"
+"${CC:-cc}" -std=c11 -Wall -I gpuinject -I "$CUDA_HOME/include" -I "$cupti_inc" \
+	-o "$work/abi_check" gpuinject/abi_check.c || die "abi_check.c does not compile against $cupti_inc/cupti.h"
 "$work/abi_check" || die "abi_check failed: cupti_abi.h does not match this CUDA's cupti.h"
 
 # --- the training loop ----------------------------------------------------------
@@ -116,18 +95,11 @@ out=$work/profiles
 "$agent" run --output-dir "$out" --upload-interval 10s --node-name "$NODE" --gpu-inject-lib "$lib" \
 	--slurm-cgroup-v2-parent "/$SLICE" --metrics-addr 127.0.0.1:0 >"$work/agent.log" 2>&1 &
 agent_pid=$!
-for _ in $(seq 120); do
-	kill -0 "$agent_pid" 2>/dev/null || { cat "$work/agent.log" >&2; die "the agent exited at start"; }
-	grep -q 'msg=profiling' "$work/agent.log" && break
-	sleep 0.5
-done
-grep -q 'msg=profiling' "$work/agent.log" || { cat "$work/agent.log" >&2; die "the agent did not start"; }
+wait_profiling "$work/agent.log"
 
 cg2=$(cgroup2_mount)
 [[ -n $cg2 ]] || die "no cgroup2 mount"
 job_cgroup_create "$cg2/$SLICE" "$JOB_ID" || die "cannot create $cg_leaf"
-# shellcheck disable=SC2016 # $1 is expanded by the inner bash
-enter='echo $$ >"$1/cgroup.procs" && shift && exec "$@"'
 log "traced run: ${SECS}s in job $JOB_ID under $lib"
 env SLURM_JOB_ID="$JOB_ID" SLURM_JOB_NAME=kcheck-train CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" \
 	CUDA_INJECTION64_PATH="$lib" PYTHONPERFSUPPORT=1 \

@@ -5,10 +5,17 @@
 # SOURCED, NOT RUN: `source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"`.
 # It only defines functions; sourcing it runs nothing and sets no variable.
 #
-# The caller sets, before calling them:
-#   LOG_NAME  the prefix of every message (the script's name)
-#   LOG_FD    where log writes: 1 (stdout, default) or 2 (stderr)
+# A check starts with begin_check, which installs end_check as its EXIT
+# trap. The caller sets, before calling them:
+#   LOG_NAME     the prefix of every message (the script's name)
+#   LOG_FD       where log writes: 1 (stdout, default) or 2 (stderr)
+#   STOP_TENTHS  how long end_check waits before SIGKILL (default 300: 30 s)
+#   KEEP_WORK    1: end_check keeps the work directory
 # and the functions read or set these of the caller's globals:
+#   work                set by begin_check: the check's temporary directory
+#   enter               set by begin_check: see there
+#   agent_pid, job_pid  cleared by begin_check; the caller sets them to the
+#                       agent and the job it starts, end_check stops them
 #   agent               set by build_agent: the agent binary
 #   cg_base, cg_leaf    set by job_cgroup_create, read by job_cgroup_remove
 
@@ -19,6 +26,56 @@ log() { printf '%s: %s\n' "$LOG_NAME" "$*" >&"${LOG_FD:-1}"; }
 die() {
 	printf '%s: %s\n' "$LOG_NAME" "$*" >&2
 	exit 2
+}
+
+# begin_check TAG WHY: the start of every check. Dies unless run as root
+# (WHY says what for), changes to the repository root, makes work
+# (/tmp/slurmscope-TAG.XXXXXX), clears agent_pid, job_pid, cg_base and
+# cg_leaf, sets enter, a script for `bash -c "$enter" NAME CGROUP CMD...`
+# that moves itself into the cgroup directory CGROUP and execs CMD, and
+# installs end_check as the EXIT trap (INT and TERM exit 130, which runs it).
+begin_check() {
+	[[ $(id -u) == 0 ]] || die "run as root: $2"
+	cd "$(dirname "${BASH_SOURCE[0]}")/../.." || die "cannot change to the repository root"
+	work=$(mktemp -d "/tmp/slurmscope-$1.XXXXXX")
+	agent_pid=""
+	job_pid=""
+	cg_base=""
+	cg_leaf=""
+	# shellcheck disable=SC2016 # $1 is expanded by the inner bash
+	enter='echo $$ >"$1/cgroup.procs" && shift && exec "$@"'
+	trap end_check EXIT
+	trap 'exit 130' INT TERM
+}
+
+# end_check: the EXIT trap of begin_check. Stops job_pid, then agent_pid
+# (SIGKILL after STOP_TENTHS), removes the job's cgroup and, unless
+# KEEP_WORK=1, the work directory, and exits with the script's status.
+end_check() {
+	local rc=$?
+	set +e
+	trap - EXIT INT TERM
+	stop_pid "$job_pid" "${STOP_TENTHS:-300}"
+	stop_pid "$agent_pid" "${STOP_TENTHS:-300}"
+	job_cgroup_remove
+	if [[ ${KEEP_WORK:-} == 1 ]]; then log "kept $work"; else rm -rf "$work"; fi
+	exit "$rc"
+}
+
+# wait_profiling LOG: waits up to 60 s until the agent (agent_pid), whose
+# output goes to LOG, logs that it is profiling; dies, showing LOG, if it
+# exits first or does not.
+wait_profiling() {
+	for _ in $(seq 120); do
+		kill -0 "$agent_pid" 2>/dev/null || {
+			cat "$1" >&2
+			die "the agent exited at start"
+		}
+		grep -q 'msg=profiling' "$1" && return 0
+		sleep 0.5
+	done
+	cat "$1" >&2
+	die "the agent did not start profiling within 60 s"
 }
 
 # stop_pid PID [TENTHS]: SIGCONT (it may be stopped), SIGTERM, then SIGKILL

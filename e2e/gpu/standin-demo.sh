@@ -2,7 +2,7 @@
 # standin-demo.sh OUTDIR: the agent's GPU kernel profiles, end to end, on a
 # machine WITHOUT a GPU. Builds the agent, the injection library and the
 # TEST STAND-INS (mock libcupti, pretend CUDA runtime, pretend trainer; see
-# agent/gputrace/standin), runs the trainer for about DEMO_SECONDS (20 s)
+# internal/testenv/cudastandin), runs the trainer for about DEMO_SECONDS (20 s)
 # in a simulated SLURM job cgroup under the injection library, with the
 # agent in --output-dir OUTDIR mode, stops the agent, and leaves the job's
 # gpu profiles in OUTDIR/<job id>/gpu-<unix>.pb.gz. Then prints the mock's
@@ -26,63 +26,28 @@ LOG_NAME=standin-demo
 LOG_FD=2
 [[ $JOB_ID =~ ^[0-9]+$ ]] || die "DEMO_JOB_ID must be a number"
 [[ $SECS =~ ^[0-9]+$ ]] || die "DEMO_SECONDS must be a number"
-[[ $(id -u) == 0 ]] || die "run as root: it loads eBPF programs and creates a cgroup"
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$repo"
+begin_check gpudemo "it loads eBPF programs and creates a cgroup"
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-
-work=$(mktemp -d /tmp/slurmscope-gpudemo.XXXXXX)
-agent_pid=""
-job_pid=""
-cg_base=""
-cg_leaf=""
-
-# Stop what we started (SIGKILL after 30 s), then remove the job's cgroup.
-cleanup() {
-	local rc=$?
-	set +e
-	trap - EXIT INT TERM
-	stop_pid "$job_pid"
-	stop_pid "$agent_pid"
-	job_cgroup_remove
-	rm -rf "$work"
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 # --- builds ----------------------------------------------------------------
 build_agent "$work/slurmscope-agent" || die "go build failed"
 bin=$work/bin
-sh agent/gputrace/inject/build.sh "$bin" || die "building the injection library failed"
-sh agent/gputrace/standin/build.sh "$bin" || die "building the stand-ins failed"
+sh gpuinject/build.sh "$bin" || die "building the injection library failed"
+sh internal/testenv/cudastandin/build.sh "$bin" || die "building the stand-ins failed"
 lib=$bin/libslurmscope_inject.so
 
 # --- the agent ----------------------------------------------------------------
 "$agent" run --output-dir "$out" --upload-interval 5s --node-name "$NODE" --gpu-inject-lib "$lib" \
 	--slurm-cgroup-v2-parent "/$SLICE" --gpu-metrics=false --metrics-addr 127.0.0.1:0 >"$work/agent.log" 2>&1 &
 agent_pid=$!
-for _ in $(seq 120); do
-	kill -0 "$agent_pid" 2>/dev/null || {
-		cat "$work/agent.log" >&2
-		die "the agent exited at start"
-	}
-	grep -q 'msg=profiling' "$work/agent.log" && break
-	sleep 0.5
-done
-grep -q 'msg=profiling' "$work/agent.log" || {
-	cat "$work/agent.log" >&2
-	die "the agent did not start profiling within 60 s"
-}
+wait_profiling "$work/agent.log"
 log "agent pid $agent_pid writes to $out"
 
 # --- the simulated job ----------------------------------------------------------
 cg2=$(cgroup2_mount)
 [[ -n $cg2 ]] || die "no cgroup2 mount"
 job_cgroup_create "$cg2/$SLICE" "$JOB_ID" || die "cannot create $cg_leaf"
-# shellcheck disable=SC2016 # $1 is expanded by the inner bash
-enter='echo $$ >"$1/cgroup.procs" && shift && exec "$@"'
 truth=$work/truth
 env SLURM_JOB_ID="$JOB_ID" SLURM_JOB_NAME=standin-trainer CUDA_VISIBLE_DEVICES=0 \
 	CUDA_INJECTION64_PATH="$lib" SLURMSCOPE_CUPTI_PATH="$bin/mock/libcupti.so" SLURMSCOPE_MOCK_TRUTH_FILE="$truth" \

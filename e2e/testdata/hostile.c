@@ -174,7 +174,7 @@ static uint64_t fnv1a(const char *s)
 	return h;
 }
 
-/* The markers' record, as in agent/gputrace/inject/slurmscope_inject.h. */
+/* The markers' record, as in gpuinject/slurmscope_inject.h. */
 struct record {
 	uint64_t correlation_id, start_ns, end_ns, name_id;
 	uint32_t device_id, context_id, stream_id, gpu_instance_id, sampled, pad;

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/slurmscope/slurmscope/internal/testenv"
 )
 
 // The files each package installs (directories left out).
@@ -24,17 +26,8 @@ var (
 // survives a reinstall, and that both formats refuse a system whose C
 // library is older than the binaries need.
 func TestIntegrationInstall(t *testing.T) {
-	if os.Getenv("SLURMSCOPE_INTEGRATION") != "1" {
-		t.Skip("integration test: set SLURMSCOPE_INTEGRATION=1 (root, dpkg, rpm, systemd-analyze)")
-	}
-	if os.Geteuid() != 0 {
-		t.Fatal("SLURMSCOPE_INTEGRATION=1 but not root: dpkg installs files owned by root")
-	}
-	for _, tool := range []string{"dpkg", "dpkg-query", "rpm", "systemd-analyze", "cc"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("SLURMSCOPE_INTEGRATION=1 but %s is missing (scripts/deps.sh installs it): %v", tool, err)
-		}
-	}
+	// Root: dpkg installs files owned by root.
+	testenv.RequireIntegration(t, testenv.Root, testenv.Tools("dpkg", "dpkg-query", "rpm", "systemd-analyze", "cc"))
 	out := t.TempDir()
 	// No -trimpath (mage package passes it): the e2e tests build the same
 	// commands without it, so the build cache serves both.

@@ -70,7 +70,7 @@ func Compile(ctx context.Context, repo, dir string, goFlags []string, log io.Wri
 	steps := [][]string{
 		append(append([]string{"go", "build"}, goFlags...), "-o", st.Agent, "./agent/cmd/slurmscope-agent"),
 		append(append([]string{"go", "build"}, goFlags...), "-o", st.CLI, "./grafana-plugin/cmd/slurmscope"),
-		{"sh", "agent/gputrace/inject/build.sh", dir},
+		{"sh", "gpuinject/build.sh", dir},
 	}
 	for _, s := range steps {
 		cmd := exec.CommandContext(ctx, s[0], s[1:]...)

@@ -10,6 +10,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+
+	"github.com/slurmscope/slurmscope/internal/testenv"
 )
 
 // slurmProgram writes a device program the way slurmstepd's
@@ -101,9 +103,7 @@ func TestParseRefusesOtherPrograms(t *testing.T) {
 // A real device program attached to a real cgroup is read back through
 // the kernel (root, cgroup v2 and BPF).
 func TestReadAttachedProgram(t *testing.T) {
-	if os.Getenv("SLURMSCOPE_INTEGRATION") != "1" {
-		t.Skip("set SLURMSCOPE_INTEGRATION=1 (as root) to attach a device program to a real cgroup")
-	}
+	testenv.RequireIntegration(t, testenv.Root)
 	mnt := "/sys/fs/cgroup"
 	if _, err := os.Stat(filepath.Join(mnt, "cgroup.controllers")); err != nil {
 		mnt = filepath.Join(mnt, "unified")

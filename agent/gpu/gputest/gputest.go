@@ -20,6 +20,7 @@ import (
 
 	"github.com/slurmscope/slurmscope/agent/attribution"
 	"github.com/slurmscope/slurmscope/agent/gpu"
+	"github.com/slurmscope/slurmscope/internal/testenv"
 )
 
 // Scenario is the stand-in's input; see nvmlstub/README.md.
@@ -132,23 +133,15 @@ func Library(tb testing.TB) string {
 		return built
 	}
 	if buildErr != "" {
-		skipOrFail(tb, buildErr)
+		testenv.Unmet(tb, buildErr)
 	}
 	path, err := build()
 	if err != "" {
 		buildErr = err
-		skipOrFail(tb, err)
+		testenv.Unmet(tb, err)
 	}
 	built = path
 	return path
-}
-
-func skipOrFail(tb testing.TB, msg string) {
-	tb.Helper()
-	if os.Getenv("SLURMSCOPE_INTEGRATION") == "1" {
-		tb.Fatal(msg)
-	}
-	tb.Skip(msg)
 }
 
 func build() (string, string) {

@@ -14,19 +14,8 @@ import (
 	"github.com/slurmscope/slurmscope/agent/unwind"
 	"github.com/slurmscope/slurmscope/agent/unwind/replay"
 	"github.com/slurmscope/slurmscope/agent/unwind/unwindtest"
+	"github.com/slurmscope/slurmscope/internal/testenv"
 )
-
-// requireIntegration skips unless SLURMSCOPE_INTEGRATION=1; with it, a
-// missing prerequisite (root, for BPF) fails.
-func requireIntegration(t *testing.T) {
-	t.Helper()
-	if os.Getenv("SLURMSCOPE_INTEGRATION") != "1" {
-		t.Skip("set SLURMSCOPE_INTEGRATION=1 (as root) to run the BPF replay")
-	}
-	if os.Geteuid() != 0 {
-		t.Fatal("the BPF replay needs root")
-	}
-}
 
 // TestBPFWalk runs unwind.h itself (the replay probe, by
 // BPF_PROG_TEST_RUN in this process) from each snapshot's registers,
@@ -36,7 +25,7 @@ func requireIntegration(t *testing.T) {
 // frame for frame (the first 127), every frame from a table row, and end
 // as recorded.
 func TestBPFWalk(t *testing.T) {
-	requireIntegration(t)
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	b := newBPFReplay(t)
 	for _, s := range snapshots(t) {
 		t.Run(s.Name, func(t *testing.T) { b.check(t, s) })

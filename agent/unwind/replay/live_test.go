@@ -2,12 +2,12 @@ package replay_test
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/slurmscope/slurmscope/agent/unwind/replay"
 	"github.com/slurmscope/slurmscope/agent/unwind/replay/recorder"
+	"github.com/slurmscope/slurmscope/internal/testenv"
 )
 
 // TestLive records every workload on this machine now (its compiler, C
@@ -16,12 +16,7 @@ import (
 // replays it through the same checks: table rules, names, Python frames,
 // and the BPF walk.
 func TestLive(t *testing.T) {
-	requireIntegration(t)
-	for _, tool := range []string{"gdb", "gcc", "g++"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s not installed (scripts/deps.sh installs it)", tool)
-		}
-	}
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF, testenv.Tools("gdb", "gcc", "g++"))
 	o := recorder.Options{
 		WorkDir:      filepath.Join(t.TempDir(), "work"),
 		Src:          filepath.Join("..", "..", "..", "internal", "testenv", "workloads"),

@@ -12,6 +12,7 @@ import (
 
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/findings"
+	"github.com/slurmscope/slurmscope/internal/testenv"
 	"github.com/slurmscope/slurmscope/internal/testenv/promtest"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -72,7 +73,7 @@ const gib = float64(1 << 30)
 //     holds one GPU it keeps 10% busy: input bound;
 //   - job 3 has one poll, exactly at To: outside the range.
 func TestUsageAgainstPrometheus(t *testing.T) {
-	promtest.Require(t)
+	testenv.RequireIntegration(t, promtest.Installed)
 	t0 := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	s := samples{}
 	h := schema.HostMetrics

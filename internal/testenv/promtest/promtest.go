@@ -15,21 +15,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/slurmscope/slurmscope/internal/testenv"
 )
 
-// Require skips t unless SLURMSCOPE_INTEGRATION=1, and then fails it when
-// prometheus or promtool is missing.
-func Require(t testing.TB) {
-	t.Helper()
-	if os.Getenv("SLURMSCOPE_INTEGRATION") != "1" {
-		t.Skip("set SLURMSCOPE_INTEGRATION=1 (with Debian's prometheus installed) to run against a real Prometheus")
-	}
-	for _, bin := range []string{"prometheus", "promtool"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Fatalf("%s is required (Debian: apt-get install prometheus): %v", bin, err)
-		}
-	}
-}
+// Installed is what Start and WithSamples need: Debian's prometheus
+// package (prometheus and promtool). Gate a test with
+// testenv.RequireIntegration(t, promtest.Installed).
+var Installed = testenv.Tools("prometheus", "promtool")
 
 // FreeAddr returns a 127.0.0.1 address nothing listened on a moment ago.
 func FreeAddr(t testing.TB) string {

@@ -18,26 +18,23 @@
 // (removed by Stop). Nothing is written under /etc/slurm or /etc/munge.
 //
 // The core API takes an io.Writer for progress, not a testing.TB, so a demo
-// program can use it too; StartT wraps it for tests.
+// program can use it too; StartT wraps it for tests. Start and Stop drive
+// the parts: host.go (host changes), config.go and cgroup.go (configs,
+// cgroups), daemons.go (process supervision), jobs.go (jobs).
 package slurmtest
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -126,36 +123,6 @@ type Cluster struct {
 	stopOnce    sync.Once
 	stopErr     error
 	lock        *os.File // host-wide: one cluster at a time
-}
-
-// lockPath serialises clusters across processes: go test runs packages in
-// parallel, and two clusters would share node names, cgroups and users.
-const lockPath = "/run/slurmscope-slurmtest.lock"
-
-func acquireHostLock(ctx context.Context) (*os.File, error) {
-	f, err := os.OpenFile(lockPath, os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("slurmtest: %w", err)
-	}
-	for {
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
-			return f, nil
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("slurmtest: waiting for another test cluster to stop: %w", ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-type daemon struct {
-	name string
-	log  string
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
 }
 
 // Start brings a cluster up and waits until every node is idle. On error
@@ -352,284 +319,6 @@ func (c *Cluster) logf(format string, args ...any) {
 	fmt.Fprintf(c.opts.Log, "slurmtest: "+format+"\n", args...)
 }
 
-func (c *Cluster) mkdirs() error {
-	wd := c.opts.WorkDir
-	for _, d := range []string{"", "etc", "munge", "log", "state", "spool", "run", "jobs"} {
-		if err := os.MkdirAll(filepath.Join(wd, d), 0o755); err != nil {
-			return err
-		}
-	}
-	// The test users' sbatch reads slurm.conf and connects to the munge
-	// socket, and their jobs write output to jobs/: everything above must
-	// be traversable, whatever umask or MkdirTemp chose.
-	for _, d := range []string{wd, filepath.Join(wd, "etc"), filepath.Join(wd, "munge")} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			return err
-		}
-	}
-	if err := os.Chmod(c.jobDir, 0o1777); err != nil {
-		return err
-	}
-	for p := filepath.Dir(wd); p != "/"; p = filepath.Dir(p) {
-		st, err := os.Stat(p)
-		if err != nil {
-			return err
-		}
-		if st.Mode().Perm()&0o001 == 0 {
-			return fmt.Errorf("slurmtest: %s is not traversable by other users (mode %v); the test users cannot reach the work dir %s", p, st.Mode().Perm(), wd)
-		}
-	}
-	return nil
-}
-
-func (c *Cluster) ensureUsers() error {
-	for _, u := range c.opts.Users {
-		if existing, err := user.Lookup(u.Name); err == nil {
-			uid, _ := strconv.Atoi(existing.Uid)
-			c.users[u.Name] = User{u.Name, uid}
-			continue
-		}
-		gid := strconv.Itoa(u.UID)
-		if _, err := user.LookupGroupId(gid); err != nil {
-			if out, err := exec.Command("groupadd", "-g", gid, u.Name).CombinedOutput(); err != nil {
-				return fmt.Errorf("slurmtest: groupadd %s: %v: %s", u.Name, err, out)
-			}
-		}
-		out, err := exec.Command("useradd", "-u", strconv.Itoa(u.UID), "-g", gid, "-M", "-d", "/nonexistent", "-s", "/bin/sh", u.Name).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("slurmtest: useradd %s: %v: %s", u.Name, err, out)
-		}
-		c.logf("created user %s (uid %d)", u.Name, u.UID)
-		c.users[u.Name] = u
-	}
-	return nil
-}
-
-const hostsMarker = "# added by slurmscope internal/testenv/slurmtest"
-
-// ensureHostResolves adds "127.0.0.1 <hostname>" to /etc/hosts when the
-// hostname does not resolve: slurmd and slurmctld look their own name up.
-func (c *Cluster) ensureHostResolves() error {
-	if addrs, err := net.LookupHost(c.host); err == nil && len(addrs) > 0 {
-		return nil
-	}
-	line := "127.0.0.1 " + c.host + " " + hostsMarker
-	f, err := os.OpenFile("/etc/hosts", os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		return fmt.Errorf("slurmtest: hostname %q does not resolve and /etc/hosts cannot be amended: %w", c.host, err)
-	}
-	defer f.Close()
-	if _, err := fmt.Fprintln(f, line); err != nil {
-		return err
-	}
-	c.hostsLine = line
-	c.logf("added %q to /etc/hosts", line)
-	return nil
-}
-
-func (c *Cluster) restoreHosts() error {
-	if c.hostsLine == "" {
-		return nil
-	}
-	b, err := os.ReadFile("/etc/hosts")
-	if err != nil {
-		return err
-	}
-	var keep []string
-	for _, l := range strings.SplitAfter(string(b), "\n") {
-		if strings.TrimRight(l, "\n") != c.hostsLine {
-			keep = append(keep, l)
-		}
-	}
-	c.hostsLine = ""
-	return os.WriteFile("/etc/hosts", []byte(strings.Join(keep, "")), 0o644)
-}
-
-func (c *Cluster) startMunge(ctx context.Context) error {
-	dir := filepath.Join(c.opts.WorkDir, "munge")
-	key := filepath.Join(dir, "munge.key")
-	if _, err := os.Stat(key); err != nil {
-		b := make([]byte, 1024)
-		if _, err := rand.Read(b); err != nil {
-			return err
-		}
-		if err := os.WriteFile(key, b, 0o400); err != nil {
-			return err
-		}
-	}
-	os.Remove(c.mungeSocket)
-	// --force: munged runs as root here, and its socket directory sits in
-	// a temp dir it would otherwise refuse as insecure.
-	d, err := c.spawn("munged", nil, "munged", "--foreground", "--force",
-		"--key-file="+key, "--socket="+c.mungeSocket,
-		"--pid-file="+filepath.Join(dir, "munged.pid"),
-		"--seed-file="+filepath.Join(dir, "munged.seed"),
-		"--log-file="+filepath.Join(c.logDir, "munged.log"))
-	if err != nil {
-		return err
-	}
-	return c.poll(ctx, d, "munged to answer on "+c.mungeSocket, func() (bool, error) {
-		return exec.Command("munge", "--socket="+c.mungeSocket, "--no-input").Run() == nil, nil
-	})
-}
-
-func (c *Cluster) startCtld(ctx context.Context) error {
-	d, err := c.spawn("slurmctld", c.env(), "slurmctld", "-D", "-i", "-f", c.conf)
-	if err != nil {
-		return err
-	}
-	return c.poll(ctx, d, "slurmctld to answer scontrol ping", func() (bool, error) {
-		out, err := c.command(ctx, "scontrol", "ping")
-		return err == nil && strings.Contains(out, "UP"), nil
-	})
-}
-
-func (c *Cluster) waitNodesIdle(ctx context.Context) error {
-	var last string
-	err := c.poll(ctx, nil, "every node to be idle", func() (bool, error) {
-		for _, d := range c.daemons {
-			if d.exited() {
-				return false, fmt.Errorf("%s exited: %v", d.name, d.err)
-			}
-		}
-		out, err := c.command(ctx, "sinfo", "-h", "-N", "-o", "%N %t")
-		last = out
-		if err != nil {
-			return false, nil
-		}
-		idle := 0
-		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-			if f := strings.Fields(l); len(f) == 2 && f[1] == "idle" {
-				idle++
-			}
-		}
-		return idle == len(c.opts.Nodes), nil
-	})
-	if err != nil {
-		return fmt.Errorf("%w (last sinfo: %q)", err, strings.TrimSpace(last))
-	}
-	return nil
-}
-
-// poll calls f every 100ms until it returns true, an error, d exits, or
-// StartTimeout passes. Errors name the logs to read.
-func (c *Cluster) poll(ctx context.Context, d *daemon, what string, f func() (bool, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, c.opts.StartTimeout)
-	defer cancel()
-	for {
-		ok, err := f()
-		if ok {
-			return nil
-		}
-		if err == nil && d != nil && d.exited() {
-			err = fmt.Errorf("%s exited: %v", d.name, d.err)
-		}
-		if err == nil && ctx.Err() != nil {
-			err = fmt.Errorf("timed out after %v", c.opts.StartTimeout)
-		}
-		if err != nil {
-			return fmt.Errorf("slurmtest: waiting for %s: %w; logs in %s:\n%s", what, err, c.logDir, c.logTails())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// logTails returns the last lines of every log, for error messages.
-func (c *Cluster) logTails() string {
-	var b strings.Builder
-	paths, _ := filepath.Glob(filepath.Join(c.logDir, "*"))
-	for _, p := range paths {
-		data, err := os.ReadFile(p)
-		if err != nil || len(data) == 0 {
-			continue
-		}
-		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
-		if len(lines) > 8 {
-			lines = lines[len(lines)-8:]
-		}
-		fmt.Fprintf(&b, "--- %s\n%s\n", p, strings.Join(lines, "\n"))
-	}
-	return b.String()
-}
-
-// env is the environment for daemons and client commands: just enough to
-// find the programs and this cluster's config, and nothing from a SLURM job
-// the caller might itself be running in.
-func (c *Cluster) env() []string {
-	return []string{
-		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"SLURM_CONF=" + c.conf,
-		"LANG=C.UTF-8",
-	}
-}
-
-// spawn starts a long-running daemon in the foreground with its output in
-// log/<name>.out, in its own process group so Stop can signal its helpers.
-func (c *Cluster) spawn(name string, env []string, prog string, args ...string) (*daemon, error) {
-	logPath := filepath.Join(c.logDir, name+".out")
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(prog, args...)
-	cmd.Env = env
-	cmd.Dir = c.opts.WorkDir
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("slurmtest: starting %s: %w", name, err)
-	}
-	f.Close()
-	d := &daemon{name: name, log: logPath, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		d.err = cmd.Wait()
-		close(d.done)
-	}()
-	c.daemons = append(c.daemons, d)
-	c.logf("started %s (pid %d), log %s", name, cmd.Process.Pid, logPath)
-	return d, nil
-}
-
-func (d *daemon) exited() bool {
-	select {
-	case <-d.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// command runs a SLURM client as root against this cluster.
-func (c *Cluster) command(ctx context.Context, prog string, args ...string) (string, error) {
-	return c.run(ctx, nil, prog, args...)
-}
-
-// run runs prog, as u when u is not nil, and returns its stdout.
-func (c *Cluster) run(ctx context.Context, u *User, prog string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, prog, args...)
-	cmd.Env = c.env()
-	cmd.Dir = c.jobDir
-	if u != nil {
-		cmd.Env = append(cmd.Env, "USER="+u.Name, "LOGNAME="+u.Name, "HOME="+c.jobDir)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{
-			Uid: uint32(u.UID), Gid: uint32(u.UID), Groups: []uint32{}, // #nosec G115 -- the harness's own users, with the small uids it chose
-		}}
-	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		who := "root"
-		if u != nil {
-			who = u.Name
-		}
-		return stdout.String(), fmt.Errorf("%s %s (as %s): %w: %s", prog, strings.Join(args, " "), who, err, strings.TrimSpace(stderr.String()))
-	}
-	return stdout.String(), nil
-}
-
 // Stop cancels every job, stops the daemons, kills whatever is left in the
 // cgroups Slurm made for these nodes and removes them, and undoes the
 // /etc/hosts entry, so another cluster (v1 or v2) can start after it. It is
@@ -649,35 +338,9 @@ func (c *Cluster) stop() error {
 	if len(c.daemons) > 0 {
 		// Cancelling first lets slurmstepd tear its own cgroups down; what
 		// it leaves is removed below either way.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if out, err := c.command(ctx, "squeue", "-h", "-o", "%A"); err == nil && strings.TrimSpace(out) != "" {
-			ids := strings.Fields(out)
-			c.command(ctx, "scancel", ids...)
-			for ctx.Err() == nil {
-				out, err := c.command(ctx, "squeue", "-h", "-o", "%A")
-				if err != nil || strings.TrimSpace(out) == "" {
-					break
-				}
-				time.Sleep(200 * time.Millisecond)
-			}
-		}
-		cancel()
+		c.cancelJobs()
 	}
-	// slurmd before slurmctld before munged, each asked politely first.
-	for i := len(c.daemons) - 1; i >= 0; i-- {
-		d := c.daemons[i]
-		if d.exited() {
-			continue
-		}
-		syscall.Kill(-d.cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-d.done:
-		case <-time.After(5 * time.Second):
-			syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
-			<-d.done
-		}
-	}
-	c.daemons = nil
+	c.stopDaemons()
 	if c.v1Mounts != nil || c.cg2Mount != "" {
 		if err := c.removeCgroups(); err != nil {
 			errs = append(errs, err)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/slurmscope/slurmscope/internal/testenv"
 )
 
 // TestClusterPlacesJobsInCgroups checks the harness itself, without the
@@ -16,7 +18,7 @@ import (
 func TestClusterPlacesJobsInCgroups(t *testing.T) {
 	for _, mode := range []Mode{V1, V2} {
 		t.Run(mode.String(), func(t *testing.T) {
-			RequireIntegration(t, mode)
+			testenv.RequireIntegration(t, Needs(mode))
 			c := StartT(t, Options{Mode: mode})
 			ctx := context.Background()
 			id, err := c.Sbatch(ctx, "ssalice", []string{"-J", "harness", "-N2"}, "srun sleep 300 &\nsleep 300\n")

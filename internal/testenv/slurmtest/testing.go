@@ -2,25 +2,29 @@ package slurmtest
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
+	"strings"
 	"testing"
+
+	"github.com/slurmscope/slurmscope/internal/testenv"
 )
 
-// IntegrationEnv is the variable that turns the real-SLURM tests on.
-const IntegrationEnv = "SLURMSCOPE_INTEGRATION"
-
-// RequireIntegration skips t unless SLURMSCOPE_INTEGRATION=1. Once it is
-// set, a missing prerequisite for mode is a failure, not a skip: CI that
-// asked for these tests must not pass without running them.
-func RequireIntegration(t testing.TB, mode Mode) {
-	t.Helper()
-	if os.Getenv(IntegrationEnv) != "1" {
-		t.Skipf("set %s=1 (as root, with slurm-wlm and munge installed) to run against a real SLURM", IntegrationEnv)
+// Needs is what clusters in modes need from the host (CheckPrerequisites),
+// for testenv.RequireIntegration.
+func Needs(modes ...Mode) testenv.Requirement {
+	var names []string
+	for _, m := range modes {
+		names = append(names, m.String())
 	}
-	if err := CheckPrerequisites(mode); err != nil {
-		t.Fatal(err)
-	}
+	return testenv.Func("a cgroup "+strings.Join(names, " and ")+" SLURM (root, slurm-wlm, munge)", func() error {
+		var errs []error
+		for _, m := range modes {
+			errs = append(errs, CheckPrerequisites(m))
+		}
+		return errors.Join(errs...)
+	})
 }
 
 // StartT starts a cluster, logs to t, and stops it in t.Cleanup (also

@@ -2,7 +2,7 @@ import ctypes
 import sys
 import time
 
-# The TEST STAND-IN CUDA runtime (agent/gputrace/standin): launches go
+# The TEST STAND-IN CUDA runtime (internal/testenv/cudastandin): launches go
 # through the mock CUPTI to the injection library named by
 # CUDA_INJECTION64_PATH, as real CUDA calls would.
 cudart = ctypes.CDLL(sys.argv[1])

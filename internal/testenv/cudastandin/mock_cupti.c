@@ -3,7 +3,7 @@
  * TEST STAND-IN: a mock libcupti.so. It is not NVIDIA's CUPTI and never
  * touches a GPU. It implements exactly the CUPTI subset that
  * libslurmscope_inject.so uses, with the ABI declared in
- * ../inject/cupti_abi.h, and turns launches reported by the stand-in CUDA
+ * gpuinject/cupti_abi.h, and turns launches reported by the stand-in CUDA
  * runtime (slurmscope_mock_launch) into
  *   - API enter/exit callbacks on the launching thread, with fresh
  *     correlation ids and symbol names, for enabled (domain, cbid) pairs;

@@ -1,3 +1,8 @@
+//go:build ignore
+
+// The constraint above keeps the go tool, which runs this directory's tests,
+// from taking this file for a cgo source.
+
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libslurmscope_inject.so: the CUDA injection library of slurmscope.

@@ -14,7 +14,7 @@
 set -eu
 out=${1:?usage: build.sh OUTDIR}
 here=$(cd "$(dirname "$0")" && pwd)
-inc="$here/../inject"
+inc="$here/../../../gpuinject" # cupti_abi.h
 cc=${CC:-cc}
 fp="-fno-omit-frame-pointer"
 if echo 'int x;' | $cc -x c -c -mno-omit-leaf-frame-pointer -o /dev/null - 2>/dev/null; then

@@ -1,10 +1,15 @@
+//go:build ignore
+
+// The constraint above keeps the go tool, which runs this directory's tests,
+// from taking this file for a cgo source.
+
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * abi_check.c: checks cupti_abi.h against NVIDIA's real CUPTI headers. It is
  * compiled only where the CUDA toolkit is installed, e.g.
  *
  *   cc -std=c11 -I$CUDA_HOME/include -I$CUDA_HOME/extras/CUPTI/include \
- *      -I agent/gputrace/inject agent/gputrace/inject/abi_check.c \
+ *      -I gpuinject gpuinject/abi_check.c \
  *      -L$CUDA_HOME/lib64 -L$CUDA_HOME/extras/CUPTI/lib64 -lcupti -o abi_check
  *   ./abi_check
  *
