@@ -259,6 +259,15 @@ func bench(duration, interval time.Duration, rate int, beside string, o loadOpts
 	fmt.Printf("profile bytes/interval:  %.0f (gzipped pprof, all jobs; %.0f bytes in %.1f intervals)\n",
 		metrics[schema.AgentProfileBytes.Name]/intervals, metrics[schema.AgentProfileBytes.Name], intervals)
 	fmt.Printf("samples: %.0f taken, %.0f unattributed\n", metrics[schema.AgentCPUSamples.Name], metrics[schema.AgentCPUSamplesUnattributed.Name])
+	// How soon after its start each process the load started was set up
+	// (agent_process_setup_seconds: processes started before the agent
+	// are not timed).
+	for _, part := range []string{"unwind_tables", "interpreter"} {
+		sel := `{part="` + part + `"}`
+		if n := metrics[schema.AgentProcessSetup.Name+"_count"+sel]; n > 0 {
+			fmt.Printf("set-up time, %-13s %.1f ms mean over %.0f processes\n", part+":", 1e3*metrics[schema.AgentProcessSetup.Name+"_sum"+sel]/n, n)
+		}
+	}
 	if o.kind == "python" {
 		// The Python walk ran: the frames it found, all results together.
 		fmt.Printf("python: %.0f processes set up, %.0f frames\n", metrics[schema.AgentInterpProcesses.Name], metrics[schema.AgentInterpFrames.Name])
@@ -358,12 +367,16 @@ func scrape(url string) (map[string]float64, error) {
 		if !ok {
 			continue
 		}
+		series := name
 		if i := strings.IndexByte(name, '{'); i >= 0 {
 			name = name[:i]
 		}
 		v, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
 		if err == nil {
 			out[name] += v
+			if series != name {
+				out[series] = v
+			}
 		}
 	}
 	return out, sc.Err()
