@@ -10,7 +10,8 @@ mkdir -p "$out"
 # -fvisibility=hidden: only InitializeInjection, the three markers and
 # slurmscope_inject_abi_version are exported (they say so explicitly).
 # -fno-omit-frame-pointer: the agent unwinds through this library from the
-# launch marker with frame pointers.
+# launch marker by frame pointers where it has no unwind tables
+# (--unwind=fp, or before a process's tables are loaded).
 ${CC:-cc} -std=c11 -O2 -g -Wall -Wextra -Werror=implicit-function-declaration \
 	-shared -fPIC -fvisibility=hidden -fno-omit-frame-pointer -pthread \
 	-I "$here" -o "$out/libslurmscope_inject.so" "$here/inject.c" -ldl

@@ -1,8 +1,12 @@
+// Package gpuinject holds the CUDA injection library that ships into jobs
+// (libslurmscope_inject.so, in C: inject.c, built by build.sh) and its
+// tests; the marker ABI it shares with agent/gputrace is slurmscope_inject.h.
+//
+// The tests run the library inside the stand-in trainer against the mock
+// CUPTI (internal/testenv/cudastandin). They build everything with the
+// system C compiler and need no GPU, no CUDA and no root. No assertion
+// depends on how fast anything runs.
 package gpuinject
-
-// Tests of the injection library run inside the stand-in trainer against
-// the mock CUPTI (internal/testenv/cudastandin). They build everything with
-// the system C compiler and need no GPU, no CUDA and no root. No assertion depends on how fast anything runs.
 
 import (
 	"bufio"

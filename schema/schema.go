@@ -1,4 +1,7 @@
-// Package schema is the single source of truth for slurmscope's attributes.
+// Package schema is the single source of truth for what the agent, the
+// datasource and the dashboards share: the attributes (their names, scopes
+// and where the agent reads them), the metrics (metrics.go) and the profile
+// types (profiles.go).
 //
 // Users write the dotted names (filters, UI, the agent's JSON output); the
 // wire (Pyroscope and Prometheus labels) uses the underscore form, which every

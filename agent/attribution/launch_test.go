@@ -129,10 +129,10 @@ func (g *launchRig) checkLaunched(how string) {
 // The task is first attributed from any point of its launch, by any
 // caller; a second later (the daemon's rescan interval) it has launched,
 // and the next caller, whichever it is, completes the task, its job's
-// metadata and its job's host metrics. With the cache believing the first
-// look for JobTTL, a task caught in the slurm leaf left its job nameless
-// and ownerless for its whole life (CI: job 2, gosplit), and one caught
-// above its task cgroup kept the wrong step.
+// metadata and its job's host metrics. A cache that believed the first
+// look for JobTTL would leave the job of a task caught in the slurm leaf
+// nameless and ownerless for its whole life, and a task caught above its
+// task cgroup in the wrong step.
 func TestTaskFirstSeenMidLaunch(t *testing.T) {
 	for _, first := range []launchState{inLeaf, atJobLevel, inSpecial, inTaskRoot, inTaskPreExe} {
 		for _, firstBy := range []string{"admit", "refresh", "scan"} {

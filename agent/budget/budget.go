@@ -1,10 +1,9 @@
-// Package budget is the agent's one memory budget. Everything a job can
-// make the agent grow (parsed symbol tables, perf maps, mapping tables, the
-// GPU tracer's aggregation; next, unwind tables and the interpreters'
-// caches) is charged to it in bytes, on behalf of the job that made it
-// grow. A job has a share of the total: when it needs more, its own least
-// recently used entries go first, and what does not fit is refused, so one
-// job can exhaust only its own share. When the total is short, the owner
+// Package budget is the agent's one memory budget. Everything a job can make
+// the agent grow (parsed symbol tables, perf maps, mapping tables, the GPU
+// tracer's aggregation) is charged to it in bytes, on behalf of the job that
+// made it grow. A job has a share of the total: when it needs more, its own
+// least recently used entries go first, and what does not fit is refused, so
+// one job can exhaust only its own share. When the total is short, the owner
 // holding the most bytes gives way.
 //
 // Two kinds of charge:
@@ -36,7 +35,7 @@ import (
 type Kind string
 
 // The kinds the agent charges. Unwind tables and the interpreters' caches
-// are named here for the packages that will charge them next.
+// have kinds, so their metrics exist, but are not charged yet.
 const (
 	Symbols        Kind = "symbols"           // parsed ELF symbol tables and Go pclntabs
 	PerfMap        Kind = "perf_map"          // JIT perf maps

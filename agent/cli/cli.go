@@ -1,5 +1,7 @@
 // Package cli is the slurmscope-agent command line. main only calls Main,
-// so every subcommand is testable in process.
+// so every subcommand is testable in process. run wires the agent from
+// lists of kinds, one line each: profile sources and sinks (pipeline.go),
+// services (services.go) and interpreters (interpreters.go).
 package cli
 
 import (

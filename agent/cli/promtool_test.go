@@ -19,8 +19,8 @@ import (
 // /metrics serves. TestAgentExportsTheSchemasMetrics holds what the
 // agent's collectors export to the schema (name, help, type, labels), so
 // this covers every metric the agent exports, vectors without series yet
-// included. (promtool reported slurmscope_agent_gpu_kernel_nanoseconds_total:
-// `use base unit "seconds" instead of "nanoseconds"`.)
+// included. (A counter of nanoseconds, for one, fails with `use base unit
+// "seconds" instead of "nanoseconds"`.)
 func TestMetricsPassPromtool(t *testing.T) {
 	testenv.Require(t, testenv.Tools("promtool"))
 	promtool, err := exec.LookPath("promtool")

@@ -22,9 +22,9 @@
 //
 // The program keys each stack by a 64-bit hash of its frames that it
 // computes itself, and stores the frames in a hash map under that key (see
-// stack_hash in sampler.bpf.c). The kernel's STACK_TRACE map, used before,
-// fails for a stack whose hash bucket another stack holds, and then every
-// sample of that stack lost its stack for the whole generation; a hash map
+// stack_hash in sampler.bpf.c). The kernel's STACK_TRACE map would fail
+// for a stack whose hash bucket another stack holds, and every sample of
+// that stack would lose its stack for the whole generation; a hash map
 // only refuses a new stack when it is full, which Stats counts.
 package cpu
 
@@ -97,7 +97,7 @@ const (
 	defaultInterval         = 15 * time.Second
 	defaultMaxInterpEntries = 4096
 	// stackDepth is the most frames of a stack (struct unwind_stack in
-	// stack.h): the default of kernel.perf_event_max_stack.
+	// unwind.h): the default of kernel.perf_event_max_stack.
 	stackDepth = 127
 	// endFrameLimit is UNWIND_END_FRAME_LIMIT: a stack cut at stackDepth.
 	endFrameLimit  = 1

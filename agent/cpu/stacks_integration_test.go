@@ -215,12 +215,12 @@ func checkDrained(t *testing.T, s *Sampler, drain int) {
 }
 
 // TestIntegrationManyStacks samples a process that runs through 2048
-// distinct stacks. The STACK_TRACE map the sampler used before lost every
-// sample of a stack whose hash bucket another stack held: with hundreds of
-// distinct stacks in a map of 16384 buckets, some always collide (the test
-// logs how many colliding pairs that map would expect). Now no sample may
-// lose its stack while the map is not full, and the test stops sampling
-// before the map is half full.
+// distinct stacks. A STACK_TRACE map loses every sample of a stack whose
+// hash bucket another stack holds: with hundreds of distinct stacks in a
+// map of 16384 buckets, some always collide (the test logs how many
+// colliding pairs that map would expect). No sample may lose its stack
+// while the hash map is not full, and the test stops sampling before the
+// map is half full.
 func TestIntegrationManyStacks(t *testing.T) {
 	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	s, err := New(Options{SampleRate: stacksTestRate, ExcludePID: os.Getpid()})
@@ -273,8 +273,8 @@ func TestIntegrationManyStacks(t *testing.T) {
 	if withUser != total || total == 0 {
 		t.Errorf("%d of %d burner samples lost their user stack", total-withUser, total)
 	}
-	// Enough distinct stacks that the old map would have lost some for
-	// certain (e^-pairs is the chance of no collision at all).
+	// Enough distinct stacks that a STACK_TRACE map would have lost some
+	// for certain (e^-pairs is the chance of no collision at all).
 	if d*(d-1)/(2*n) < 5 {
 		t.Errorf("only %d distinct burner stacks (is the machine too busy to run the burner?); the test needs more to show anything", len(distinct))
 	}

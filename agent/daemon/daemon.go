@@ -1,8 +1,8 @@
 // Package daemon is the agent's main loop: every interval it drains each
 // profile source (agent/source), attributes each process's samples to its
 // SLURM job, symbolises the stacks and hands one pprof profile per job and
-// profile type to a sink (files on disk, or the Pyroscope spool). It does
-// not know which sources it runs.
+// profile type to a Sink (a delivery backend: files on disk, the Pyroscope
+// spool). It does not know which sources or backends it runs.
 package daemon
 
 import (
@@ -267,9 +267,9 @@ func (d *Daemon) startSettlers(ctx context.Context) <-chan struct{} {
 
 // admit handles one process a rescan (or Admit) attributed; full retries
 // the attachers that asked for it. async hands the file reading to the
-// settlers (Admit's callers are the probes' event reader: a new Python
-// process is set up for its frames there, and must not wait for another
-// process's symbols).
+// settlers (Admit's callers are the probes' event reader: a new process's
+// interpreter is set up for its frames there, and must not wait for
+// another process's symbols).
 func (d *Daemon) admit(p attribution.Process, full, async bool) bool {
 	if p.Foreign || !(p.InJob() || d.cfg.AllProcesses) {
 		return false

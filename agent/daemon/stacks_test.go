@@ -189,9 +189,10 @@ func (s *slowSym) Prepare(p procfs.ID) {
 
 // Once Run has started, Admit answers without waiting for the process's
 // symbols or the attaching sources: the stack capture's event reader calls
-// it, and a Python process is set up for its frames only after it returns
-// (in CI, a job's first 74 ms of hashing kept neither callers nor Python
-// frames, 21% of its samples). The symbols and the attach follow.
+// it, and a process's interpreter is set up for its frames only after it
+// returns (waiting cost a short hashing job its first 74 ms of callers and
+// interpreter frames, 21% of its samples). The symbols and the attach
+// follow.
 func TestAdmitDoesNotWaitForSymbols(t *testing.T) {
 	res := fixtureProcs()
 	sym := &slowSym{admitted: make(chan struct{}), prepared: make(chan procfs.ID, 1)}

@@ -147,7 +147,7 @@ func decodeLaunch(h header, b []byte) (launchEvent, error) {
 	return e, nil
 }
 
-// unwindEndFrameLimit is UNWIND_END_FRAME_LIMIT (stack.h).
+// unwindEndFrameLimit is UNWIND_END_FRAME_LIMIT (unwind.h).
 const unwindEndFrameLimit = 1
 
 // decodeInterp copies a struct interp_stack out of an event; its length is

@@ -35,9 +35,9 @@ func buildBinaries(t testing.TB) string {
 	dir := t.TempDir()
 	for _, script := range []string{"../../gpuinject/build.sh", "../../internal/testenv/cudastandin/build.sh"} {
 		// The stand-in CUPTI and runtime are built -O2, which omits frame
-		// pointers; the probe unwinds with frame pointers only, so build
-		// them with, or the trainer's frames are cut off (real libcuda has
-		// none either: see the package's known gaps).
+		// pointers; these tests' tracer has no unwind tables (no
+		// Options.Stacks) and unwinds with frame pointers only, so build
+		// them with, or the trainer's frames are cut off.
 		c := exec.Command("sh", script, dir)
 		c.Env = append(os.Environ(), "CC="+cc+" -fno-omit-frame-pointer")
 		if out, err := c.CombinedOutput(); err != nil {
@@ -540,8 +540,9 @@ func TestIntegrationLaunchOverhead(t *testing.T) {
 		base, probed, probed/base, added/1000, st.LaunchEvents, st.LostRingBuffer)
 	fmt.Printf("BENCH gputrace launch marker: base %.1f ns, probed %.1f ns, added %.2f us/launch\n", base, probed, added/1000)
 	// The trap itself dominates and depends on the machine (a VM pays a
-	// VM exit per trap) and on the marker's first instruction (see the
-	// package's known gaps), so the target is enforced only on request.
+	// VM exit per trap) and on the marker's first instruction (see
+	// gpuinject/README.md: a frame setup is emulated, a bare ret
+	// single-stepped), so the target is enforced only on request.
 	if added > 5000 && os.Getenv("SLURMSCOPE_BENCH_STRICT") == "1" {
 		t.Errorf("probe adds %.2f µs per launch, target ≤ 5 µs", added/1000)
 	}

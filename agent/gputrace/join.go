@@ -50,7 +50,7 @@ const (
 	procBytes    = 1024
 	rowBytes     = 512
 	launchBytes  = 160 // plus 8 per frame of its stack
-	pyFrameBytes = 48  // a Python frame, besides its function and file names
+	pyFrameBytes = 48  // an interpreter frame, besides its names
 	nameBytes    = 64  // plus the name, raw and demangled
 	chargeStep   = 64 << 10
 	// maxRowsPerProcess caps one process's rows in an interval, and with
@@ -384,7 +384,7 @@ func (j *joiner) launch(e launchEvent, now time.Time) {
 		j.removeLaunch(old)
 	}
 	// The stack is charged as it is held: 8 bytes a native frame, and
-	// the Python frames with their names and files.
+	// the interpreter frames with their names and files.
 	cost := int64(launchBytes + 8*len(e.stack))
 	for _, f := range e.interp.Frames {
 		cost += pyFrameBytes + int64(len(f.Function)+len(f.File))

@@ -54,7 +54,7 @@ type Options struct {
 	ExcludePID int
 	// RingBufferBytes is the size of the BPF ring buffer, a power of two
 	// multiple of the page size. Default 8 MiB: a launch event takes 2.6
-	// KiB (its native and Python stacks), a batch of 64 records 3.6 KiB.
+	// KiB (its native and interpreter stacks), a batch of 64 records 3.6 KiB.
 	RingBufferBytes int
 	// MaxFiles bounds the library files attached at once. A job can copy
 	// the library under any name, so this is a bound, not a guess. Default 32.
@@ -89,9 +89,10 @@ type Options struct {
 	Budget *budget.Budget
 	Owner  func(procfs.ID) string
 	// Stacks is the user-stack capture the probes share with the CPU
-	// sampler (stack.h: the table unwinder and the CPython walk), which
-	// also resolves each launch's Python frames as its event is read, while
-	// the process lives. nil: frame pointers only, no Python frames.
+	// sampler (stack.h: the table unwinder and the interpreter walks),
+	// which also resolves each launch's interpreter frames as its event is
+	// read, while the process lives. nil: frame pointers only, no
+	// interpreter frames.
 	Stacks source.Stacks
 	// Now is the clock; tests replace it.
 	Now func() time.Time
@@ -487,8 +488,8 @@ const flushWait = time.Second
 // Drain returns the GPU time joined since the previous Drain (or New) and
 // clears it, with the counters since New. Every event the probes emitted
 // before the call is included. An error other than from a closed Tracer
-// comes with the samples: only the counters are off. Samples are sorted by process, then kernel,
-// device and stack.
+// comes with the samples: only the counters are off. Samples are sorted by
+// process, then kernel, device and stack.
 func (t *Tracer) Drain() ([]Sample, Stats, error) {
 	t.drainMu.Lock()
 	defer t.drainMu.Unlock()

@@ -3,12 +3,12 @@
 // unwind tables (agent/stackwalk). On a node whose jobs keep every core
 // busy (the usual HPC node) they would otherwise wait behind the jobs for
 // their share, and a new process's first half second of samples would keep
-// only their leaf (measured in CI: 0.5 s under a load of 8). Their work is
+// only their leaf (0.5 s of them under a load of 8). Their work is
 // small and bursty, so the priority costs the jobs nothing they would
 // notice; the bulk of the agent (draining, symbolising, shipping) keeps the
 // default. A raised goroutine is locked to its thread, which makes each of
 // its wakeups dearer: a goroutine woken at a high rate is better left at
-// the default (agent/cpu's reader of new Python stacks).
+// the default (agent/cpu's reader of new interpreter stacks).
 package prio
 
 import (

@@ -145,6 +145,6 @@ func openBeneath(base, rel string) (int, error) {
 	return resolveWalk(root, clean)
 }
 
-// beneathWalkOnly resolves without openat2, as before Linux 5.6; tests
-// cover both ways.
+// beneathWalkOnly resolves without openat2, as on kernels before Linux
+// 5.6; tests cover both ways.
 var beneathWalkOnly bool

@@ -1,9 +1,9 @@
 package procfs
 
 // Mapped is procfs as the readers of a process's mapped files see it (the
-// unwinder's tables in agent/unwind, the Python tracker): the process's
-// mappings, and each mapped file opened by Open's rules, as the mapped
-// object, owned by the process's user or root, within MaxSize.
+// unwinder's tables in agent/unwind, the interpreters' trackers): the
+// process's mappings, and each mapped file opened by Open's rules, as the
+// mapped object, owned by the process's user or root, within MaxSize.
 type Mapped struct {
 	FS FS
 	// MaxSize is the largest file opened, by its real size. Default 4 GiB

@@ -1,6 +1,6 @@
-// Package remotewrite sends the agent's metrics (GPU and self metrics, from
-// its client_golang registry) to Prometheus, Mimir or any receiver of the
-// Prometheus remote-write 1.0 protocol.
+// Package remotewrite sends the agent's metrics (what its client_golang
+// registry serves on /metrics: GPU, host and self metrics) to Prometheus,
+// Mimir or any receiver of the Prometheus remote-write 1.0 protocol.
 //
 // Every interval the registry is gathered into series stamped with one time,
 // cut into requests of a bounded number of samples, encoded (snappy-compressed

@@ -4,8 +4,9 @@
 // without knowing which source it came from.
 //
 // A new profile type is one package that implements Kind and Source, its
-// entry in schema/profiles.go, and one line in the list of kinds the agent
-// runs (agent/cli).
+// entry in schema/profiles.go (with its own metrics, if any, in
+// schema/metrics.go), and one line in the list of kinds the agent runs
+// (agent/cli).
 package source
 
 import (

@@ -1,5 +1,6 @@
-// Package symbolize turns raw stack addresses collected by the eBPF sampler
-// into function names on the node, before profiles leave it.
+// Package symbolize turns raw stack addresses collected by the agent's
+// probes (the CPU sampler, the GPU launch marker) into function names on
+// the node, before profiles leave it.
 //
 // Sources, in lookup order for a user address:
 //   - the process's executable mappings from <proc-root>/<pid>/maps, each

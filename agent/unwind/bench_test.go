@@ -12,7 +12,7 @@ import (
 )
 
 // BenchmarkSampleCost measures the BPF run time per sample of the unwinder
-// and of bpf_get_stack's frame-pointer walk (today's path), attached side
+// and of bpf_get_stack's frame-pointer walk (--unwind=fp), attached side
 // by side to the same process at 997 Hz, with kernel.bpf_stats_enabled
 // for the run. Both programs send the same ring buffer event, so the
 // difference is the unwinding. The two fire together, and whichever runs

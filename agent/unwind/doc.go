@@ -59,6 +59,6 @@
 // # Kernels and architectures
 //
 // Linux 5.17 or later (bpf_loop). x86-64 only; arm64 is planned in
-// agent/bpf/include/unwind.h and package cfi (link-register return addresses, pointer
-// authentication) but not built.
+// agent/bpf/include/unwind.h and package cfi (link-register return
+// addresses, pointer authentication) but not built.
 package unwind

@@ -6,12 +6,12 @@ import (
 	"github.com/slurmscope/slurmscope/agent/unwind/cfi"
 )
 
-// encode lays a table out as its BPF inner map (agent/bpf/include/unwind.h): element 0
-// the header {pages, rows}, then the page index (pages+1 __u32 entries, two
-// to an element: entry p < pages is the row covering page p's first byte,
-// entry pages the last row), then the rows. Row 0 is always at pc 0 (a gap
-// row is put there if the table starts later), so every pc at or after
-// the base has a row at or before it. It also returns the page count,
+// encode lays a table out as its BPF inner map (agent/bpf/include/unwind.h):
+// element 0 the header {pages, rows}, then the page index (pages+1 __u32
+// entries, two to an element: entry p < pages is the row covering page p's
+// first byte, entry pages the last row), then the rows. Row 0 is always at
+// pc 0 (a gap row is put there if the table starts later), so every pc at or
+// after the base has a row at or before it. It also returns the page count,
 // which the mappings carry.
 func encode(t *cfi.Table) ([]uint64, uint32) {
 	rows := t.Rows

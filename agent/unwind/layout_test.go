@@ -10,9 +10,9 @@ import (
 	"github.com/slurmscope/slurmscope/agent/unwind/unwindtest"
 )
 
-// TestLayoutMatchesHeader holds the Go side to agent/bpf/include/unwind.h as compiled
-// into the test probe: struct sizes, enum values and the maps' shapes. It
-// needs no privileges.
+// TestLayoutMatchesHeader holds the Go side to agent/bpf/include/unwind.h as
+// compiled into the test probe: struct sizes, enum values and the maps'
+// shapes. It needs no privileges.
 func TestLayoutMatchesHeader(t *testing.T) {
 	spec, err := unwindtest.Spec()
 	if err != nil {

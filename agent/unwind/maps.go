@@ -6,9 +6,9 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-// Names of the maps in agent/bpf/include/unwind.h. A program that includes the header
-// gets its own placeholders under these names; Maps.Replace swaps them for
-// the shared ones.
+// Names of the maps in agent/bpf/include/unwind.h. A program that includes
+// the header gets its own placeholders under these names; Maps.Replace
+// swaps them for the shared ones.
 const (
 	mapTables   = "unwind_tables"
 	mapMappings = "unwind_mappings"
@@ -25,8 +25,8 @@ const (
 	bpfFInnerMap   = 1 << 12
 )
 
-// Sizes in agent/bpf/include/unwind.h; TestLayoutMatchesHeader holds them to the
-// compiled header.
+// Sizes in agent/bpf/include/unwind.h; TestLayoutMatchesHeader holds them to
+// the compiled header.
 const (
 	mappingKeySize = 16   // struct unwind_mapping_key
 	mappingValSize = 40   // struct unwind_mapping
@@ -37,8 +37,8 @@ const (
 	pageShift      = 9 // UNWIND_PAGE_SHIFT
 )
 
-// MapNames are the names of the maps of agent/bpf/include/unwind.h, which the Loader
-// creates and Maps.Replace hands to a program.
+// MapNames are the names of the maps of agent/bpf/include/unwind.h, which
+// the Loader creates and Maps.Replace hands to a program.
 func MapNames() []string {
 	return []string{mapTables, mapMappings, mapProcs, mapStats, mapScratch, mapCache, mapGen}
 }
@@ -102,9 +102,9 @@ func newMaps(o Options) (*Maps, error) {
 }
 
 // Replace prepares a collection spec of a program that includes
-// agent/bpf/include/unwind.h: it sizes the spec's unwind maps like the shared ones and
-// returns them for ebpf.CollectionOptions.MapReplacements (merge them into
-// any replacements of the program's own).
+// agent/bpf/include/unwind.h: it sizes the spec's unwind maps like the
+// shared ones and returns them for ebpf.CollectionOptions.MapReplacements
+// (merge them into any replacements of the program's own).
 func (m *Maps) Replace(spec *ebpf.CollectionSpec) (map[string]*ebpf.Map, error) {
 	out := map[string]*ebpf.Map{}
 	for name, mp := range m.all() {

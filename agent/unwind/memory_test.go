@@ -87,7 +87,7 @@ func textBytes(b *testing.B, path string) uint64 {
 // BenchmarkTrainingJobTables loads the tables of every executable mapping
 // of a Python process that imported numpy (the part of a training job that
 // runs on the CPU here: python, libpython, libc, libstdc++, numpy's
-// extension modules and its BLAS), the way the agent will, and reports the
+// extension modules and its BLAS), the way the agent does, and reports the
 // table memory:
 //
 //	go test -run '^$' -bench TrainingJob -benchtime 1x ./agent/unwind/

@@ -106,7 +106,7 @@ type Table struct {
 	// without CFI is Go code (which keeps frame pointers on amd64), code
 	// built without unwind tables (which must keep frame pointers to be
 	// unwound at all, as in Chromium), or hand-written assembly. It is
-	// KindFramePointer for every file today; a frame unwound so is counted
+	// KindFramePointer for every file; a frame unwound so is counted
 	// apart from table frames, so a wrong guess shows.
 	GapKind Kind
 	// FramePointer reports that the file has no usable table at all: every

@@ -31,13 +31,13 @@
 // Without root: each file image is the one recorded (hash, size, build
 // id); for every frame, the row agent/unwind/cfi builds from the trimmed
 // file at its pc gives the next frame's sp and pc (and rbp where the row
-// restores it) on the recorded stack; the trimmed files name the frames as
-// the originals did; and agent/python's Tracker resolves the raw Python
-// frames to what the script saw, which Splice puts in the eval-loop
-// frames' places. As root with SLURMSCOPE_INTEGRATION=1: unwind.h itself,
-// run by BPF_PROG_TEST_RUN (agent/unwind/unwindtest's replay probe) over
-// the stack mapped at its recorded address in the test process, through
-// the tables agent/unwind's Loader loaded for the snapshot's mappings,
-// gives gdb's pcs; and TestLive records every workload afresh on the
-// machine and replays it through all of the above.
+// restores it) on the recorded stack; the trimmed files name the frames
+// as the originals did; and agent/python's Tracker resolves the raw
+// Python frames to what the script saw, which interp.Splice puts in the
+// eval-loop frames' places. As root with SLURMSCOPE_INTEGRATION=1:
+// unwind.h itself, run by BPF_PROG_TEST_RUN (agent/unwind/unwindtest's
+// replay probe) over the stack mapped at its recorded address in the test
+// process, through the tables agent/unwind's Loader loaded for the
+// snapshot's mappings, gives gdb's pcs; and TestLive records every
+// workload afresh on the machine and replays it through all of the above.
 package replay

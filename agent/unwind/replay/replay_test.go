@@ -243,8 +243,8 @@ func nativeNames(t *testing.T, s *replay.Snapshot) []symbolize.Frame {
 // TestPythonFrames: agent/python's Tracker, given the snapshot's mappings,
 // trimmed files and recorded memory, finds the interpreter, resolves the
 // raw frames the walk read to the functions, files and lines the script
-// saw itself, and Splice puts each eval-loop frame's Python frames in its
-// place in the native stack gdb unwound.
+// saw itself, and interp.Splice puts each eval-loop frame's Python frames
+// in its place in the native stack gdb unwound.
 func TestPythonFrames(t *testing.T) {
 	n := 0
 	for _, s := range snapshots(t) {

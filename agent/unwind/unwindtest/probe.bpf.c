@@ -5,9 +5,9 @@
 // The test probe of agent/unwind: a perf_event program and a uprobe that
 // unwind the target process's user stack with unwind.h and send each stack
 // to user space, and, for the cost comparison, a perf_event program that
-// takes the same stack by frame pointers with bpf_get_stack, as agent/cpu
-// does today. Both perf programs do the same work around the stack (one
-// ring buffer event), so their run times differ by the unwinding alone.
+// takes the same stack by frame pointers with bpf_get_stack, as stack.h
+// does under --unwind=fp. Both perf programs do the same work around the
+// stack (one ring buffer event), so their run times differ by unwinding.
 // (The build constraint above keeps the go tool from taking this file for
 // a cgo source; bpf2go compiles it.)
 
@@ -103,7 +103,7 @@ int uprobe_unwind(void *ctx)
 	return unwind_and_send(ctx, 3);
 }
 
-// Where bpf_get_stack writes first, as in agent/cpu.
+// Where bpf_get_stack writes first, as in stack.h.
 struct {
 	__uint(type, UNWIND_BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);

@@ -453,7 +453,7 @@ func TestFindingSettings(t *testing.T) {
 // identity), so ownership cannot narrow them: with ownership on, a query
 // Grafana's alerting sends (the FromAlert header) is refused, before any
 // backend is asked, unless the admin allowed alert queries. Without
-// ownership alerts query as before.
+// ownership, alert queries are answered like any other.
 func TestAlertQueriesWithOwnership(t *testing.T) {
 	admin := backend.PluginContext{User: &backend.User{Login: "admin", Role: "Admin"}}
 	alertReq := func() *backend.QueryDataRequest {

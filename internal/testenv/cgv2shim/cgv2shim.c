@@ -11,9 +11,10 @@
 // [/task/<tid>]/cgroup return just the "0::" line, through an anonymous
 // memfd holding the filtered text. Everything else passes through untouched.
 //
-// The harness (internal/testenv/slurmtest) compiles this file with the system cc at run
-// time and sets LD_PRELOAD for slurmd only; slurmstepd inherits it from
-// slurmd. Job tasks get the submitter's environment, not slurmd's.
+// The harness (internal/testenv/slurmtest) compiles this file with the
+// system cc at run time and sets LD_PRELOAD for slurmd only; slurmstepd
+// inherits it from slurmd. Job tasks get the submitter's environment, not
+// slurmd's.
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>

@@ -8,9 +8,10 @@
 # accident.
 #
 # Everything keeps frame pointers (-fno-omit-frame-pointer, and
-# -mno-omit-leaf-frame-pointer where the compiler has it): the agent's probe
-# unwinds with frame pointers only, and the stack of a launch runs through
-# the trainer, the stand-in runtime and the mock CUPTI. $CC may add flags.
+# -mno-omit-leaf-frame-pointer where the compiler has it): the tests' probe
+# has no unwind tables and unwinds with frame pointers only, and the stack
+# of a launch runs through the trainer, the stand-in runtime and the mock
+# CUPTI. $CC may add flags.
 set -eu
 out=${1:?usage: build.sh OUTDIR}
 here=$(cd "$(dirname "$0")" && pwd)

@@ -1,7 +1,7 @@
-// Package promtest runs Debian's real Prometheus for tests and the demo: scraping
-// whatever a config says (Start), or serving samples written beforehand,
-// with their own timestamps, into its TSDB with promtool (WithSamples), so
-// that a query's answer over a range is known exactly.
+// Package promtest runs Debian's real Prometheus for tests and the demo:
+// scraping whatever a config says (Start), or serving samples written
+// beforehand, with their own timestamps, into its TSDB with promtool
+// (WithSamples), so that a query's answer over a range is known exactly.
 package promtest
 
 import (

@@ -414,7 +414,8 @@ func (e env) flameSel(t *testing.T, sel string) ([]string, error) {
 	return lines, nil
 }
 
-// The limits that matched the real server from the start.
+// A push's label limits: at most 30 names, names of 1024 bytes, values of
+// 2048, no duplicate, with the real server's messages.
 func TestPushLimits(t *testing.T) {
 	e := newEnv(t)
 	ts := now.Add(-time.Minute)

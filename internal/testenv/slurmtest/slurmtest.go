@@ -46,7 +46,8 @@ const (
 	// CgroupRoot (default /sys/fs/cgroup).
 	V1 Mode = iota + 1
 	// V2 runs cgroup/v2 against the host's cgroup2 mount. On a hybrid
-	// host slurmd runs with the internal/testenv/cgv2shim LD_PRELOAD library.
+	// host slurmd runs with the internal/testenv/cgv2shim LD_PRELOAD
+	// library.
 	V2
 )
 
@@ -89,8 +90,8 @@ type Options struct {
 	// CgroupRoot is where the v1 controllers are mounted. Default
 	// /sys/fs/cgroup.
 	CgroupRoot string
-	// ShimSource is the path of internal/testenv/cgv2shim/cgv2shim.c. Default: found
-	// relative to this source file's package in the module.
+	// ShimSource is the path of internal/testenv/cgv2shim/cgv2shim.c.
+	// Default: found relative to this source file's package in the module.
 	ShimSource string
 	// Constrain makes task/cgroup confine each job to the CPUs and memory
 	// it was allocated (cgroup.conf ConstrainCores=yes, ConstrainRAMSpace=yes),

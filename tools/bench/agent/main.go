@@ -25,7 +25,6 @@
 // Besides the whole run it prints the steady state: the agent's CPU after
 // the first quarter of the run or the first drain, whichever is later,
 // against the CPU profiled then.
-
 package main
 
 import (

@@ -156,7 +156,8 @@ func run(c config, out io.Writer) error {
 }
 
 // pushSink is the agent's Pyroscope sink, one push request per profile
-// (pyroscope.PushRequest, as pyroscope.Sink sends them), sent straight to the server.
+// (pyroscope.PushRequest, as pyroscope.Sink sends them), sent straight to
+// the server.
 type pushSink struct {
 	client pushv1connect.PusherServiceClient
 	hour   func() *hour

@@ -428,7 +428,8 @@ func Waste(j Job, t Thresholds) (coreHours, gpuHours float64) {
 
 func pct(r float64) string { return fmt.Sprintf("%.0f%%", 100*r) }
 
-// cores prints a core count as the example does: "1.9", "16".
+// cores prints a core count briefly: whole counts bare ("16"), others
+// with one decimal ("1.9"), or two below one core ("0.25").
 func cores(v float64) string {
 	switch {
 	case v == math.Trunc(v):

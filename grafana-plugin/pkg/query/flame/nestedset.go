@@ -2,8 +2,9 @@ package flame
 
 // NestedSet is a tree laid out as Grafana's flame graph frame holds it: one
 // row per node, depth first with children by name, giving its depth, total,
-// self value and name. The Grafana frame itself is the plugin's
-// (grafana-plugin/pkg/plugin), so that this package needs no Grafana SDK.
+// self value and name. The Grafana frame itself is built by the flamegraph
+// query type (package querytype), so that this package needs no Grafana
+// SDK.
 type NestedSet struct {
 	Levels, Totals, Selfs []int64
 	Labels                []string

@@ -14,7 +14,8 @@ import (
 )
 
 // fixture reads a SelectMergeStacktraces answer recorded from a real
-// Pyroscope (shared/fixtures/pyroscope, copied into testdata).
+// Pyroscope (internal/testenv/pyrostandin/testdata/fixtures, copied into
+// testdata).
 func fixture(t testing.TB, name string) *querierv1.FlameGraph {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", name))
@@ -50,7 +51,7 @@ func stacks(tr *Tree) []string {
 }
 
 // The scenario of the recording: job 4242 over both pushes, in units of
-// 10 ms (see the fixtures' README).
+// 10 ms (see internal/testenv/pyrostandin/testdata/fixtures/README.md).
 func job4242() *Tree {
 	tr := New()
 	const ms10 = 10_000_000
@@ -358,9 +359,10 @@ func hostGraphs(r *rand.Rand, n, size int) []*querierv1.FlameGraph {
 
 // BenchmarkMerge16x8192 is the datasource's hot path for a 16-node job:
 // decode and merge 16 flame graphs of 8,192 nodes, cap the result at 8,192
-// nodes and lay it out as the frame (the plugin wraps those columns). Target: 5 ms. "job" graphs overlap as one
-// program's hosts do; "disjoint" graphs share almost no stacks (the worst
-// case: a 130,000-node merge).
+// nodes and lay it out as the frame (the flamegraph query type wraps those
+// columns). Target: 5 ms. "job" graphs overlap as one program's hosts do;
+// "disjoint" graphs share almost no stacks (the worst case: a 130,000-node
+// merge).
 func BenchmarkMerge16x8192(b *testing.B) {
 	for _, tc := range []struct {
 		name   string
