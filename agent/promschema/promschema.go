@@ -82,3 +82,35 @@ func HistogramVec(m schema.Metric) *prometheus.HistogramVec {
 	check(m, schema.Histogram, true)
 	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: m.Name, Help: m.Help, Buckets: m.Buckets}, m.Labels)
 }
+
+// Reader is a collector of the agent's own metrics whose values are read
+// at each scrape from counters kept elsewhere (a walker's, an
+// interpreter's): read emits each series of the metrics in defs.
+func Reader(defs []schema.Metric, read func(emit func(m schema.Metric, v float64, labels ...string))) prometheus.Collector {
+	r := reader{read: read, descs: map[string]*prometheus.Desc{}}
+	for _, m := range defs {
+		r.descs[m.Name] = Desc(m, "", false)
+	}
+	return r
+}
+
+type reader struct {
+	read  func(emit func(m schema.Metric, v float64, labels ...string))
+	descs map[string]*prometheus.Desc
+}
+
+func (r reader) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range r.descs {
+		ch <- d
+	}
+}
+
+func (r reader) Collect(ch chan<- prometheus.Metric) {
+	r.read(func(m schema.Metric, v float64, labels ...string) {
+		d, ok := r.descs[m.Name]
+		if !ok {
+			panic(fmt.Sprintf("promschema: %s is not among the reader's metrics", m.Name))
+		}
+		ch <- prometheus.MustNewConstMetric(d, ValueType(m), v, labels...)
+	})
+}

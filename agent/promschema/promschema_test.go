@@ -52,3 +52,28 @@ type collector struct {
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) { ch <- c.d }
 func (c collector) Collect(ch chan<- prometheus.Metric) { ch <- c.m }
+
+func TestReaderEmitsWhatItReads(t *testing.T) {
+	n := 0.0
+	r := Reader([]schema.Metric{schema.AgentInterpSkipped}, func(emit func(schema.Metric, float64, ...string)) {
+		n++
+		emit(schema.AgentInterpSkipped, n, "python", "not_python")
+	})
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(r)
+	for want := 1.0; want <= 2; want++ {
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fams) != 1 || fams[0].GetName() != schema.AgentInterpSkipped.Name || fams[0].GetMetric()[0].GetCounter().GetValue() != want {
+			t.Fatalf("gather %v: %v", want, fams)
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("a metric outside defs was emitted without a panic")
+		}
+	}()
+	Reader(nil, func(emit func(schema.Metric, float64, ...string)) { emit(schema.AgentInterpSkipped, 1, "a", "b") }).Collect(make(chan prometheus.Metric, 1))
+}

@@ -8,32 +8,18 @@ import (
 	"github.com/slurmscope/slurmscope/schema"
 )
 
-type collector struct{ w *Walker }
-
 var metricDefs = []schema.Metric{
 	schema.AgentUnwindMode, schema.AgentUnwindWalks, schema.AgentUnwindFrames, schema.AgentUnwindTableBytes, schema.AgentUnwindBudget,
 	schema.AgentUnwindProcesses, schema.AgentUnwindFiles, schema.AgentUnwindSyncs,
 }
 
-var descs = func() map[string]*prometheus.Desc {
-	out := map[string]*prometheus.Desc{}
-	for _, m := range metricDefs {
-		out[m.Name] = promschema.Desc(m, "", false)
-	}
-	return out
-}()
-
-func (collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range descs {
-		ch <- d
-	}
+// collector reads the unwinder's and the lifecycle's counters at each
+// scrape.
+func (w *Walker) collector() prometheus.Collector {
+	return promschema.Reader(metricDefs, w.readMetrics)
 }
 
-func (c collector) Collect(ch chan<- prometheus.Metric) {
-	emit := func(m schema.Metric, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(descs[m.Name], promschema.ValueType(m), v, labels...)
-	}
-	w := c.w
+func (w *Walker) readMetrics(emit func(m schema.Metric, v float64, labels ...string)) {
 	if w.tables {
 		emit(schema.AgentUnwindMode, 1, "tables", "none")
 	} else {

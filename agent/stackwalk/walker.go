@@ -477,7 +477,7 @@ func (w *Walker) Close() error {
 // Collectors are the Walker's metrics: the unwinder's, the set-up times,
 // and each interpreter's.
 func (w *Walker) Collectors() []prometheus.Collector {
-	return append([]prometheus.Collector{collector{w}, w.setup.hist}, w.interps.collectors()...)
+	return append([]prometheus.Collector{w.collector(), w.setup.hist}, w.interps.collectors()...)
 }
 
 var _ unwind.MapsReader = procfs.Mapped{}
