@@ -294,21 +294,22 @@ var (
 	AgentSymbolizeErrors = counter("agent_symbolize_errors_total", "", "Frames or files left unsymbolised, by reason: no_symbol, no_mapping, read_maps, open_file, not_regular, owner, link, file_identity, too_large (a size or count over the file's real size or a hard cap), parse_elf, panic, over_budget, work_limit, stalled_io, perf_map, kallsyms, kallsyms_hidden, kernel_no_symbol.", "reason")
 	// The user-stack capture (agent/stackwalk): the table unwinder and the
 	// interpreter walks.
-	AgentUnwindMode       = Metric{Name: MetricPrefix + "agent_unwind_mode_info", Type: Gauge, Labels: []string{"mode", "reason"}, Help: "1, labelled with how native user frames are unwound: mode tables (reason none) or frame_pointer, with why: flag (--unwind=fp), arch (not x86-64), no_bpf_loop (the kernel is older than 5.17)."}
-	AgentUnwindWalks      = counter("agent_unwind_walks_total", "", "User stacks walked by the table unwinder, by how the walk ended (end_of_stack, frame_limit, no_row, unsupported, read_error, bad_cfa, loop_limit).", "end")
-	AgentUnwindFrames     = counter("agent_unwind_frames_total", "", "Frames the table unwinder walked, by how: table, frame_pointer (a file without a table), unknown_mapping (code mapped since the process was loaded), evicted_table (over the table budget), signal; and walks of processes not loaded (unloaded_process: frame pointers only) or forked (forked: through the parent's tables).", "how")
-	AgentUnwindTableBytes = Metric{Name: MetricPrefix + "agent_unwind_table_bytes", Unit: "bytes", Type: Gauge, Help: "Bytes of unwind tables loaded into BPF maps."}
-	AgentUnwindBudget     = Metric{Name: MetricPrefix + "agent_unwind_table_budget_bytes", Unit: "bytes", Type: Gauge, Help: "The bound on unwind table bytes; over it the least recently used tables are evicted."}
-	AgentUnwindProcesses  = Metric{Name: MetricPrefix + "agent_unwind_processes", Type: Gauge, Help: "Processes whose unwind tables are loaded."}
-	AgentUnwindFiles      = counter("agent_unwind_files_total", "", "Mapped files looked at for unwind tables, by result: built, frame_pointer (no unwind information), error (unreadable or malformed: frame pointers), over_budget, open_error.", "result")
-	AgentUnwindSyncs      = counter("agent_unwind_syncs_total", "", "Processes loaded (or loaded again) into the unwinder, by result.", "result")
-	AgentProcessSetup     = Metric{Name: MetricPrefix + "agent_process_setup_seconds", Unit: "seconds", Type: Histogram, Labels: []string{"part"}, Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+	AgentUnwindMode        = Metric{Name: MetricPrefix + "agent_unwind_mode_info", Type: Gauge, Labels: []string{"mode", "reason"}, Help: "1, labelled with how native user frames are unwound: mode tables (reason none) or frame_pointer, with why: flag (--unwind=fp), arch (not x86-64), no_bpf_loop (the kernel is older than 5.17)."}
+	AgentUnwindWalks       = counter("agent_unwind_walks_total", "", "User stacks walked by the table unwinder, by how the walk ended (end_of_stack, frame_limit, no_row, unsupported, read_error, bad_cfa, loop_limit).", "end")
+	AgentUnwindFrames      = counter("agent_unwind_frames_total", "", "Frames the table unwinder walked, by how: table, frame_pointer (a file without a table), unknown_mapping (code mapped since the process was loaded), evicted_table (over the table budget), signal; and walks of processes not loaded (unloaded_process: frame pointers only) or forked (forked: through the parent's tables).", "how")
+	AgentUnwindTableBytes  = Metric{Name: MetricPrefix + "agent_unwind_table_bytes", Unit: "bytes", Type: Gauge, Help: "Bytes of unwind tables loaded into BPF maps."}
+	AgentUnwindBudget      = Metric{Name: MetricPrefix + "agent_unwind_table_budget_bytes", Unit: "bytes", Type: Gauge, Help: "The bound on unwind table bytes; over it the least recently used tables are evicted."}
+	AgentUnwindProcesses   = Metric{Name: MetricPrefix + "agent_unwind_processes", Type: Gauge, Help: "Processes whose unwind tables are loaded."}
+	AgentUnwindFiles       = counter("agent_unwind_files_total", "", "Mapped files looked at for unwind tables, by result: built, frame_pointer (no unwind information), error (unreadable or malformed: frame pointers), over_budget, open_error.", "result")
+	AgentUnwindSyncs       = counter("agent_unwind_syncs_total", "", "Processes loaded (or loaded again) into the unwinder, by result.", "result")
+	AgentStackForksRefused = counter("agent_stack_forks_refused_total", "", "Forked processes not handed their set-up ancestor's unwind or interpreter state at their fork, because it already had 256 live forked descendants: they are set up when first sampled, like any process.")
+	AgentProcessSetup      = Metric{Name: MetricPrefix + "agent_process_setup_seconds", Unit: "seconds", Type: Histogram, Labels: []string{"part"}, Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		Help: "Time from a profiled process's start to the capture being set up for it: its unwind tables loaded (part=unwind_tables), its interpreter found (part=interpreter). Processes started before the agent are not counted; until then its samples lack callers or interpreter frames."}
 	// Interpreter frames (agent/interp, one implementation per
 	// interpreter): one set of metrics, by the interpreter's name.
 	AgentInterpWalks      = counter("agent_interpreter_walks_total", "", "Interpreter frame walks of CPU samples of processes set up for one, by outcome (ok, no_thread_state, thread_read, threads_max, frame_read).", "status")
 	AgentInterpProcesses  = counter("agent_interpreter_processes_total", "", "Processes set up for an interpreter's walk, by interpreter and version (python: 3.11), or forked (from a set-up parent).", "interpreter", "version")
-	AgentInterpSkipped    = counter("agent_interpreter_skipped_total", "", "Looks at processes that left them to native stacks, by interpreter and reason (python: not_python, unknown_version, unsupported, bad_interpreter, not_initialized, open, maps, memory, bpf_map).", "interpreter", "reason")
+	AgentInterpSkipped    = counter("agent_interpreter_skipped_total", "", "Looks at processes that left them to native stacks, by interpreter and reason (python: not_python, unknown_version, unsupported, bad_interpreter, not_initialized, open, maps, memory, bpf_map, exited).", "interpreter", "reason")
 	AgentInterpFrames     = counter("agent_interpreter_frames_total", "", "Interpreter frames resolved, by interpreter and result: resolved, gone (what the frame ran was freed before it was read), unreadable (what the frame ran could not be read, or was none: the process exited before its frames were resolved, a freed or faked frame), read_budget (the process's read budget was spent), truncated (stacks cut at 64 frames).", "interpreter", "result")
 	AgentInterpCacheBytes = Metric{Name: MetricPrefix + "agent_interpreter_cache_bytes", Unit: "bytes", Type: Gauge, Labels: []string{"interpreter"}, Help: "Bytes of an interpreter's cache of what its frames run (python: code objects' names, files and line tables)."}
 
@@ -368,7 +369,7 @@ var Metrics = []Metric{
 	AgentMemoryBudget, AgentMemoryBudgetUsed, AgentMemoryBudgetEvictions, AgentMemoryBudgetEvictedBytes,
 	AgentMemoryBudgetRefused, AgentJobFileReadsDeferred,
 	AgentUnwindMode, AgentUnwindWalks, AgentUnwindFrames, AgentUnwindTableBytes, AgentUnwindBudget, AgentUnwindProcesses, AgentUnwindFiles,
-	AgentUnwindSyncs, AgentProcessSetup, AgentInterpWalks, AgentInterpProcesses, AgentInterpSkipped, AgentInterpFrames, AgentInterpCacheBytes,
+	AgentUnwindSyncs, AgentStackForksRefused, AgentProcessSetup, AgentInterpWalks, AgentInterpProcesses, AgentInterpSkipped, AgentInterpFrames, AgentInterpCacheBytes,
 	PyroscopePushes, PyroscopePushedBytes, PyroscopePushRetries, PyroscopeDroppedRequests, PyroscopeSpoolRequests, PyroscopeSpoolBytes,
 	PyroscopeTooOldProfiles, PyroscopeHeldRequests, PyroscopeClockSkew,
 	RemoteWriteRequestsSent, RemoteWriteSamplesSent, RemoteWriteSentBytes, RemoteWriteRetries, RemoteWriteDroppedRequests,

@@ -19,5 +19,6 @@ const enum interp_status *unused_interp_status __attribute__((unused));
 const enum interp_stack_flag *unused_interp_flag __attribute__((unused));
 const enum stack_event_flag *unused_event_flag __attribute__((unused));
 const enum stack_setup_flag *unused_setup_flag __attribute__((unused));
+const enum stack_stat *unused_stack_stat __attribute__((unused));
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -24,6 +24,10 @@ const (
 
 	InterpTruncated = uint32(stackInterpStackFlagINTERP_STACK_TRUNCATED)
 
+	// StackStatForkShare indexes stack_stats: forks refused their
+	// origin's state (STACK_FORK_SHARE).
+	StackStatForkShare = uint32(stackStackStatSTACK_STAT_FORK_SHARE)
+
 	InterpOK         = stackInterpStatusINTERP_STATUS_OK
 	InterpNone       = stackInterpStatusINTERP_STATUS_NONE
 	InterpNoThread   = stackInterpStatusINTERP_STATUS_NO_THREAD

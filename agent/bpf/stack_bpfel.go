@@ -25,6 +25,8 @@ type stackInterpProc struct {
 	StartBoottime uint64
 	Mm            uint64
 	Kind          uint32
+	Origin        uint32
+	Forks         uint32
 	Pad           uint32
 	Data          [64]uint8
 }
@@ -82,6 +84,13 @@ const (
 	stackStackSetupFlagSTACK_SETUP_INTERP stackStackSetupFlag = 2
 )
 
+type stackStackStat uint32
+
+const (
+	stackStackStatSTACK_STAT_FORK_SHARE stackStackStat = 0
+	stackStackStatSTACK_STAT_MAX        stackStackStat = 1
+)
+
 type stackUnwindStack struct {
 	_     structs.HostLayout
 	Ips   [127]uint64
@@ -102,6 +111,7 @@ const (
 	stackMapStackFpScratch     = "stack_fp_scratch"
 	stackMapStackInterpScratch = "stack_interp_scratch"
 	stackMapStackSeen          = "stack_seen"
+	stackMapStackStats         = "stack_stats"
 	stackVarStackInterpreters  = "stack_interpreters"
 	stackVarStackTables        = "stack_tables"
 	stackVarUnusedEvent        = "unused_event"
@@ -111,6 +121,7 @@ const (
 	stackVarUnusedInterpStack  = "unused_interp_stack"
 	stackVarUnusedInterpStatus = "unused_interp_status"
 	stackVarUnusedSetupFlag    = "unused_setup_flag"
+	stackVarUnusedStackStat    = "unused_stack_stat"
 	stackVarUnusedUnwindStack  = "unused_unwind_stack"
 )
 
@@ -169,6 +180,7 @@ type stackMapSpecs struct {
 	StackFpScratch     *ebpf.MapSpec `ebpf:"stack_fp_scratch"`
 	StackInterpScratch *ebpf.MapSpec `ebpf:"stack_interp_scratch"`
 	StackSeen          *ebpf.MapSpec `ebpf:"stack_seen"`
+	StackStats         *ebpf.MapSpec `ebpf:"stack_stats"`
 }
 
 // stackVariableSpecs contains global variables before they are loaded into the kernel.
@@ -184,6 +196,7 @@ type stackVariableSpecs struct {
 	UnusedInterpStack  *ebpf.VariableSpec `ebpf:"unused_interp_stack"`
 	UnusedInterpStatus *ebpf.VariableSpec `ebpf:"unused_interp_status"`
 	UnusedSetupFlag    *ebpf.VariableSpec `ebpf:"unused_setup_flag"`
+	UnusedStackStat    *ebpf.VariableSpec `ebpf:"unused_stack_stat"`
 	UnusedUnwindStack  *ebpf.VariableSpec `ebpf:"unused_unwind_stack"`
 }
 
@@ -214,6 +227,7 @@ type stackMaps struct {
 	StackFpScratch     *ebpf.Map `ebpf:"stack_fp_scratch"`
 	StackInterpScratch *ebpf.Map `ebpf:"stack_interp_scratch"`
 	StackSeen          *ebpf.Map `ebpf:"stack_seen"`
+	StackStats         *ebpf.Map `ebpf:"stack_stats"`
 }
 
 func (m *stackMaps) Close() error {
@@ -225,6 +239,7 @@ func (m *stackMaps) Close() error {
 		m.StackFpScratch,
 		m.StackInterpScratch,
 		m.StackSeen,
+		m.StackStats,
 	)
 }
 
@@ -241,6 +256,7 @@ type stackVariables struct {
 	UnusedInterpStack  *ebpf.Variable `ebpf:"unused_interp_stack"`
 	UnusedInterpStatus *ebpf.Variable `ebpf:"unused_interp_status"`
 	UnusedSetupFlag    *ebpf.Variable `ebpf:"unused_setup_flag"`
+	UnusedStackStat    *ebpf.Variable `ebpf:"unused_stack_stat"`
 	UnusedUnwindStack  *ebpf.Variable `ebpf:"unused_unwind_stack"`
 }
 

@@ -64,6 +64,7 @@ const (
 	samplerMapStackFpScratch     = "stack_fp_scratch"
 	samplerMapStackInterpScratch = "stack_interp_scratch"
 	samplerMapStackSeen          = "stack_seen"
+	samplerMapStackStats         = "stack_stats"
 	samplerMapStacks0            = "stacks_0"
 	samplerMapStacks1            = "stacks_1"
 	samplerMapStats0             = "stats_0"
@@ -140,6 +141,7 @@ type samplerMapSpecs struct {
 	StackFpScratch     *ebpf.MapSpec `ebpf:"stack_fp_scratch"`
 	StackInterpScratch *ebpf.MapSpec `ebpf:"stack_interp_scratch"`
 	StackSeen          *ebpf.MapSpec `ebpf:"stack_seen"`
+	StackStats         *ebpf.MapSpec `ebpf:"stack_stats"`
 	Stacks0            *ebpf.MapSpec `ebpf:"stacks_0"`
 	Stacks1            *ebpf.MapSpec `ebpf:"stacks_1"`
 	Stats0             *ebpf.MapSpec `ebpf:"stats_0"`
@@ -192,6 +194,7 @@ type samplerMaps struct {
 	StackFpScratch     *ebpf.Map `ebpf:"stack_fp_scratch"`
 	StackInterpScratch *ebpf.Map `ebpf:"stack_interp_scratch"`
 	StackSeen          *ebpf.Map `ebpf:"stack_seen"`
+	StackStats         *ebpf.Map `ebpf:"stack_stats"`
 	Stacks0            *ebpf.Map `ebpf:"stacks_0"`
 	Stacks1            *ebpf.Map `ebpf:"stacks_1"`
 	Stats0             *ebpf.Map `ebpf:"stats_0"`
@@ -215,6 +218,7 @@ func (m *samplerMaps) Close() error {
 		m.StackFpScratch,
 		m.StackInterpScratch,
 		m.StackSeen,
+		m.StackStats,
 		m.Stacks0,
 		m.Stacks1,
 		m.Stats0,

@@ -114,6 +114,7 @@ const (
 	markersMapStackFpScratch     = "stack_fp_scratch"
 	markersMapStackInterpScratch = "stack_interp_scratch"
 	markersMapStackSeen          = "stack_seen"
+	markersMapStackStats         = "stack_stats"
 	markersMapStats              = "stats"
 	markersMapUserRates          = "user_rates"
 	markersProgKernelLaunch      = "kernel_launch"
@@ -190,6 +191,7 @@ type markersMapSpecs struct {
 	StackFpScratch     *ebpf.MapSpec `ebpf:"stack_fp_scratch"`
 	StackInterpScratch *ebpf.MapSpec `ebpf:"stack_interp_scratch"`
 	StackSeen          *ebpf.MapSpec `ebpf:"stack_seen"`
+	StackStats         *ebpf.MapSpec `ebpf:"stack_stats"`
 	Stats              *ebpf.MapSpec `ebpf:"stats"`
 	UserRates          *ebpf.MapSpec `ebpf:"user_rates"`
 }
@@ -238,6 +240,7 @@ type markersMaps struct {
 	StackFpScratch     *ebpf.Map `ebpf:"stack_fp_scratch"`
 	StackInterpScratch *ebpf.Map `ebpf:"stack_interp_scratch"`
 	StackSeen          *ebpf.Map `ebpf:"stack_seen"`
+	StackStats         *ebpf.Map `ebpf:"stack_stats"`
 	Stats              *ebpf.Map `ebpf:"stats"`
 	UserRates          *ebpf.Map `ebpf:"user_rates"`
 }
@@ -252,6 +255,7 @@ func (m *markersMaps) Close() error {
 		m.StackFpScratch,
 		m.StackInterpScratch,
 		m.StackSeen,
+		m.StackStats,
 		m.Stats,
 		m.UserRates,
 	)

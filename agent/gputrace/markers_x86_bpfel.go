@@ -114,6 +114,7 @@ const (
 	markersMapStackFpScratch     = "stack_fp_scratch"
 	markersMapStackInterpScratch = "stack_interp_scratch"
 	markersMapStackSeen          = "stack_seen"
+	markersMapStackStats         = "stack_stats"
 	markersMapStats              = "stats"
 	markersMapUnwindCache        = "unwind_cache"
 	markersMapUnwindGen          = "unwind_gen"
@@ -197,6 +198,7 @@ type markersMapSpecs struct {
 	StackFpScratch     *ebpf.MapSpec `ebpf:"stack_fp_scratch"`
 	StackInterpScratch *ebpf.MapSpec `ebpf:"stack_interp_scratch"`
 	StackSeen          *ebpf.MapSpec `ebpf:"stack_seen"`
+	StackStats         *ebpf.MapSpec `ebpf:"stack_stats"`
 	Stats              *ebpf.MapSpec `ebpf:"stats"`
 	UnwindCache        *ebpf.MapSpec `ebpf:"unwind_cache"`
 	UnwindGen          *ebpf.MapSpec `ebpf:"unwind_gen"`
@@ -252,6 +254,7 @@ type markersMaps struct {
 	StackFpScratch     *ebpf.Map `ebpf:"stack_fp_scratch"`
 	StackInterpScratch *ebpf.Map `ebpf:"stack_interp_scratch"`
 	StackSeen          *ebpf.Map `ebpf:"stack_seen"`
+	StackStats         *ebpf.Map `ebpf:"stack_stats"`
 	Stats              *ebpf.Map `ebpf:"stats"`
 	UnwindCache        *ebpf.Map `ebpf:"unwind_cache"`
 	UnwindGen          *ebpf.Map `ebpf:"unwind_gen"`
@@ -273,6 +276,7 @@ func (m *markersMaps) Close() error {
 		m.StackFpScratch,
 		m.StackInterpScratch,
 		m.StackSeen,
+		m.StackStats,
 		m.Stats,
 		m.UnwindCache,
 		m.UnwindGen,

@@ -140,7 +140,18 @@ type Stat struct {
 	Comm      string // raw bytes of the command name; may be any bytes
 	State     byte
 	PPID      int
+	Flags     uint64 // the thread-group leader's PF_* flags (field 9)
 	StartTime uint64 // clock ticks since boot (field 22): with the pid, a process's ID
+}
+
+// PFExiting is the kernel's PF_EXITING: the task has begun to exit
+// (include/linux/sched.h; ABI in practice, as ps reads it).
+const PFExiting = 0x4
+
+// Exiting reports whether the process's leader has begun to exit or is a
+// zombie: its exit hooks have run or are running.
+func (s Stat) Exiting() bool {
+	return s.Flags&PFExiting != 0 || s.State == 'Z' || s.State == 'X'
 }
 
 // Stat reads /proc/<pid>/stat.
@@ -186,6 +197,9 @@ func ParseStat(b []byte) (Stat, error) {
 		return Stat{}, fmt.Errorf("malformed stat: ppid: %v", err)
 	}
 	st.PPID = ppid
+	if st.Flags, err = strconv.ParseUint(string(rest[6]), 10, 64); err != nil {
+		return Stat{}, fmt.Errorf("malformed stat: flags: %v", err)
+	}
 	st.StartTime, err = strconv.ParseUint(string(rest[19]), 10, 64)
 	if err != nil {
 		return Stat{}, fmt.Errorf("malformed stat: starttime: %v", err)

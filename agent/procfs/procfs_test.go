@@ -15,8 +15,13 @@ func TestParseStat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Comm != "a) (b\nc" || st.State != 'S' || st.PPID != 1 || st.StartTime != 5005 {
+	if st.Comm != "a) (b\nc" || st.State != 'S' || st.PPID != 1 || st.Flags != 4194560 || st.StartTime != 5005 || st.Exiting() {
 		t.Fatalf("got %+v", st)
+	}
+	for _, exiting := range []string{"1 (x) S 1 1 1 0 -1 4194564 0 0 0 0 0 0 0 0 20 0 1 0 5 0", "1 (x) Z 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 0"} {
+		if st, err := ParseStat([]byte(exiting)); err != nil || !st.Exiting() {
+			t.Errorf("ParseStat(%q) = %+v, %v: not exiting", exiting, st, err)
+		}
 	}
 	for _, bad := range []string{"", "1 (x", "1 (x) S 1 2 3", "1 (x) S one 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 0", "1 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 -5 0"} {
 		if _, err := ParseStat([]byte(bad)); err == nil {

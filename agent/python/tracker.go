@@ -413,7 +413,11 @@ func (t *Tracker) put(p *proc) {
 		return
 	}
 	if err := t.o.Procs.Put(interp.Process{PID: p.pid, StartNs: p.start, MM: p.mm}, info.encode()); err != nil {
-		t.skip(p, t.o.Now(), "bpf_map")
+		reason := "bpf_map"
+		if errors.Is(err, procfs.ErrGone) {
+			reason = "exited" // as it was set up
+		}
+		t.skip(p, t.o.Now(), reason)
 		return
 	}
 	if p.state == stateReady {

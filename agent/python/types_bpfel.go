@@ -62,6 +62,7 @@ const (
 	typesMapStackFpScratch     = "stack_fp_scratch"
 	typesMapStackInterpScratch = "stack_interp_scratch"
 	typesMapStackSeen          = "stack_seen"
+	typesMapStackStats         = "stack_stats"
 	typesVarStackInterpreters  = "stack_interpreters"
 	typesVarStackTables        = "stack_tables"
 	typesVarUnusedBuf          = "unused_buf"
@@ -125,6 +126,7 @@ type typesMapSpecs struct {
 	StackFpScratch     *ebpf.MapSpec `ebpf:"stack_fp_scratch"`
 	StackInterpScratch *ebpf.MapSpec `ebpf:"stack_interp_scratch"`
 	StackSeen          *ebpf.MapSpec `ebpf:"stack_seen"`
+	StackStats         *ebpf.MapSpec `ebpf:"stack_stats"`
 }
 
 // typesVariableSpecs contains global variables before they are loaded into the kernel.
@@ -166,6 +168,7 @@ type typesMaps struct {
 	StackFpScratch     *ebpf.Map `ebpf:"stack_fp_scratch"`
 	StackInterpScratch *ebpf.Map `ebpf:"stack_interp_scratch"`
 	StackSeen          *ebpf.Map `ebpf:"stack_seen"`
+	StackStats         *ebpf.Map `ebpf:"stack_stats"`
 }
 
 func (m *typesMaps) Close() error {
@@ -177,6 +180,7 @@ func (m *typesMaps) Close() error {
 		m.StackFpScratch,
 		m.StackInterpScratch,
 		m.StackSeen,
+		m.StackStats,
 	)
 }
 

@@ -23,7 +23,7 @@ type interpreters struct {
 
 // openInterpreters opens each interpreter with the capture's environment
 // and its own view of the process table.
-func openInterpreters(list []interp.Interpreter, env interp.Env, table *ebpf.Map) (*interpreters, error) {
+func openInterpreters(list []interp.Interpreter, env interp.Env, table *ebpf.Map, proc procfs.FS) (*interpreters, error) {
 	s := &interpreters{byKind: map[uint32]interp.Instance{}}
 	for _, in := range list {
 		k := uint32(in.Kind())
@@ -34,7 +34,7 @@ func openInterpreters(list []interp.Interpreter, env interp.Env, table *ebpf.Map
 			return nil, fmt.Errorf("interpreter %s: kind %d taken by another", in.Name(), k)
 		}
 		e := env
-		e.Procs = kindTable{m: table, kind: k}
+		e.Procs = kindTable{m: table, kind: k, proc: proc}
 		inst, err := in.Open(e)
 		if err != nil {
 			return nil, fmt.Errorf("interpreter %s: %w", in.Name(), err)
@@ -107,17 +107,31 @@ func (ev procEvent) process() interp.Process { return interpProcess(ev.id, ev.st
 type kindTable struct {
 	m    *ebpf.Map
 	kind uint32
+	proc procfs.FS
 }
 
 var _ interp.Table = kindTable{}
 
+// Put writes p's entry, unless p has exited: the exit hook frees the entry
+// of a process whose last thread exits after the write, and Put the entry
+// of one that exited before it (a short child set up as it exits, a
+// zombie), so that neither stays in the shared table.
 func (t kindTable) Put(p interp.Process, data []byte) error {
 	v := bpf.InterpProc{StartBoottime: p.StartNs, Mm: p.MM, Kind: t.kind}
 	if len(data) > len(v.Data) {
 		return fmt.Errorf("interpreter data of %d bytes, the table holds %d", len(data), len(v.Data))
 	}
 	copy(v.Data[:], data)
-	return t.m.Put(p.PID, v)
+	if err := t.m.Put(p.PID, v); err != nil {
+		return err
+	}
+	// An exiting process (PF_EXITING, a zombie) has run, or is running,
+	// its exit hook.
+	if st, err := t.proc.Stat(int(p.PID)); err != nil || st.StartTime != p.ID().Start || st.Exiting() {
+		t.Delete(p.PID)
+		return fmt.Errorf("process %d: %w", p.PID, procfs.ErrGone)
+	}
+	return nil
 }
 
 func (t kindTable) Delete(pid uint32) error {

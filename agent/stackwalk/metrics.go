@@ -3,6 +3,7 @@ package stackwalk
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/slurmscope/slurmscope/agent/bpf"
 	"github.com/slurmscope/slurmscope/agent/promschema"
 	"github.com/slurmscope/slurmscope/agent/unwind"
 	"github.com/slurmscope/slurmscope/schema"
@@ -10,7 +11,7 @@ import (
 
 var metricDefs = []schema.Metric{
 	schema.AgentUnwindMode, schema.AgentUnwindWalks, schema.AgentUnwindFrames, schema.AgentUnwindTableBytes, schema.AgentUnwindBudget,
-	schema.AgentUnwindProcesses, schema.AgentUnwindFiles, schema.AgentUnwindSyncs,
+	schema.AgentUnwindProcesses, schema.AgentUnwindFiles, schema.AgentUnwindSyncs, schema.AgentStackForksRefused,
 }
 
 // collector reads the unwinder's and the lifecycle's counters at each
@@ -24,6 +25,16 @@ func (w *Walker) readMetrics(emit func(m schema.Metric, v float64, labels ...str
 		emit(schema.AgentUnwindMode, 1, "tables", "none")
 	} else {
 		emit(schema.AgentUnwindMode, 1, "frame_pointer", w.fpReason)
+	}
+	if m := w.shared["stack_stats"]; m != nil {
+		var perCPU []uint64
+		if err := m.Lookup(uint32(bpf.StackStatForkShare), &perCPU); err == nil {
+			var n uint64
+			for _, v := range perCPU {
+				n += v
+			}
+			emit(schema.AgentStackForksRefused, float64(n))
+		}
 	}
 	if l := w.loader; l != nil {
 		if cs, err := l.Counters(); err == nil {

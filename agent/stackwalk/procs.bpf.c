@@ -8,6 +8,9 @@
 //   - sched_process_fork: a forked child runs its parent's image, so it gets
 //     the parent's unwinder and interpreter state at once (stack_fork),
 //     before user space has looked at it.
+//   - sched_process_exit: the process's last thread exits, and its entries
+//     go (stack_exit), so that forks that never exec do not fill the
+//     shared tables.
 //   - sched_process_exec: the process's mappings are gone, and its
 //     unwind_procs entry with them (its start time does not change, so the
 //     unwinder could not tell); its next sample announces it, and user space
@@ -31,6 +34,14 @@ SEC("raw_tp/sched_process_fork")
 int on_fork(struct bpf_raw_tracepoint_args *ctx)
 {
 	stack_fork((struct task_struct *)ctx->args[0], (struct task_struct *)ctx->args[1]);
+	return 0;
+}
+
+// TP_PROTO(struct task_struct *p)
+SEC("raw_tp/sched_process_exit")
+int on_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	stack_exit((struct task_struct *)ctx->args[0]);
 	return 0;
 }
 

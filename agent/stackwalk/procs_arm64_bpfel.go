@@ -23,7 +23,9 @@ const (
 	procsMapStackFpScratch     = "stack_fp_scratch"
 	procsMapStackInterpScratch = "stack_interp_scratch"
 	procsMapStackSeen          = "stack_seen"
+	procsMapStackStats         = "stack_stats"
 	procsProgOnExec            = "on_exec"
+	procsProgOnExit            = "on_exit"
 	procsProgOnFork            = "on_fork"
 	procsVarStackInterpreters  = "stack_interpreters"
 	procsVarStackTables        = "stack_tables"
@@ -72,6 +74,7 @@ type procsSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type procsProgramSpecs struct {
 	OnExec *ebpf.ProgramSpec `ebpf:"on_exec"`
+	OnExit *ebpf.ProgramSpec `ebpf:"on_exit"`
 	OnFork *ebpf.ProgramSpec `ebpf:"on_fork"`
 }
 
@@ -86,6 +89,7 @@ type procsMapSpecs struct {
 	StackFpScratch     *ebpf.MapSpec `ebpf:"stack_fp_scratch"`
 	StackInterpScratch *ebpf.MapSpec `ebpf:"stack_interp_scratch"`
 	StackSeen          *ebpf.MapSpec `ebpf:"stack_seen"`
+	StackStats         *ebpf.MapSpec `ebpf:"stack_stats"`
 }
 
 // procsVariableSpecs contains global variables before they are loaded into the kernel.
@@ -123,6 +127,7 @@ type procsMaps struct {
 	StackFpScratch     *ebpf.Map `ebpf:"stack_fp_scratch"`
 	StackInterpScratch *ebpf.Map `ebpf:"stack_interp_scratch"`
 	StackSeen          *ebpf.Map `ebpf:"stack_seen"`
+	StackStats         *ebpf.Map `ebpf:"stack_stats"`
 }
 
 func (m *procsMaps) Close() error {
@@ -134,6 +139,7 @@ func (m *procsMaps) Close() error {
 		m.StackFpScratch,
 		m.StackInterpScratch,
 		m.StackSeen,
+		m.StackStats,
 	)
 }
 
@@ -150,12 +156,14 @@ type procsVariables struct {
 // It can be passed to loadProcsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type procsPrograms struct {
 	OnExec *ebpf.Program `ebpf:"on_exec"`
+	OnExit *ebpf.Program `ebpf:"on_exit"`
 	OnFork *ebpf.Program `ebpf:"on_fork"`
 }
 
 func (p *procsPrograms) Close() error {
 	return _ProcsClose(
 		p.OnExec,
+		p.OnExit,
 		p.OnFork,
 	)
 }

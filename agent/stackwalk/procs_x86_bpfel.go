@@ -23,6 +23,7 @@ const (
 	procsMapStackFpScratch     = "stack_fp_scratch"
 	procsMapStackInterpScratch = "stack_interp_scratch"
 	procsMapStackSeen          = "stack_seen"
+	procsMapStackStats         = "stack_stats"
 	procsMapUnwindCache        = "unwind_cache"
 	procsMapUnwindGen          = "unwind_gen"
 	procsMapUnwindMappings     = "unwind_mappings"
@@ -31,6 +32,7 @@ const (
 	procsMapUnwindStats        = "unwind_stats"
 	procsMapUnwindTables       = "unwind_tables"
 	procsProgOnExec            = "on_exec"
+	procsProgOnExit            = "on_exit"
 	procsProgOnFork            = "on_fork"
 	procsVarStackInterpreters  = "stack_interpreters"
 	procsVarStackTables        = "stack_tables"
@@ -79,6 +81,7 @@ type procsSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type procsProgramSpecs struct {
 	OnExec *ebpf.ProgramSpec `ebpf:"on_exec"`
+	OnExit *ebpf.ProgramSpec `ebpf:"on_exit"`
 	OnFork *ebpf.ProgramSpec `ebpf:"on_fork"`
 }
 
@@ -93,6 +96,7 @@ type procsMapSpecs struct {
 	StackFpScratch     *ebpf.MapSpec `ebpf:"stack_fp_scratch"`
 	StackInterpScratch *ebpf.MapSpec `ebpf:"stack_interp_scratch"`
 	StackSeen          *ebpf.MapSpec `ebpf:"stack_seen"`
+	StackStats         *ebpf.MapSpec `ebpf:"stack_stats"`
 	UnwindCache        *ebpf.MapSpec `ebpf:"unwind_cache"`
 	UnwindGen          *ebpf.MapSpec `ebpf:"unwind_gen"`
 	UnwindMappings     *ebpf.MapSpec `ebpf:"unwind_mappings"`
@@ -137,6 +141,7 @@ type procsMaps struct {
 	StackFpScratch     *ebpf.Map `ebpf:"stack_fp_scratch"`
 	StackInterpScratch *ebpf.Map `ebpf:"stack_interp_scratch"`
 	StackSeen          *ebpf.Map `ebpf:"stack_seen"`
+	StackStats         *ebpf.Map `ebpf:"stack_stats"`
 	UnwindCache        *ebpf.Map `ebpf:"unwind_cache"`
 	UnwindGen          *ebpf.Map `ebpf:"unwind_gen"`
 	UnwindMappings     *ebpf.Map `ebpf:"unwind_mappings"`
@@ -155,6 +160,7 @@ func (m *procsMaps) Close() error {
 		m.StackFpScratch,
 		m.StackInterpScratch,
 		m.StackSeen,
+		m.StackStats,
 		m.UnwindCache,
 		m.UnwindGen,
 		m.UnwindMappings,
@@ -178,12 +184,14 @@ type procsVariables struct {
 // It can be passed to loadProcsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type procsPrograms struct {
 	OnExec *ebpf.Program `ebpf:"on_exec"`
+	OnExit *ebpf.Program `ebpf:"on_exit"`
 	OnFork *ebpf.Program `ebpf:"on_fork"`
 }
 
 func (p *procsPrograms) Close() error {
 	return _ProcsClose(
 		p.OnExec,
+		p.OnExit,
 		p.OnFork,
 	)
 }

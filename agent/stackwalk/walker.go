@@ -177,7 +177,7 @@ func (w *Walker) init() error {
 	}
 	env := interp.Env{Maps: mapsReader{mapped}, Open: opener{mapped}, Arch: runtime.GOARCH, Log: w.o.Log,
 		Ready: func(p interp.Process) { w.setup.observe(partInterpreter, p.StartNs) }}
-	if w.interps, err = openInterpreters(w.o.Interpreters, env, w.shared["interp_procs"]); err != nil {
+	if w.interps, err = openInterpreters(w.o.Interpreters, env, w.shared["interp_procs"], w.o.Proc); err != nil {
 		return fmt.Errorf("stack walker: %w", err)
 	}
 	spec, err := loadProcs()
@@ -195,7 +195,7 @@ func (w *Walker) init() error {
 	for _, p := range []struct {
 		name string
 		prog *ebpf.Program
-	}{{"sched_process_fork", w.objs.OnFork}, {"sched_process_exec", w.objs.OnExec}} {
+	}{{"sched_process_fork", w.objs.OnFork}, {"sched_process_exit", w.objs.OnExit}, {"sched_process_exec", w.objs.OnExec}} {
 		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: p.name, Program: p.prog})
 		if err != nil {
 			return fmt.Errorf("stack walker: raw tracepoint %s: %w", p.name, err)

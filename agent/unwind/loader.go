@@ -39,7 +39,7 @@ type Options struct {
 	// process with thousands of executable mappings cannot take the map
 	// from the others (default 8192).
 	MaxMappingsPerProcess int
-	MaxProcesses          int // default 8192
+	MaxProcesses          int // default 32768
 	Limits                cfi.Limits
 	Maps                  MapsReader // required (agent/stackwalk: procfs)
 	Opener                FileOpener // required (agent/stackwalk: procfs.FS.Open)
@@ -62,7 +62,7 @@ func (o Options) withDefaults() Options {
 		o.MaxMappingsPerProcess = 8192
 	}
 	if o.MaxProcesses <= 0 {
-		o.MaxProcesses = 8192
+		o.MaxProcesses = 32768
 	}
 	// A BPF map's size is a u32; far below that the kernel refuses the
 	// memory anyway.
@@ -697,4 +697,13 @@ func prefixes(start, end uint64, fn func(addr uint64, prefixLen int)) {
 		}
 		start += 1 << k
 	}
+}
+
+// ProcessEntries counts the entries of the kernel's process table
+// (unwind_procs): the processes loaded and the forked children the fork
+// hook pointed at them.
+func (l *Loader) ProcessEntries() (int, error) {
+	n := 0
+	err := bpf.EachEntry(l.maps.procs, false, func(*uint32, *[procValSize]byte) { n++ })
+	return n, err
 }

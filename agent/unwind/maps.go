@@ -30,7 +30,7 @@ const (
 const (
 	mappingKeySize = 16   // struct unwind_mapping_key
 	mappingValSize = 40   // struct unwind_mapping
-	procValSize    = 24   // struct unwind_proc
+	procValSize    = 32   // struct unwind_proc
 	scratchSize    = 2152 // struct unwind_scratch
 	cacheEntrySize = 24   // struct unwind_cache_entry
 	cacheEntries   = 1 << 10

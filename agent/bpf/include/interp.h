@@ -61,13 +61,15 @@ struct interp_proc {
 	__u64 start_boottime; // thread-group leader's start time: guards pid reuse
 	__u64 mm;             // task->mm when found: changes on exec
 	__u32 kind;           // which interpreter's walk reads data
+	__u32 origin;         // a forked copy: the tgid of the set-up process it descends from; 0: set up itself
+	__u32 forks;          // a set-up process: its live forked copies (stack.h bounds them)
 	__u32 pad;
 	__u8 data[INTERP_PROC_DATA]; // the interpreter's own (python.h: struct py_proc)
 };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 8192);
+	__uint(max_entries, 32768); // freed at exit (stack.h), forks bounded per process
 	__type(key, __u32);
 	__type(value, struct interp_proc);
 } interp_procs SEC(".maps");

@@ -92,6 +92,24 @@ struct {
 	__type(value, struct stack_seen_val);
 } stack_seen SEC(".maps");
 
+// Counters of the capture's own hooks; read by agent/stackwalk.
+enum stack_stat {
+	STACK_STAT_FORK_SHARE = 0, // forks not handed their origin's state: it had STACK_FORK_SHARE live
+	STACK_STAT_MAX,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STACK_STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} stack_stats SEC(".maps");
+
+static __always_inline void stack_stat(__u32 idx)
+{
+	stat_inc(&stack_stats, idx);
+}
+
 // Where bpf_get_stack writes: 1 KiB is too much for the 512-byte BPF
 // stack. Laid out as unwind_user's result, so that callers handle one kind.
 struct {
@@ -259,14 +277,23 @@ static __always_inline __u32 stack_setup(struct unwind_stack *st, struct interp_
 	return setup;
 }
 
+// How many live forked descendants of one set-up process get its state at
+// their fork; the rest are set up by user space when first sampled, as any
+// process. It bounds what one fork storm takes of the shared tables (one
+// process's share: STACK_FORK_SHARE of the 32768 entries).
+#define STACK_FORK_SHARE 256
+
 // stack_fork gives a forked child (a new thread group) its parent's state
 // at once, before user space has looked at it: a fork runs the same image,
 // with the same interpreter at the same addresses, and short-lived workers
 // (a multiprocessing pool, a DataLoader) may not live much longer. The
-// child's unwind_procs entry points at the parent's mappings (unwind.h,
-// alias_tgid), and its interp_procs entry is a copy of the parent's; user
-// space is told of the latter (STACK_EVENT_FORK) so that it resolves the
-// child's frames. parent and child are sched_process_fork's tasks.
+// child's unwind_procs entry points at the mappings of the process that
+// was loaded (unwind.h, alias_tgid), and its interp_procs entry is a copy
+// of its parent's; user space is told of the latter (STACK_EVENT_FORK) so
+// that it resolves the child's frames. At most STACK_FORK_SHARE live
+// descendants of one set-up process are handed over (counted in its entry;
+// stack_exit gives the place back). parent and child are
+// sched_process_fork's tasks.
 static __always_inline void stack_fork(struct task_struct *parent, struct task_struct *child)
 {
 	__u32 tgid = BPF_CORE_READ(child, tgid);
@@ -284,13 +311,20 @@ static __always_inline void stack_fork(struct task_struct *parent, struct task_s
 
 		if (up && up->start_ticks == pstart / UNWIND_NSEC_PER_TICK) {
 			// A fork of a fork names the process that was loaded.
+			__u32 origin = up->alias_tgid ? up->alias_tgid : ptgid;
+			struct unwind_proc *o = up->alias_tgid ? bpf_map_lookup_elem(&unwind_procs, &origin) : up;
 			struct unwind_proc c = {
 				.start_ticks = cstart / UNWIND_NSEC_PER_TICK,
-				.alias_tgid = up->alias_tgid ? up->alias_tgid : ptgid,
+				.alias_tgid = origin,
 				.alias_start_ticks = up->alias_tgid ? up->alias_start_ticks : up->start_ticks,
 			};
 
-			bpf_map_update_elem(&unwind_procs, &tgid, &c, 0);
+			if (o && o->forks < STACK_FORK_SHARE) {
+				if (bpf_map_update_elem(&unwind_procs, &tgid, &c, 0) == 0)
+					__sync_fetch_and_add(&o->forks, 1);
+			} else {
+				stack_stat(STACK_STAT_FORK_SHARE);
+			}
 		}
 	}
 #endif
@@ -300,16 +334,92 @@ static __always_inline void stack_fork(struct task_struct *parent, struct task_s
 
 	if (!p || p->start_boottime != pstart || p->mm != interp_task_mm(parent))
 		return;
+	__u32 origin = p->origin ? p->origin : ptgid;
+	struct interp_proc *o = p->origin ? bpf_map_lookup_elem(&interp_procs, &origin) : p;
+
+	if (!o || o->forks >= STACK_FORK_SHARE) {
+		stack_stat(STACK_STAT_FORK_SHARE);
+		return;
+	}
 	struct interp_proc c = *p;
 
 	c.start_boottime = cstart;
 	c.mm = interp_task_mm(child);
+	c.origin = origin;
+	c.forks = 0;
 	if (!c.mm || bpf_map_update_elem(&interp_procs, &tgid, &c, 0))
 		return;
+	__sync_fetch_and_add(&o->forks, 1);
 	struct stack_event ev = { .tgid = tgid, .parent_tgid = ptgid, .start_boottime = cstart, .mm = c.mm,
 				  .parent_start_boottime = pstart, .flags = STACK_EVENT_FORK, .kind = c.kind };
 
 	bpf_ringbuf_output(&stack_events, &ev, sizeof(ev), 0);
+}
+
+// CO-RE view of what stack_exit reads: whether the exiting thread is its
+// process's last (do_exit drops signal->live before the tracepoint).
+struct stack_atomic___stack {
+	int counter;
+};
+
+struct signal_struct___stack {
+	struct stack_atomic___stack live;
+} __attribute__((preserve_access_index));
+
+struct task_struct___exit {
+	struct signal_struct___stack *signal;
+} __attribute__((preserve_access_index));
+
+// stack_drop_fork gives a forked entry's place back to its origin, whose
+// count a re-load by user space may have reset (so never below zero).
+static __always_inline void stack_drop_fork(__u32 *forks)
+{
+	if (*forks > 0)
+		__sync_fetch_and_add(forks, -1);
+}
+
+// stack_exit frees a process's entries when its last thread exits
+// (sched_process_exit): forked children that never exec would otherwise
+// fill the shared tables for good. User space forgets the process itself
+// later, after its last samples are drained; it keeps what it needs for
+// them in its own state.
+static __always_inline void stack_exit(struct task_struct *task)
+{
+	if (BPF_CORE_READ((struct task_struct___exit *)task, signal, live.counter) != 0)
+		return;
+	__u32 tgid = BPF_CORE_READ(task, tgid);
+	__u64 start = BPF_CORE_READ(task, group_leader, start_boottime);
+
+#if defined(__TARGET_ARCH_x86)
+	if (stack_tables) {
+		struct unwind_proc *up = bpf_map_lookup_elem(&unwind_procs, &tgid);
+
+		if (up && up->start_ticks == start / UNWIND_NSEC_PER_TICK) {
+			if (up->alias_tgid) {
+				__u32 origin = up->alias_tgid;
+				struct unwind_proc *o = bpf_map_lookup_elem(&unwind_procs, &origin);
+
+				if (o && o->start_ticks == up->alias_start_ticks)
+					stack_drop_fork(&o->forks);
+			}
+			bpf_map_delete_elem(&unwind_procs, &tgid);
+		}
+	}
+#endif
+	if (!stack_interpreters)
+		return;
+	struct interp_proc *p = bpf_map_lookup_elem(&interp_procs, &tgid);
+
+	if (!p || p->start_boottime != start)
+		return;
+	if (p->origin) {
+		__u32 origin = p->origin;
+		struct interp_proc *o = bpf_map_lookup_elem(&interp_procs, &origin);
+
+		if (o)
+			stack_drop_fork(&o->forks);
+	}
+	bpf_map_delete_elem(&interp_procs, &tgid);
 }
 
 #endif // SLURMSCOPE_STACK_H

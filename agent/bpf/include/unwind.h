@@ -173,12 +173,15 @@ struct unwind_mapping {
 // parent's start_ticks), whose mappings it shares until it maps anything
 // else. unknown counts the frames of this process that fell in no loaded
 // mapping (code mapped since it was loaded): user space loads it again when
-// that grows.
+// that grows. forks counts, in a loaded process's entry, the live forked
+// descendants that alias it (stack.h's fork hook bounds it).
 struct unwind_proc {
 	__u64 start_ticks;
 	__u32 alias_tgid; // 0: the process's own mappings
 	__u32 unknown;    // added to atomically by every walk
 	__u64 alias_start_ticks;
+	__u32 forks; // added to atomically by the fork and exit hooks
+	__u32 pad;
 };
 
 // NSEC_PER_SEC / USER_HZ: how the kernel turns start_boottime into ticks

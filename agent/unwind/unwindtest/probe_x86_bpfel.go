@@ -82,6 +82,8 @@ type probeUnwindProc struct {
 	AliasTgid       uint32
 	Unknown         uint32
 	AliasStartTicks uint64
+	Forks           uint32
+	Pad             uint32
 }
 
 type probeUnwindRow struct {

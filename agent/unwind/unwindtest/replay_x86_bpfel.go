@@ -51,6 +51,8 @@ type replayUnwindProc struct {
 	AliasTgid       uint32
 	Unknown         uint32
 	AliasStartTicks uint64
+	Forks           uint32
+	Pad             uint32
 }
 
 type replayUnwindScratch struct {

@@ -1,0 +1,174 @@
+package stackwalk
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os/exec"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/slurmscope/slurmscope/agent/bpf"
+	"github.com/slurmscope/slurmscope/agent/cpu"
+	"github.com/slurmscope/slurmscope/agent/interp"
+	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/agent/python"
+	"github.com/slurmscope/slurmscope/internal/testenv"
+)
+
+// forker is a Python program that, once told on stdin, forks: "storm N"
+// forks N children that _exit at once, one after the other; "hold N" forks
+// N children that wait for stdin to close. It prints "done" after each.
+const forker = `import os, sys
+print("ready", flush=True)
+held = []
+for line in sys.stdin:
+    cmd, n = line.split()
+    for _ in range(int(n)):
+        if cmd == "storm":
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+        else:
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(w)
+                for _, hw in held:
+                    os.close(hw)
+                os.read(r, 1)
+                os._exit(0)
+            os.close(r)
+            held.append((pid, w))
+    if cmd == "release":
+        for pid, w in held:
+            os.close(w)
+            os.waitpid(pid, 0)
+        held = []
+    print("done", flush=True)
+`
+
+// TestIntegrationForkStorm: forked children get their set-up parent's
+// unwinder and interpreter entries at their fork, and give them back when
+// they exit, so that a fork storm of children that never exec leaves the
+// shared tables as it found them; at most STACK_FORK_SHARE (256) live
+// descendants of one process are handed over, the rest counted.
+func TestIntegrationForkStorm(t *testing.T) {
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF, testenv.Tools("python3.11"))
+	var target atomic.Int64
+	w, err := New(Options{Tables: true, Interpreters: []interp.Interpreter{python.CPython{}},
+		Profiled: func(id procfs.ID) bool { return int64(id.PID) == target.Load() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	s, err := cpu.New(cpu.Options{SampleRate: 499, Stacks: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	cmd := exec.Command("python3.11", "-c", forker)
+	// Its own process group: the children it holds go with it, however
+	// the test ends.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	in, _ := cmd.StdinPipe()
+	outp, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	target.Store(int64(cmd.Process.Pid))
+	defer func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() }()
+	out := bufio.NewScanner(outp)
+	expect := func(want string) {
+		t.Helper()
+		if !out.Scan() || out.Text() != want {
+			t.Fatalf("forker said %q, want %q", out.Text(), want)
+		}
+	}
+	expect("ready")
+	do := func(cmd string, n int) {
+		t.Helper()
+		if _, err := io.WriteString(in, fmt.Sprintf("%s %d\n", cmd, n)); err != nil {
+			t.Fatal(err)
+		}
+		expect("done")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !w.loader.Loaded(cmd.Process.Pid, mustStart(t, cmd.Process.Pid)) || !hasInterpEntry(w, cmd.Process.Pid) {
+		if time.Now().After(deadline) {
+			t.Fatal("the forker was never set up")
+		}
+		do("storm", 20) // its forks make it run, and so be sampled and announced
+	}
+	before := entries(t, w)
+
+	do("storm", 5000)
+	after := entries(t, w)
+	t.Logf("entries (unwind_procs, interp_procs): %v before, %v after 5000 fork+_exit", before, after)
+	if after[0] > before[0]+2 || after[1] > before[1]+2 {
+		t.Errorf("entries %v after 5000 forks that exited, %v before: the exit hook did not free them", after, before)
+	}
+
+	do("hold", 300)
+	held := entries(t, w)
+	refused := forksRefused(t, w)
+	t.Logf("with 300 live children: entries %v, forks refused %d", held, refused)
+	if held[0] != before[0]+256 || held[1] != before[1]+256 || refused != 2*(300-256) {
+		t.Errorf("300 live children: entries %v (before %v), refused %d; want 256 more of each and %d refused (44 per table)",
+			held, before, refused, 2*(300-256))
+	}
+	do("release", 0)
+	if e := entries(t, w); e[0] > before[0]+2 || e[1] > before[1]+2 {
+		t.Errorf("entries %v once the children exited, %v before", e, before)
+	}
+	// The share is given back: a new child is handed over again.
+	do("hold", 10)
+	if e := entries(t, w); e[1] != before[1]+10 {
+		t.Errorf("after the release, 10 new children: interp entries %d, want %d", e[1], before[1]+10)
+	}
+	do("release", 0)
+}
+
+func mustStart(t *testing.T, pid int) uint64 {
+	id, err := procfs.New("").ID(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id.Start
+}
+
+// hasInterpEntry reports whether pid has an interp_procs entry.
+func hasInterpEntry(w *Walker, pid int) bool {
+	var v bpf.InterpProc
+	return w.shared["interp_procs"].Lookup(uint32(pid), &v) == nil // #nosec G115 -- a test's child pid
+}
+
+func entries(t *testing.T, w *Walker) [2]int {
+	t.Helper()
+	u, err := w.loader.ProcessEntries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	if err := bpf.EachEntry(w.shared["interp_procs"], false, func(*uint32, *bpf.InterpProc) { n++ }); err != nil {
+		t.Fatal(err)
+	}
+	return [2]int{u, n}
+}
+
+func forksRefused(t *testing.T, w *Walker) uint64 {
+	t.Helper()
+	var perCPU []uint64
+	if err := w.shared["stack_stats"].Lookup(bpf.StackStatForkShare, &perCPU); err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, v := range perCPU {
+		n += v
+	}
+	return n
+}
