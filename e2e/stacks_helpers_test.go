@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,14 +61,18 @@ func cgroupCPU(dir string) (time.Duration, error) {
 
 // checkSampled holds a job's CPU profiles to its CPU time: at least frac
 // of the samples the sampler owed it were taken, attributed to it and
-// written, whatever was set up for it then (1.00-1.04 measured for a
-// CPU-only job).
+// written, whatever was set up for it then (0.98-1.04 measured for a
+// CPU-only job on a quiet host), less four standard deviations of a count
+// of that many: a timer samples whichever task runs when it fires, and an
+// oversubscribed host runs a job in slices that a periodic timer meets
+// unevenly (0.889 of 358 owed seen under a load average near 27).
 func checkSampled(t *testing.T, r jobRun, frac float64) {
 	t.Helper()
 	got := float64(total(r.ss))
+	want := frac*r.expected() - 4*math.Sqrt(r.expected())
 	t.Logf("%.0f CPU samples for %v of CPU (%.0f owed at %.0f Hz): %.3f", got, r.cpu.Round(time.Millisecond), r.expected(), r.hz, got/max(r.expected(), 1))
-	if got < frac*r.expected() {
-		t.Errorf("%.0f CPU samples, want >= %.0f%% of the %.0f the job's %v of CPU owed", got, 100*frac, r.expected(), r.cpu.Round(time.Millisecond))
+	if got < want {
+		t.Errorf("%.0f CPU samples, want >= %.0f: %.0f%% of the %.0f the job's %v of CPU owed, less 4 sd", got, want, 100*frac, r.expected(), r.cpu.Round(time.Millisecond))
 	}
 }
 
