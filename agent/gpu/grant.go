@@ -62,8 +62,12 @@ type SlurmGrants struct {
 	// ConfigTTL is how long a GRES configuration is kept; default 10 min.
 	ConfigTTL time.Duration
 
-	mu       sync.Mutex
-	progs    map[ebpf.ProgramID]*devcg.Program
+	mu    sync.Mutex
+	progs map[ebpf.ProgramID]*devcg.Program
+	// used is when each cached program was last read, so that the cache
+	// keeps only the programs of the jobs that still run.
+	used     map[ebpf.ProgramID]time.Time
+	pruned   time.Time
 	recs     [][]string // device files per GRES index
 	recsErr  error
 	recsAt   time.Time
@@ -79,9 +83,16 @@ func (g *SlurmGrants) Grant(ctx context.Context, j *attribution.Job, candidates 
 	var errs []error
 	if g.CgroupV2 != "" && j.Cgroup != "" {
 		if g.progs == nil {
-			g.progs = map[ebpf.ProgramID]*devcg.Program{}
+			g.progs, g.used = map[ebpf.ProgramID]*devcg.Program{}, map[ebpf.ProgramID]time.Time{}
 		}
-		p, _, err := devcg.Read(filepath.Join(g.CgroupV2, j.Cgroup), g.progs)
+		p, id, err := devcg.Read(filepath.Join(g.CgroupV2, j.Cgroup), g.progs)
+		if now := time.Now(); err == nil {
+			g.used[id] = now
+			if now.Sub(g.pruned) >= progPrune {
+				pruneProgs(g.progs, g.used, now.Add(-progTTL))
+				g.pruned = now
+			}
+		}
 		if err == nil {
 			out := map[DevNum]bool{}
 			for _, d := range candidates {
@@ -123,6 +134,24 @@ func (g *SlurmGrants) Grant(ctx context.Context, j *attribution.Job, candidates 
 		return out, SourceSlurmctld, true, errors.Join(errs...)
 	}
 	return nil, "", false, errors.Join(errs...)
+}
+
+// A cached device program is dropped once no job has used it for
+// progTTL: each job's slurmstepd attaches its own, and a node runs
+// thousands of jobs a day. The cache is looked over every progPrune.
+const (
+	progTTL   = 10 * time.Minute
+	progPrune = time.Minute
+)
+
+// pruneProgs drops the programs last used before cutoff.
+func pruneProgs(progs map[ebpf.ProgramID]*devcg.Program, used map[ebpf.ProgramID]time.Time, cutoff time.Time) {
+	for id := range progs {
+		if at, ok := used[id]; !ok || at.Before(cutoff) {
+			delete(progs, id)
+			delete(used, id)
+		}
+	}
 }
 
 // indexed is the node's GPU device files per GRES index, from slurmd -G,
