@@ -271,7 +271,7 @@ var (
 // host_name; a scrape adds instance.
 var (
 	AgentCPUSamples             = counter("agent_cpu_samples_total", "", "CPU samples taken by the eBPF sampler and drained.")
-	AgentCPUSamplesLost         = counter("agent_cpu_samples_lost_total", "", "CPU samples lost in the kernel (map_full), or kept without a stack (stack_error, stack_map_full).", "reason")
+	AgentCPUSamplesLost         = counter("agent_cpu_samples_lost_total", "", "CPU samples lost in the kernel (map_full), or kept without a stack (stack_error, stack_map_full) or without their interpreter frames (interpreter_stack_map_full; interpreter_share: their job had stored an eighth of the interpreter stacks map in the interval).", "reason")
 	AgentCPUSamplesUnattributed = counter("agent_cpu_samples_unattributed_total", "", "CPU samples not put in any profile, by reason (exited, other_node, not_in_job).", "reason")
 	AgentProfiles               = counter("agent_profiles_total", "", "Profiles handed to the sink, by result.", "result")
 	AgentProfileBytes           = counter("agent_profile_bytes_total", "bytes", "Bytes of encoded profiles produced.")

@@ -27,7 +27,7 @@ type stackInterpProc struct {
 	Kind          uint32
 	Origin        uint32
 	Forks         uint32
-	Pad           uint32
+	Group         uint32
 	Data          [64]uint8
 }
 

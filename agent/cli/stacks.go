@@ -56,8 +56,9 @@ type stacks struct {
 // newStacks starts the stack capture. A process the probes meet before a
 // rescan is admitted at once, as a rescan would (d holds the daemon once
 // the sources exist).
-func newStacks(f runFlags, proc procfs.FS, sym *symbolize.Symbolizer, res *attribution.Resolver, d *atomic.Pointer[daemon.Daemon], log *slog.Logger) (*stacks, error) {
-	walker, err := stackwalk.New(stackwalk.Options{Proc: proc, Tables: f.unwind == "auto", Interpreters: f.interps.enabled(),
+func newStacks(f runFlags, proc procfs.FS, sym *symbolize.Symbolizer, res *attribution.Resolver, owner func(procfs.ID) string,
+	d *atomic.Pointer[daemon.Daemon], log *slog.Logger) (*stacks, error) {
+	walker, err := stackwalk.New(stackwalk.Options{Proc: proc, Tables: f.unwind == "auto", Interpreters: f.interps.enabled(), Owner: owner,
 		Remapped:      sym.Refresh,
 		MaxTableBytes: f.unwindBudget, ExitGrace: 2*f.interval + time.Minute, Log: log,
 		Profiled: func(id procfs.ID) bool {

@@ -45,6 +45,7 @@ func (m metrics) observe(prev, cur Stats) {
 	add("stack_error", prev.KernelStackErrors+prev.UserStackErrors, cur.KernelStackErrors+cur.UserStackErrors)
 	add("stack_map_full", prev.KernelStackMapFull+prev.UserStackMapFull, cur.KernelStackMapFull+cur.UserStackMapFull)
 	add("interpreter_stack_map_full", prev.InterpStackMapFull, cur.InterpStackMapFull)
+	add("interpreter_share", prev.InterpShare, cur.InterpShare)
 	for i := range cur.InterpWalks {
 		st := bpf.InterpStatus(i) // #nosec G115 -- i indexes a short fixed array
 		if c, p := cur.InterpWalks[i], prev.InterpWalks[i]; c > p && st != bpf.InterpNone {

@@ -59,6 +59,7 @@ enum stat_index {
 	STAT_SKIPPED_SELF,     // samples of the excluded pid
 	STAT_INTERP_MAP_FULL,  // interpreter frames not stored: interp_stacks map full
 	STAT_INTERP_NEW_LOST,  // a new interpreter stack not announced: ring buffer full
+	STAT_INTERP_SHARE,     // interpreter frames not stored: their job had its share of interp_stacks
 	// STAT_INTERP_STATUS + enum interp_status: interpreter walks by outcome.
 	STAT_INTERP_STATUS,
 	STAT_MAX = STAT_INTERP_STATUS + INTERP_STATUS_MAX,
@@ -101,6 +102,23 @@ struct stacks_map stacks_0 SEC(".maps");
 struct stacks_map stacks_1 SEC(".maps");
 struct interp_stacks_map interp_stacks_0 SEC(".maps");
 struct interp_stacks_map interp_stacks_1 SEC(".maps");
+
+// How many interpreter stacks each job group (stack.h,
+// stack_interp_group) has stored in the generation: one job with many
+// distinct stacks fills only its share (interp_share) of interp_stacks,
+// not every job's room.
+struct interp_quota_map {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u32);
+	__type(value, __u32);
+};
+
+struct interp_quota_map interp_quota_0 SEC(".maps");
+struct interp_quota_map interp_quota_1 SEC(".maps");
+
+// Set by the loader: a job group's share of interp_stacks; 0: none.
+volatile const __u32 interp_share = 0;
 
 // Each interpreter stack new to its generation is also sent here, so that
 // user space reads what its frames name while the process lives (a 2 s
@@ -268,8 +286,31 @@ static __always_inline __u64 user_stack(void *ctx, void *stats, void *stacks, __
 // in interp_stacks, or 0 where there are none (no interpreter on, a
 // process with none, a native thread, no interpreted code running now),
 // and in *setup whether the process's interpreter was set up.
-static __always_inline __u64 interp_stack(void *stats, void *interp_stacks, void *task, __u64 pid_tgid, __u64 start,
-					  __u32 *setup)
+// over_share counts a new stack against its process's job group, and
+// reports whether the group had its share already. A group the quota map
+// has no room for is not held back.
+static __always_inline int over_share(void *quota, __u32 tgid, __u64 start)
+{
+	__u32 group = interp_share ? stack_interp_group(tgid, start) : 0;
+
+	if (!group)
+		return 0;
+	__u32 *n = bpf_map_lookup_elem(quota, &group);
+
+	if (!n) {
+		__u32 one = 1;
+
+		bpf_map_update_elem(quota, &group, &one, BPF_NOEXIST);
+		return 0;
+	}
+	if (*n >= interp_share)
+		return 1;
+	__sync_fetch_and_add(n, 1);
+	return 0;
+}
+
+static __always_inline __u64 interp_stack(void *stats, void *interp_stacks, void *quota, void *task, __u64 pid_tgid,
+					  __u64 start, __u32 *setup)
 {
 	struct interp_stack *in = stack_interp_frames(task, pid_tgid, start);
 
@@ -304,6 +345,10 @@ static __always_inline __u64 interp_stack(void *stats, void *interp_stacks, void
 		h = 1;
 	if (bpf_map_lookup_elem(interp_stacks, &h))
 		return h;
+	if (over_share(quota, pid_tgid >> 32, start)) {
+		stat_inc(stats, STAT_INTERP_SHARE);
+		return 0;
+	}
 	long err = bpf_map_update_elem(interp_stacks, &h, in, BPF_NOEXIST);
 
 	if (err == -EEXIST)
@@ -332,8 +377,8 @@ static __always_inline __u64 interp_stack(void *stats, void *interp_stacks, void
 	return h;
 }
 
-static __always_inline void record(void *ctx, void *counts, void *stacks, void *interp_stacks, void *stats,
-				   __u64 pid_tgid)
+static __always_inline void record(void *ctx, void *counts, void *stacks, void *interp_stacks, void *quota,
+				   void *stats, __u64 pid_tgid)
 {
 	// A BTF pointer: its fields are plain loads, where BPF_CORE_READ
 	// makes a helper call for each (about 0.6 us apiece on the VM the
@@ -356,7 +401,7 @@ static __always_inline void record(void *ctx, void *counts, void *stacks, void *
 		__u32 setup = 0;
 
 		key.user_stack = user_stack(ctx, stats, stacks, tgid, key.start_boottime_ns, &setup);
-		key.interp_stack = interp_stack(stats, interp_stacks, task, pid_tgid, key.start_boottime_ns, &setup);
+		key.interp_stack = interp_stack(stats, interp_stacks, quota, task, pid_tgid, key.start_boottime_ns, &setup);
 		key.setup = setup;
 	}
 
@@ -404,12 +449,12 @@ int sample_cpu(void *ctx)
 		if (exclude_tgid != 0 && tgid == exclude_tgid)
 			stat_inc(&stats_0, STAT_SKIPPED_SELF);
 		else
-			record(ctx, &counts_0, &stacks_0, &interp_stacks_0, &stats_0, pid_tgid);
+			record(ctx, &counts_0, &stacks_0, &interp_stacks_0, &interp_quota_0, &stats_0, pid_tgid);
 	} else {
 		if (exclude_tgid != 0 && tgid == exclude_tgid)
 			stat_inc(&stats_1, STAT_SKIPPED_SELF);
 		else
-			record(ctx, &counts_1, &stacks_1, &interp_stacks_1, &stats_1, pid_tgid);
+			record(ctx, &counts_1, &stacks_1, &interp_stacks_1, &interp_quota_1, &stats_1, pid_tgid);
 	}
 	return 0;
 }

@@ -96,6 +96,9 @@ const (
 	defaultSampleRate       = 97
 	defaultInterval         = 15 * time.Second
 	defaultMaxInterpEntries = 4096
+	// interpShares: one job group may fill at most 1/interpShares of the
+	// interpreter stacks map in a generation.
+	interpShares = 8
 	// stackDepth is the most frames of a stack (struct unwind_stack in
 	// unwind.h): the default of kernel.perf_event_max_stack.
 	stackDepth = 127
@@ -198,6 +201,10 @@ type Stats struct {
 	// (ring buffer full).
 	InterpWalks                       [bpf.InterpStatusMax]uint64
 	InterpStackMapFull, InterpNewLost uint64
+	// InterpShare counts interpreter stacks not kept because their job
+	// group had its share of the map (an eighth of it) in the generation:
+	// the samples keep their native stacks.
+	InterpShare uint64
 	// AttachedCPUs is the number of CPUs sampled right now.
 	AttachedCPUs int
 	// CPUAttaches, CPUDetaches and CPUReattaches count hotplug events
@@ -211,6 +218,7 @@ type generation struct {
 	counts   *ebpf.Map
 	stacks   *ebpf.Map
 	interp   *ebpf.Map
+	quota    *ebpf.Map // each job group's count of new interpreter stacks
 	stats    *ebpf.Map
 }
 
@@ -297,7 +305,8 @@ func New(opts Options) (*Sampler, error) {
 	hashSeed := binary.NativeEndian.Uint64(seed[:])
 
 	s := &Sampler{sysRoot: opts.SysRoot, hashSeed: hashSeed, countEntries: opts.MaxCountEntries, stackEntries: opts.MaxStackEntries}
-	consts := map[string]any{samplerVarExcludeTgid: uint32(opts.ExcludePID), samplerVarStackHashSeed: hashSeed} // #nosec G115 -- a pid is below pid_max (at most 2^22)
+	consts := map[string]any{samplerVarExcludeTgid: uint32(opts.ExcludePID), samplerVarStackHashSeed: hashSeed, // #nosec G115 -- a pid is below pid_max (at most 2^22)
+		samplerVarInterpShare: uint32(opts.MaxInterpStackEntries / interpShares)} // #nosec G115 -- at most maxMapEntries
 	var shared map[string]*ebpf.Map
 	if opts.Stacks != nil {
 		c, m, err := opts.Stacks.Prepare(spec)
@@ -313,8 +322,8 @@ func New(opts Options) (*Sampler, error) {
 		return nil, fmt.Errorf("cpu sampler: %w", err)
 	}
 	s.gens = [2]generation{
-		{selector: s.objs.Gen0, counts: s.objs.Counts0, stacks: s.objs.Stacks0, interp: s.objs.InterpStacks0, stats: s.objs.Stats0},
-		{selector: s.objs.Gen1, counts: s.objs.Counts1, stacks: s.objs.Stacks1, interp: s.objs.InterpStacks1, stats: s.objs.Stats1},
+		{selector: s.objs.Gen0, counts: s.objs.Counts0, stacks: s.objs.Stacks0, interp: s.objs.InterpStacks0, quota: s.objs.InterpQuota0, stats: s.objs.Stats0},
+		{selector: s.objs.Gen1, counts: s.objs.Counts1, stacks: s.objs.Stacks1, interp: s.objs.InterpStacks1, quota: s.objs.InterpQuota1, stats: s.objs.Stats1},
 	}
 	for i, g := range s.gens {
 		gen := uint32(i) // #nosec G115 -- i is 0 or 1, the two generations
@@ -531,6 +540,9 @@ func clearGeneration(g generation) error {
 	if err := bpf.EachEntry(g.interp, true, func(*uint64, *bpf.InterpStack) {}); err != nil {
 		return fmt.Errorf("clear %s: %w", g.interp, err)
 	}
+	if err := bpf.EachEntry(g.quota, true, func(*uint32, *uint32) {}); err != nil {
+		return fmt.Errorf("clear %s: %w", g.quota, err)
+	}
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
 		return fmt.Errorf("clear stats: %w", err)
@@ -559,6 +571,7 @@ func (s *Sampler) addStats(g generation) error {
 	}
 	fields[samplerStatIndexSTAT_INTERP_MAP_FULL] = &st.InterpStackMapFull
 	fields[samplerStatIndexSTAT_INTERP_NEW_LOST] = &st.InterpNewLost
+	fields[samplerStatIndexSTAT_INTERP_SHARE] = &st.InterpShare
 	for i := range st.InterpWalks {
 		fields[samplerStatIndexSTAT_INTERP_STATUS+samplerStatIndex(i)] = &st.InterpWalks[i] // #nosec G115 -- i indexes a short fixed array
 	}

@@ -41,8 +41,9 @@ const (
 	samplerStatIndexSTAT_SKIPPED_SELF    samplerStatIndex = 6
 	samplerStatIndexSTAT_INTERP_MAP_FULL samplerStatIndex = 7
 	samplerStatIndexSTAT_INTERP_NEW_LOST samplerStatIndex = 8
-	samplerStatIndexSTAT_INTERP_STATUS   samplerStatIndex = 9
-	samplerStatIndexSTAT_MAX             samplerStatIndex = 15
+	samplerStatIndexSTAT_INTERP_SHARE    samplerStatIndex = 9
+	samplerStatIndexSTAT_INTERP_STATUS   samplerStatIndex = 10
+	samplerStatIndexSTAT_MAX             samplerStatIndex = 16
 )
 
 // Names of all BPF objects in the ELF.
@@ -56,6 +57,8 @@ const (
 	samplerMapGenSwitch          = "gen_switch"
 	samplerMapInterpNew          = "interp_new"
 	samplerMapInterpProcs        = "interp_procs"
+	samplerMapInterpQuota0       = "interp_quota_0"
+	samplerMapInterpQuota1       = "interp_quota_1"
 	samplerMapInterpStacks0      = "interp_stacks_0"
 	samplerMapInterpStacks1      = "interp_stacks_1"
 	samplerMapPyFrameScratch     = "py_frame_scratch"
@@ -78,6 +81,7 @@ const (
 	samplerMapUnwindTables       = "unwind_tables"
 	samplerProgSampleCpu         = "sample_cpu"
 	samplerVarExcludeTgid        = "exclude_tgid"
+	samplerVarInterpShare        = "interp_share"
 	samplerVarStackHashSeed      = "stack_hash_seed"
 	samplerVarStackInterpreters  = "stack_interpreters"
 	samplerVarStackTables        = "stack_tables"
@@ -140,6 +144,8 @@ type samplerMapSpecs struct {
 	GenSwitch          *ebpf.MapSpec `ebpf:"gen_switch"`
 	InterpNew          *ebpf.MapSpec `ebpf:"interp_new"`
 	InterpProcs        *ebpf.MapSpec `ebpf:"interp_procs"`
+	InterpQuota0       *ebpf.MapSpec `ebpf:"interp_quota_0"`
+	InterpQuota1       *ebpf.MapSpec `ebpf:"interp_quota_1"`
 	InterpStacks0      *ebpf.MapSpec `ebpf:"interp_stacks_0"`
 	InterpStacks1      *ebpf.MapSpec `ebpf:"interp_stacks_1"`
 	PyFrameScratch     *ebpf.MapSpec `ebpf:"py_frame_scratch"`
@@ -167,6 +173,7 @@ type samplerMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type samplerVariableSpecs struct {
 	ExcludeTgid       *ebpf.VariableSpec `ebpf:"exclude_tgid"`
+	InterpShare       *ebpf.VariableSpec `ebpf:"interp_share"`
 	StackHashSeed     *ebpf.VariableSpec `ebpf:"stack_hash_seed"`
 	StackInterpreters *ebpf.VariableSpec `ebpf:"stack_interpreters"`
 	StackTables       *ebpf.VariableSpec `ebpf:"stack_tables"`
@@ -200,6 +207,8 @@ type samplerMaps struct {
 	GenSwitch          *ebpf.Map `ebpf:"gen_switch"`
 	InterpNew          *ebpf.Map `ebpf:"interp_new"`
 	InterpProcs        *ebpf.Map `ebpf:"interp_procs"`
+	InterpQuota0       *ebpf.Map `ebpf:"interp_quota_0"`
+	InterpQuota1       *ebpf.Map `ebpf:"interp_quota_1"`
 	InterpStacks0      *ebpf.Map `ebpf:"interp_stacks_0"`
 	InterpStacks1      *ebpf.Map `ebpf:"interp_stacks_1"`
 	PyFrameScratch     *ebpf.Map `ebpf:"py_frame_scratch"`
@@ -231,6 +240,8 @@ func (m *samplerMaps) Close() error {
 		m.GenSwitch,
 		m.InterpNew,
 		m.InterpProcs,
+		m.InterpQuota0,
+		m.InterpQuota1,
 		m.InterpStacks0,
 		m.InterpStacks1,
 		m.PyFrameScratch,
@@ -259,6 +270,7 @@ func (m *samplerMaps) Close() error {
 // It can be passed to loadSamplerObjects or ebpf.CollectionSpec.LoadAndAssign.
 type samplerVariables struct {
 	ExcludeTgid       *ebpf.Variable `ebpf:"exclude_tgid"`
+	InterpShare       *ebpf.Variable `ebpf:"interp_share"`
 	StackHashSeed     *ebpf.Variable `ebpf:"stack_hash_seed"`
 	StackInterpreters *ebpf.Variable `ebpf:"stack_interpreters"`
 	StackTables       *ebpf.Variable `ebpf:"stack_tables"`

@@ -3,6 +3,7 @@ package stackwalk
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"io/fs"
 
@@ -23,7 +24,7 @@ type interpreters struct {
 
 // openInterpreters opens each interpreter with the capture's environment
 // and its own view of the process table.
-func openInterpreters(list []interp.Interpreter, env interp.Env, table *ebpf.Map, proc procfs.FS) (*interpreters, error) {
+func openInterpreters(list []interp.Interpreter, env interp.Env, table kindTable) (*interpreters, error) {
 	s := &interpreters{byKind: map[uint32]interp.Instance{}}
 	for _, in := range list {
 		k := uint32(in.Kind())
@@ -34,7 +35,8 @@ func openInterpreters(list []interp.Interpreter, env interp.Env, table *ebpf.Map
 			return nil, fmt.Errorf("interpreter %s: kind %d taken by another", in.Name(), k)
 		}
 		e := env
-		e.Procs = kindTable{m: table, kind: k, proc: proc}
+		table.kind = k
+		e.Procs = table
 		inst, err := in.Open(e)
 		if err != nil {
 			return nil, fmt.Errorf("interpreter %s: %w", in.Name(), err)
@@ -105,9 +107,25 @@ func (ev procEvent) process() interp.Process { return interpProcess(ev.id, ev.st
 
 // kindTable is interp_procs as one interpreter writes it.
 type kindTable struct {
-	m    *ebpf.Map
-	kind uint32
-	proc procfs.FS
+	m     *ebpf.Map
+	kind  uint32
+	proc  procfs.FS
+	owner func(procfs.ID) string // nil: no job groups
+}
+
+// group is the job group of an entry (interp_proc.group): the owner's
+// hash, never 0, which means none.
+func (t kindTable) group(p interp.Process) uint32 {
+	if t.owner == nil {
+		return 0
+	}
+	o := t.owner(p.ID())
+	if o == "" {
+		return 0
+	}
+	h := fnv.New32a()
+	h.Write([]byte(o))
+	return h.Sum32() | 1
 }
 
 var _ interp.Table = kindTable{}
@@ -117,7 +135,7 @@ var _ interp.Table = kindTable{}
 // of one that exited before it (a short child set up as it exits, a
 // zombie), so that neither stays in the shared table.
 func (t kindTable) Put(p interp.Process, data []byte) error {
-	v := bpf.InterpProc{StartBoottime: p.StartNs, Mm: p.MM, Kind: t.kind}
+	v := bpf.InterpProc{StartBoottime: p.StartNs, Mm: p.MM, Kind: t.kind, Group: t.group(p)}
 	if len(data) > len(v.Data) {
 		return fmt.Errorf("interpreter data of %d bytes, the table holds %d", len(data), len(v.Data))
 	}

@@ -41,6 +41,10 @@ type Options struct {
 	// waits for it: it must not read the process's files (agent/daemon's
 	// Admit leaves that to its settlers).
 	Profiled func(procfs.ID) bool
+	// Owner names a process's job (the memory budget's owner key): the
+	// probes' per-job shares of their own tables count by it. nil: no
+	// shares.
+	Owner func(procfs.ID) string
 	// MaxTableBytes bounds the unwind tables in BPF maps (unwind.Options).
 	MaxTableBytes int64
 	// Remapped, when set, is told of each load of a process's tables: the
@@ -177,7 +181,7 @@ func (w *Walker) init() error {
 	}
 	env := interp.Env{Maps: mapsReader{mapped}, Open: opener{mapped}, Arch: runtime.GOARCH, Log: w.o.Log,
 		Ready: func(p interp.Process) { w.setup.observe(partInterpreter, p.StartNs) }}
-	if w.interps, err = openInterpreters(w.o.Interpreters, env, w.shared["interp_procs"], w.o.Proc); err != nil {
+	if w.interps, err = openInterpreters(w.o.Interpreters, env, kindTable{m: w.shared["interp_procs"], proc: w.o.Proc, owner: w.o.Owner}); err != nil {
 		return fmt.Errorf("stack walker: %w", err)
 	}
 	spec, err := loadProcs()

@@ -63,7 +63,7 @@ struct interp_proc {
 	__u32 kind;           // which interpreter's walk reads data
 	__u32 origin;         // a forked copy: the tgid of the set-up process it descends from; 0: set up itself
 	__u32 forks;          // a set-up process: its live forked copies (stack.h bounds them)
-	__u32 pad;
+	__u32 group;          // user space's id of the process's job, for per-job shares; 0: none
 	__u8 data[INTERP_PROC_DATA]; // the interpreter's own (python.h: struct py_proc)
 };
 

@@ -264,6 +264,16 @@ static __always_inline struct interp_stack *stack_interp_frames(void *task, __u6
 	return out;
 }
 
+// stack_interp_group is the job group (interp_proc.group) of a process set
+// up for an interpreter, 0 for none: what per-job shares of a probe's own
+// tables are counted by.
+static __always_inline __u32 stack_interp_group(__u32 tgid, __u64 start)
+{
+	struct interp_proc *p = bpf_map_lookup_elem(&interp_procs, &tgid);
+
+	return p && p->start_boottime == start ? p->group : 0;
+}
+
 // stack_setup says what of the capture was set up for the sample that
 // took st (0 for none) and in.
 static __always_inline __u32 stack_setup(struct unwind_stack *st, struct interp_stack *in)
