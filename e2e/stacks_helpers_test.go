@@ -649,9 +649,11 @@ func checkPyAsyncio(t *testing.T, r jobRun) {
 }
 
 // checkPyPool: a multiprocessing pool of 16 forked, short-lived workers:
-// at least 95% of the set-up Python samples of the job are in work_item,
+// at least 90% of the set-up Python samples of the job are in work_item,
 // from the workers' first samples (a fork inherits its parent's state in
-// BPF); the rest is the pool's own machinery (97.1-98.0% measured).
+// BPF). The rest is the pool's own machinery (forking, imports), which
+// takes longer on a loaded host: 97.1-98.0% measured quiet, 94.7% under a
+// load average near 20.
 func checkPyPool(t *testing.T, r jobRun) {
 	ss := r.logSetUp(t, true)
 	script := pyWorkload("pool.py")
@@ -669,8 +671,8 @@ func checkPyPool(t *testing.T, r jobRun) {
 	_, in := shareOf(pyProc, func(s sample) bool { return s.has("work_item") })
 	t.Logf("pool: %d samples of the interpreter, %.1f%% in work_item", total(pyProc), 100*in)
 	r.enough(t, "set-up samples of the interpreter", total(pyProc), 0.3)
-	if in < 0.95 {
-		t.Errorf("%.1f%% of %d samples in work_item, want >= 95%%", 100*in, total(pyProc))
+	if in < 0.9 {
+		t.Errorf("%.1f%% of %d samples in work_item, want >= 90%%", 100*in, total(pyProc))
 		logTop(t, "pool samples not in work_item", where(pyProc, func(s sample) bool { return !s.has("work_item") }))
 	}
 }
