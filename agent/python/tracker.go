@@ -243,9 +243,10 @@ func (t *Tracker) Forget(id procfs.ID) {
 	if id.PID <= 0 || int64(id.PID) > math.MaxUint32 {
 		return
 	}
+	pid := uint32(id.PID) // #nosec G115 -- range checked above
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if p := t.procs[uint32(id.PID)]; p != nil && procfs.StartFromBoottime(p.start) == id.Start { // #nosec G115 -- range checked above
+	if p := t.procs[pid]; p != nil && procfs.StartFromBoottime(p.start) == id.Start {
 		t.dropLocked(p)
 	}
 }
