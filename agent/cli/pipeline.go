@@ -65,7 +65,7 @@ func newProfiler(f runFlags, senv service.Env) (*profiler, error) {
 	var d atomic.Pointer[daemon.Daemon]
 	sym := symbolize.New(symbolize.Options{Proc: proc, Budget: bud, Work: work, Owner: owner})
 	reg.MustRegister(sym.Collector(), elfcheck.Collector())
-	stacks, err := newStacks(f, proc, sym, res, &d, log)
+	stacks, err := newStacks(f, proc, sym, res, &d, work, owner, log)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/slurmscope/slurmscope/agent/bpf"
+	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/interp"
 	"github.com/slurmscope/slurmscope/agent/prio"
 	"github.com/slurmscope/slurmscope/agent/procfs"
@@ -43,6 +44,11 @@ type Options struct {
 	Profiled func(procfs.ID) bool
 	// MaxTableBytes bounds the unwind tables in BPF maps (unwind.Options).
 	MaxTableBytes int64
+	// Work and Owner charge what the table builder and the interpreters
+	// read of a process's mapped files to its job's read allowance
+	// (procfs.Mapped); nil Work: not charged.
+	Work  *budget.Work
+	Owner func(procfs.ID) string
 	// Remapped, when set, is told of each load of a process's tables: the
 	// first, and each again because its mappings changed (code mapped
 	// since, or an exec), so that the symbolizer reads the mappings the
@@ -169,7 +175,7 @@ func (w *Walker) init() error {
 		}
 		w.shared[name] = m
 	}
-	mapped := procfs.Mapped{FS: w.o.Proc}
+	mapped := procfs.Mapped{FS: w.o.Proc, Work: w.o.Work, Owner: w.o.Owner}
 	if w.tables {
 		if w.loader, err = unwind.NewLoader(unwind.Options{Maps: mapped, Opener: mapped, MaxTableBytes: w.o.MaxTableBytes}); err != nil {
 			return fmt.Errorf("stack walker: %w", err)
