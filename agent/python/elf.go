@@ -111,7 +111,7 @@ func Inspect(r io.ReaderAt, name string, arch Arch) (in *Interpreter, err error)
 			in.Major, in.Minor, in.VersionFrom = int(hex>>24&0xff), int(hex>>16&0xff), "Py_Version" // #nosec G115 -- masked to a byte
 		}
 	}
-	if in.VersionFrom == "" {
+	if in.VersionFrom == "" && dynStringsFit(f) {
 		if so, err := f.DynString(elf.DT_SONAME); err == nil && len(so) > 0 {
 			in.versionFromName(so[0], "soname")
 		}
@@ -234,6 +234,13 @@ func findSymbols(f *elf.File, names ...string) (map[string]uint64, error) {
 		}
 	}
 	return out, nil
+}
+
+// dynStringsFit reports whether the names .dynamic links to, which
+// DynString reads whole, are within maxStrtabBytes.
+func dynStringsFit(f *elf.File) bool {
+	ds := f.SectionByType(elf.SHT_DYNAMIC)
+	return ds != nil && int(ds.Link) < len(f.Sections) && f.Sections[ds.Link].Size <= maxStrtabBytes
 }
 
 // symChunk is how many symbol entries are read at a time.

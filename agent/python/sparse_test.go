@@ -56,6 +56,10 @@ func TestSparseLibpython(t *testing.T) {
 		// Its first entries name the runtime, found by streaming them; the
 		// runtime found there is no runtime.
 		{".symtab of holes, under the cap", elfchecktest.File{Sections: pySymbols(elf.SHT_SYMTAB, ".symtab", 2, maxSymtabBytes-4096)}, ErrBadInterpreter},
+		// No Py_Version: the soname is looked for, in names over the cap.
+		{".dynstr of the soname", elfchecktest.File{Sections: append(pySymbols(elf.SHT_SYMTAB, ".symtab", 2, 0),
+			elfchecktest.Section{Name: ".dynamic", Type: elf.SHT_DYNAMIC, Link: 4, Data: make([]byte, 32)},
+			elfchecktest.Section{Name: ".dynstr", Type: elf.SHT_STRTAB, Claim: claim - 4096})}, ErrBadInterpreter},
 		{".symtab over elfcheck's cap", elfchecktest.File{Sections: pySymbols(elf.SHT_SYMTAB, ".symtab", 2, 1<<30)}, ErrBadInterpreter},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
