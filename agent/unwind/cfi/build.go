@@ -14,13 +14,15 @@
 // gcc's stack-realignment prologues, glibc's __restore_rt), never
 // evaluated.
 //
-// The input is whatever a job mapped, so nothing in it is trusted: every
-// length and count is checked against the section, the file's real size
-// and hard caps (Limits), time is linear in the section sizes (a CIE's
-// initial instructions run once, not once per FDE), and a panic in the
-// ELF reader becomes an error. A malformed entry loses that entry; a
-// malformed program keeps the rows before the error and marks the rest of
-// its function unsupported.
+// The input is whatever a job mapped, so nothing in it is trusted: the
+// headers pass agent/elfcheck first, every length and count is checked
+// against the section, the file's real size and hard caps (Limits), time
+// is linear in the section sizes (a CIE's initial instructions run once,
+// not once per FDE), and a panic in the ELF reader becomes an error. A
+// read error (a job's read allowance used up) fails the build, wrapped:
+// no table is built from part of a section. A malformed entry loses that
+// entry; a malformed program keeps the rows before the error and marks
+// the rest of its function unsupported.
 //
 // x86-64 only for now. arm64 differs in the register numbers (sp 31, x29,
 // x30), in the return address (the link register at the leaf, then saved

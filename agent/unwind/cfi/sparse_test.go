@@ -1,12 +1,16 @@
 package cfi
 
 import (
+	"bytes"
 	"debug/elf"
 	"errors"
+	"io"
 	"os"
 	"runtime"
+	"slices"
 	"testing"
 
+	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/elfcheck/elfchecktest"
 )
 
@@ -67,5 +71,52 @@ func TestSparseFilesCostNothing(t *testing.T) {
 				t.Errorf("building it allocated %d MiB", n>>20)
 			}
 		})
+	}
+}
+
+// refusing reads through r until it has served n bytes, then refuses
+// every read, as a job's used-up read allowance does.
+type refusing struct {
+	r    io.ReaderAt
+	n    int64
+	seen int64
+}
+
+func (f *refusing) ReadAt(b []byte, off int64) (int, error) {
+	if f.seen+int64(len(b)) > f.n {
+		return 0, budget.ErrWorkLimit
+	}
+	f.seen += int64(len(b))
+	return f.r.ReadAt(b, off)
+}
+
+// TestRefusedReadFailsTheBuild: a read refused part way through a real
+// file's frame tables fails the build with the refusal (for the caller to
+// try again later), never a table of part of them.
+func TestRefusedReadFailsTheBuild(t *testing.T) {
+	b, err := os.ReadFile("testdata/tiny.elf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole, err := Build(bytes.NewReader(b), int64(len(b)), Limits{})
+	if err != nil || len(whole.Rows) == 0 {
+		t.Fatalf("the whole file: %v, %d rows", err, len(whole.Rows))
+	}
+	refused := 0
+	for n := int64(0); n < int64(len(b))*4; n += 64 {
+		tab, err := Build(&refusing{r: bytes.NewReader(b), n: n}, int64(len(b)), Limits{})
+		switch {
+		case err == nil:
+			if !slices.Equal(tab.Rows, whole.Rows) {
+				t.Errorf("refused after %d bytes: %d rows, want the %d of the whole file", n, len(tab.Rows), len(whole.Rows))
+			}
+		case errors.Is(err, budget.ErrWorkLimit):
+			refused++
+		default:
+			t.Errorf("refused after %d bytes: %v, want budget.ErrWorkLimit in it", n, err)
+		}
+	}
+	if refused == 0 {
+		t.Error("no read was ever refused: the test tests nothing")
 	}
 }
