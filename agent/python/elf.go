@@ -81,8 +81,10 @@ func Inspect(r io.ReaderAt, name string, arch Arch) (in *Interpreter, err error)
 	switch {
 	case errors.Is(err, elfcheck.ErrTooLarge), errors.Is(err, elfcheck.ErrPanic):
 		return nil, fmt.Errorf("%w: %s: %w", ErrBadInterpreter, name, err)
-	case err != nil:
+	case errors.Is(err, elfcheck.ErrMalformed):
 		return nil, fmt.Errorf("%w: %s: %w", ErrNotPython, name, err)
+	case err != nil:
+		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
 	if f.Class != elf.ELFCLASS64 || f.Data != elf.ELFDATA2LSB {
 		return nil, fmt.Errorf("%w: %s: not a 64-bit little-endian ELF", ErrUnsupported, name)
@@ -95,7 +97,7 @@ func Inspect(r io.ReaderAt, name string, arch Arch) (in *Interpreter, err error)
 	}
 	syms, err := findSymbols(f, "_PyRuntime", "Py_Version", "PyCode_Type")
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrNotPython, name, err)
+		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
 	rt, ok := syms["_PyRuntime"]
 	if !ok || rt == 0 {
@@ -106,7 +108,11 @@ func Inspect(r io.ReaderAt, name string, arch Arch) (in *Interpreter, err error)
 	var hex uint64
 	if v, ok := syms["Py_Version"]; ok {
 		var b [8]byte
-		if in.read(r, b[:], v) == nil {
+		found, err := in.read(r, b[:], v)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", name, err)
+		}
+		if found {
 			hex = binary.LittleEndian.Uint64(b[:])
 			in.Major, in.Minor, in.VersionFrom = int(hex>>24&0xff), int(hex>>16&0xff), "Py_Version" // #nosec G115 -- masked to a byte
 		}
@@ -132,7 +138,11 @@ func Inspect(r io.ReaderAt, name string, arch Arch) (in *Interpreter, err error)
 	if in.Minor == 13 {
 		// The runtime's initialiser puts _Py_DebugOffsets in the file's data.
 		b := make([]byte, DebugOffsetsSize)
-		if in.read(r, b, rt) == nil {
+		found, err := in.read(r, b, rt)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", name, err)
+		}
+		if found {
 			l, err := ParseDebugOffsets(b)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", name, err)
@@ -293,9 +303,11 @@ func sizeOf(r io.ReaderAt) (int64, error) {
 	return 0, fmt.Errorf("%T does not say its size", r)
 }
 
-// read copies len(b) bytes at link-time address vaddr from the file, if a
-// loadable segment holds them in the file (not in .bss).
-func (in *Interpreter) read(r io.ReaderAt, b []byte, vaddr uint64) error {
+// read copies len(b) bytes at link-time address vaddr from the file, and
+// reports whether a loadable segment holds them in the file (not in .bss,
+// not past the file's end). An error is the reader's (a job's read
+// allowance used up), for the caller to pass on.
+func (in *Interpreter) read(r io.ReaderAt, b []byte, vaddr uint64) (bool, error) {
 	for _, p := range in.loads {
 		// Written so that nothing wraps: a hostile header's vaddr, size or
 		// offset near 2^64 would otherwise pass the check.
@@ -304,12 +316,15 @@ func (in *Interpreter) read(r io.ReaderAt, b []byte, vaddr uint64) error {
 		}
 		off := vaddr - p.Vaddr
 		if p.Off > math.MaxInt64-off {
-			return fmt.Errorf("address 0x%x: segment offset 0x%x beyond any file", vaddr, p.Off)
+			return false, nil // beyond any file
 		}
-		_, err := r.ReadAt(b, int64(p.Off+off)) // #nosec G115 -- checked <= MaxInt64 just above
-		return err
+		err := readAt(r, b, int64(p.Off+off)) // #nosec G115 -- checked <= MaxInt64 just above
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return false, nil // a segment past the file's end
+		}
+		return err == nil, err
 	}
-	return fmt.Errorf("address 0x%x not in the file", vaddr)
+	return false, nil
 }
 
 // Bias returns the load bias of a mapping of this file that starts at

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"debug/elf"
 	"errors"
+	"io"
 	"os"
 	"runtime"
 	"testing"
 
+	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/elfcheck/elfchecktest"
 )
 
@@ -118,5 +120,61 @@ func TestFindSymbols(t *testing.T) {
 		if got[k] != v {
 			t.Errorf("%s = %#x, want %#x", k, got[k], v)
 		}
+	}
+}
+
+// refusing reads through r until it has served n bytes, then refuses
+// every read, as a job's used-up read allowance does.
+type refusing struct {
+	r    io.ReaderAt
+	n    int64
+	seen int64
+}
+
+func (f *refusing) ReadAt(b []byte, off int64) (int, error) {
+	if f.seen+int64(len(b)) > f.n {
+		return 0, budget.ErrWorkLimit
+	}
+	f.seen += int64(len(b))
+	return f.r.ReadAt(b, off)
+}
+
+// TestRefusedReadIsAnError: a read refused anywhere in Inspect's reading
+// of a real interpreter is its error (for the caller to try again later),
+// never a result made of what was read before.
+func TestRefusedReadIsAnError(t *testing.T) {
+	var path string
+	for _, p := range realInterpreters(t) {
+		path = p
+		break
+	}
+	if path == "" {
+		t.Skip("no CPython here")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := &refusing{r: bytes.NewReader(b), n: 1 << 62}
+	whole, err := Inspect(io.NewSectionReader(count, 0, int64(len(b))), path, AMD64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	for n := int64(0); n <= count.seen; n += max(count.seen/64, 1) {
+		in, err := Inspect(io.NewSectionReader(&refusing{r: bytes.NewReader(b), n: n}, 0, int64(len(b))), path, AMD64)
+		switch {
+		case err == nil:
+			if in.Runtime != whole.Runtime || in.Layout != whole.Layout || in.VersionFrom != whole.VersionFrom || in.LayoutFrom != whole.LayoutFrom {
+				t.Errorf("refused after %d of %d bytes: %+v, want %+v", n, count.seen, in, whole)
+			}
+		case errors.Is(err, budget.ErrWorkLimit):
+			refused++
+		default:
+			t.Errorf("refused after %d of %d bytes: %v, want budget.ErrWorkLimit in it", n, count.seen, err)
+		}
+	}
+	if refused == 0 {
+		t.Error("no read was ever refused: the test tests nothing")
 	}
 }
