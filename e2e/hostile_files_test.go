@@ -127,6 +127,34 @@ func TestHostileJobs(t *testing.T) {
 		h.stop()
 	})
 
+	t.Run("SparseFilesForTheUnwinderAndPython", func(t *testing.T) {
+		// 1 GiB sparse files (a few KiB on disk), mapped executable: one
+		// whose section names claim the GiB, which the unwinder's table
+		// builder and the symbolizer read; one named like a libpython
+		// whose symbols' names claim it, which the CPython reader reads.
+		// Each reader refuses what it reads before parsing it, counted
+		// under its name.
+		h := s.start(t)
+		names := filepath.Join("/tmp", fmt.Sprintf("slurmscope-lie-%d-shstrtab", os.Getpid()))
+		py := filepath.Join("/tmp", fmt.Sprintf("slurmscope-lie-%d-libpython3.13.so", os.Getpid()))
+		t.Cleanup(func() { os.Remove(names); os.Remove(py) })
+		h.as(s.attacker, "lie", s.hostile, names, "shstrtab")
+		h.as(s.attacker, "lie", s.hostile, py, "strtab")
+		h.attack("map", names, py)
+		h.run()
+		for _, reader := range []string{"unwind", "python", "symbolize"} {
+			h.wantCounted("agent_elf_refused_total", `reader="`+reader+`",reason="too_large"`)
+		}
+		h.stop()
+		ps := h.ag.cmd.ProcessState
+		t.Logf("agent CPU %.2f s (user %.2f s, system %.2f s)", (ps.UserTime() + ps.SystemTime()).Seconds(), ps.UserTime().Seconds(), ps.SystemTime().Seconds())
+		// Refused before anything is read, the files cost nothing: the
+		// agent stays near its idle size, far under stop's bound.
+		if rss := int64(ps.SysUsage().(*syscall.Rusage).Maxrss) << 10; rss > s.memoryMax/4 {
+			t.Errorf("agent peak RSS %d MiB, over a quarter of its memory limit (%d MiB)", rss>>20, s.memoryMax>>20)
+		}
+	})
+
 	t.Run("HugePerfMaps", func(t *testing.T) {
 		// A 56 MiB perf map for each of 12 processes.
 		h := s.start(t)
@@ -317,7 +345,10 @@ func (h *hostileRun) startAgent() {
 		"--slurm-cgroup-v2-parent", h.innocentJob.Parent}, h.agentArgs...)
 	argv := h.cg.Wrap(append([]string{h.s.agent}, args...)...)
 	h.ag = launchAgent(h.t, nil, argv[0], argv[1:]...)
-	h.ag.waitLog(h.t, "did not start profiling", func(log string) bool { return strings.Contains(log, "msg=profiling") })
+	// It logs that it serves /metrics just after it starts profiling.
+	h.ag.waitLog(h.t, "did not start profiling", func(log string) bool {
+		return strings.Contains(log, "msg=profiling") && metricsAddr.MatchString(log)
+	})
 	h.metricsAt = h.ag.servingAddr()
 }
 

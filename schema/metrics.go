@@ -292,6 +292,8 @@ var (
 	AgentCPUMapsFull = Metric{Name: MetricPrefix + "agent_cpu_maps_full_total", Type: Counter, Attributes: []Attribute{JobID}, Labels: []string{"map"},
 		Help: "Sampler generations whose counts (map=counts), native stacks (map=stacks) or interpreter stacks (map=interpreter_stacks) map was full, by the job with the most distinct keys in them (slurm_job_id empty: processes in no job)."}
 	AgentSymbolizeErrors = counter("agent_symbolize_errors_total", "", "Frames or files left unsymbolised, by reason: no_symbol, no_mapping, read_maps, open_file, not_regular, owner, link, file_identity, too_large (a size or count over the file's real size or a hard cap), parse_elf, panic, over_budget, work_limit, stalled_io, perf_map, kallsyms, kallsyms_hidden, kernel_no_symbol.", "reason")
+	// The one check of every ELF file a job can name (agent/elfcheck).
+	AgentELFRefused = counter("agent_elf_refused_total", "", "ELF files a job named that a reader refused before parsing them, by reader (symbolize, unwind, python, gpu_trace) and reason: too_large (a count, extent or table size over the file's real size or a hard cap, decompressed sizes included), panic (the ELF parser panicked).", "reader", "reason")
 	// The user-stack capture (agent/stackwalk): the table unwinder and the
 	// interpreter walks.
 	AgentUnwindMode        = Metric{Name: MetricPrefix + "agent_unwind_mode_info", Type: Gauge, Labels: []string{"mode", "reason"}, Help: "1, labelled with how native user frames are unwound: mode tables (reason none) or frame_pointer, with why: flag (--unwind=fp), arch (not x86-64), no_bpf_loop (the kernel is older than 5.17)."}
@@ -365,7 +367,7 @@ var Metrics = []Metric{
 	JobLastSeen, JobCgroupUnsupported, CgroupPollDuration, CgroupPolls, CgroupReadErrors,
 	AgentCPUSamples, AgentCPUSamplesLost, AgentCPUSamplesUnattributed, AgentProfiles, AgentProfileBytes, AgentErrors,
 	AgentSampledCPUs, AgentGPUKernelTime, AgentGPUKernelTimeUnattributed, AgentGPUTraceLost, AgentGPUTraceAttachedFiles,
-	AgentBPFRunTime, AgentBPFRuns, AgentCPUMapsFull, AgentSymbolizeErrors, AgentCgroupRefused, AgentJobIDConflicts,
+	AgentBPFRunTime, AgentBPFRuns, AgentCPUMapsFull, AgentSymbolizeErrors, AgentELFRefused, AgentCgroupRefused, AgentJobIDConflicts,
 	AgentMemoryBudget, AgentMemoryBudgetUsed, AgentMemoryBudgetEvictions, AgentMemoryBudgetEvictedBytes,
 	AgentMemoryBudgetRefused, AgentJobFileReadsDeferred,
 	AgentUnwindMode, AgentUnwindWalks, AgentUnwindFrames, AgentUnwindTableBytes, AgentUnwindBudget, AgentUnwindProcesses, AgentUnwindFiles,

@@ -19,6 +19,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/cgroup/cgrouptest"
 	"github.com/slurmscope/slurmscope/agent/cpu"
 	"github.com/slurmscope/slurmscope/agent/daemon"
+	"github.com/slurmscope/slurmscope/agent/elfcheck"
 	"github.com/slurmscope/slurmscope/agent/gpu"
 	"github.com/slurmscope/slurmscope/agent/gpu/gputest"
 	"github.com/slurmscope/slurmscope/agent/gputrace"
@@ -76,7 +77,7 @@ func TestAgentExportsTheSchemasMetrics(t *testing.T) {
 	described = append(described, gpuSrc.Collectors()...)
 	described = append(described, cpu.ProgramMetrics(func() (uint64, uint64, bool) { return 1, 1, true })...)
 	described = append(described, budget.NewCollector(budget.New(budget.Options{}), budget.NewWork(budget.WorkOptions{})))
-	described = append(described, symbolize.New(symbolize.Options{}).Collector())
+	described = append(described, symbolize.New(symbolize.Options{}).Collector(), elfcheck.Collector())
 	// The stack capture with neither tables nor interpreters loads
 	// nothing, and describes the same metrics.
 	walker, err := stackwalk.New(stackwalk.Options{})

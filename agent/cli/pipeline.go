@@ -14,6 +14,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/cpu"
 	"github.com/slurmscope/slurmscope/agent/daemon"
+	"github.com/slurmscope/slurmscope/agent/elfcheck"
 	"github.com/slurmscope/slurmscope/agent/gputrace"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/pyroscope"
@@ -63,8 +64,8 @@ func newProfiler(f runFlags, senv service.Env) (*profiler, error) {
 	owner, job := owners(res)
 	var d atomic.Pointer[daemon.Daemon]
 	sym := symbolize.New(symbolize.Options{Proc: proc, Budget: bud, Work: work, Owner: owner})
-	reg.MustRegister(sym.Collector())
-	stacks, err := newStacks(f, proc, sym, res, owner, &d, log)
+	reg.MustRegister(sym.Collector(), elfcheck.Collector())
+	stacks, err := newStacks(f, proc, sym, res, &d, work, owner, log)
 	if err != nil {
 		return nil, err
 	}

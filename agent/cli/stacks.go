@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/slurmscope/slurmscope/agent/attribution"
+	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/daemon"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/source"
@@ -56,10 +57,9 @@ type stacks struct {
 // newStacks starts the stack capture. A process the probes meet before a
 // rescan is admitted at once, as a rescan would (d holds the daemon once
 // the sources exist).
-func newStacks(f runFlags, proc procfs.FS, sym *symbolize.Symbolizer, res *attribution.Resolver, owner func(procfs.ID) string,
-	d *atomic.Pointer[daemon.Daemon], log *slog.Logger) (*stacks, error) {
-	walker, err := stackwalk.New(stackwalk.Options{Proc: proc, Tables: f.unwind == "auto", Interpreters: f.interps.enabled(), Owner: owner,
-		Remapped:      sym.Refresh,
+func newStacks(f runFlags, proc procfs.FS, sym *symbolize.Symbolizer, res *attribution.Resolver, d *atomic.Pointer[daemon.Daemon], work *budget.Work, owner func(procfs.ID) string, log *slog.Logger) (*stacks, error) {
+	walker, err := stackwalk.New(stackwalk.Options{Proc: proc, Tables: f.unwind == "auto", Interpreters: f.interps.enabled(),
+		Remapped: sym.Refresh, Work: work, Owner: owner,
 		MaxTableBytes: f.unwindBudget, ExitGrace: 2*f.interval + time.Minute, Log: log,
 		Profiled: func(id procfs.ID) bool {
 			if dm := d.Load(); dm != nil {

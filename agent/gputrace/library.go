@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/slurmscope/slurmscope/agent/elfcheck"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 )
 
@@ -50,16 +51,26 @@ func isLibraryName(base string) bool {
 	return base == LibraryName || strings.HasPrefix(base, LibraryName+".")
 }
 
-// readABIVersion reads the library's exported slurmscope_inject_abi_version.
-// The file is whatever a job mapped, so the ELF parser's panics on malformed
-// input are turned into errors.
-func readABIVersion(r io.ReaderAt) (v uint32, err error) {
+// elfReader is the GPU tracer as a reader of job files (agent/elfcheck):
+// it reads the dynamic symbols, their names and versions (the real
+// library's are a few KiB).
+var (
+	elfReader = elfcheck.NewReader("gpu_trace")
+	elfLimits = elfcheck.Limits{Symbols: 16 << 20, Strings: 16 << 20, Versions: 16 << 20,
+		Frames: elfcheck.Unread, Pclntab: elfcheck.Unread}
+)
+
+// readABIVersion reads the library's exported slurmscope_inject_abi_version
+// from r, of real size size. The file is whatever a job mapped: its sizes
+// are checked first, and the ELF parser's panics on malformed input are
+// turned into errors.
+func readABIVersion(r io.ReaderAt, size int64) (v uint32, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("malformed ELF: %v", r)
 		}
 	}()
-	f, err := elf.NewFile(r)
+	f, err := elfReader.Open(r, size, elfLimits)
 	if err != nil {
 		return 0, err
 	}

@@ -38,7 +38,7 @@ func TestABIVersionHostileSymbol(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, err := readABIVersion(bytes.NewReader(raw)); err != nil || v != abiVersion {
+	if v, err := readABIVersion(bytes.NewReader(raw), int64(len(raw))); err != nil || v != abiVersion {
 		t.Fatalf("real library: %d, %v; want %d", v, err, abiVersion)
 	}
 	f, err := elf.NewFile(bytes.NewReader(raw))
@@ -69,7 +69,7 @@ func TestABIVersionHostileSymbol(t *testing.T) {
 	for _, v := range []uint64{1<<64 - 2, sec.Addr + sec.Size - 2, sec.Addr + sec.Size} {
 		bad := slices.Clone(raw)
 		binary.LittleEndian.PutUint64(bad[at:], v)
-		if _, err := readABIVersion(bytes.NewReader(bad)); err == nil || !strings.Contains(err.Error(), "outside its section") {
+		if _, err := readABIVersion(bytes.NewReader(bad), int64(len(bad))); err == nil || !strings.Contains(err.Error(), "outside its section") {
 			t.Errorf("value %#x: %v, want outside its section", v, err)
 		}
 	}

@@ -341,8 +341,8 @@ func (t *Tracer) AttachFile(path string) error {
 }
 
 // attachLocked attaches the probes to the open library file f (read
-// through r), identified as fk.
-func (t *Tracer) attachLocked(f *os.File, r io.ReaderAt, fk procfs.FileID) error {
+// through r, of its real size), identified as fk.
+func (t *Tracer) attachLocked(f *os.File, r *io.SectionReader, fk procfs.FileID) error {
 	path := f.Name()
 	if t.files[fk] != nil {
 		return nil
@@ -350,7 +350,7 @@ func (t *Tracer) attachLocked(f *os.File, r io.ReaderAt, fk procfs.FileID) error
 	if len(t.files) >= t.opts.MaxFiles {
 		return fmt.Errorf("%s: already %d library files attached", path, len(t.files))
 	}
-	v, err := readABIVersion(r)
+	v, err := readABIVersion(r, r.Size())
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}

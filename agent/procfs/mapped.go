@@ -1,5 +1,7 @@
 package procfs
 
+import "github.com/slurmscope/slurmscope/agent/budget"
+
 // Mapped is procfs as the readers of a process's mapped files see it (the
 // unwinder's tables in agent/unwind, the interpreters' trackers): the
 // process's mappings, and each mapped file opened by Open's rules, as the
@@ -9,6 +11,14 @@ type Mapped struct {
 	// MaxSize is the largest file opened, by its real size. Default 4 GiB
 	// (a CUDA library is up to 1.5 GiB).
 	MaxSize int64
+	// Work, when set, charges every read of an opened file (through
+	// File.Reader) to the process's owner, as the symbolizer charges its
+	// own: a job's read allowance bounds what its files cost every reader
+	// of them. A read past the allowance fails with budget.ErrWorkLimit.
+	Work *budget.Work
+	// Owner names a process's owner in Work (its job, as the symbolizer's
+	// Owner does); nil or "": its user.
+	Owner func(ID) string
 }
 
 // Mappings lists every mapping of pid.
@@ -24,5 +34,26 @@ func (m Mapped) OpenMapping(pid int, mp Mapping) (*File, error) {
 	if max <= 0 {
 		max = 4 << 30
 	}
-	return m.FS.Open(JobFile{PID: pid, Mapping: &mp, UID: st.UID, MaxSize: max})
+	f, err := m.FS.Open(JobFile{PID: pid, Mapping: &mp, UID: st.UID, MaxSize: max})
+	if err != nil {
+		return nil, err
+	}
+	if m.Work != nil {
+		f.reads = m.Work.ReaderAt(m.owner(pid, st.UID), f.File)
+	}
+	return f, nil
+}
+
+func (m Mapped) owner(pid, uid int) string {
+	if m.Owner != nil {
+		if id, err := m.FS.ID(pid); err == nil {
+			if o := m.Owner(id); o != "" {
+				return o
+			}
+		}
+	}
+	if uid < 0 {
+		return budget.Unknown
+	}
+	return budget.UserOwner(uid)
 }

@@ -38,10 +38,19 @@ type FileInfo struct {
 type File struct {
 	*os.File
 	Info FileInfo
+	// reads, when set, is what Reader reads through: the file, charged to
+	// its job's read allowance (Mapped.Work).
+	reads io.ReaderAt
 }
 
 // Reader returns a reader of the file's first Info.Size bytes.
-func (f *File) Reader() *io.SectionReader { return io.NewSectionReader(f.File, 0, f.Info.Size) }
+func (f *File) Reader() *io.SectionReader {
+	var r io.ReaderAt = f.File
+	if f.reads != nil {
+		r = f.reads
+	}
+	return io.NewSectionReader(r, 0, f.Info.Size)
+}
 
 // JobFile names a file of a process and says what it must be.
 type JobFile struct {

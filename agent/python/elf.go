@@ -1,14 +1,19 @@
 package python
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"path/filepath"
 	"regexp"
 	"strconv"
+
+	"github.com/slurmscope/slurmscope/agent/elfcheck"
 )
 
 // Interpreter is what an ELF file says about the CPython runtime it holds.
@@ -26,28 +31,60 @@ type Interpreter struct {
 	loads       []elf.ProgHeader
 }
 
-// Caps on what Inspect reads of a file a job may have planted.
+// Caps on what Inspect reads of a file a job may have planted: a
+// libpython's symbols and their names are well under 1 MiB each, a
+// static python's a few MiB. A larger table is skipped (the executable of
+// every process is looked at, and a large program is no Python); a file
+// over elfcheck's caps is refused whole.
 const (
 	maxSymtabBytes = 64 << 20
+	maxStrtabBytes = 32 << 20
 	maxRodataScan  = 32 << 20
+)
+
+// elfReader is Inspect as a reader of job files (agent/elfcheck): it
+// reads the symbol tables and their names (within its own caps above),
+// .dynamic for the soname and .rodata, never frame tables, symbol
+// versions or a Go pclntab.
+var (
+	elfReader = elfcheck.NewReader("python")
+	elfLimits = elfcheck.Limits{
+		Frames:   elfcheck.Unread,
+		Versions: elfcheck.Unread,
+		Pclntab:  elfcheck.Unread,
+	}
 )
 
 // Inspect reads a mapped ELF file (the executable or a libpython) and
 // returns its interpreter. name is the file's path, whose base name may
-// carry the version (python3.9, libpython3.10.so.1.0). ErrNotPython: no
-// _PyRuntime; ErrUnknownVersion, ErrUnsupported: a runtime this package
-// cannot read, whose process gets native stacks only.
+// carry the version (python3.9, libpython3.10.so.1.0). r must say its real
+// size, by Size() (bytes.Reader, io.SectionReader) or Stat() (os.File,
+// interp.File): the file's sizes are checked against it (agent/elfcheck)
+// before anything is parsed. ErrNotPython: no _PyRuntime, or not an ELF
+// file; ErrBadInterpreter: sizes that lie (elfcheck.ErrTooLarge) or
+// malformed headers; ErrUnknownVersion, ErrUnsupported: a runtime this
+// package cannot read, whose process gets native stacks only. A read
+// error (a job's read allowance used up) is wrapped, for the caller to
+// tell it apart.
 func Inspect(r io.ReaderAt, name string, arch Arch) (in *Interpreter, err error) {
 	defer func() {
-		// debug/elf has panicked on malformed files before; a hostile file
-		// must cost only its own process its Python frames.
+		// A hostile file must cost only its own process its Python frames.
 		if p := recover(); p != nil {
 			in, err = nil, fmt.Errorf("%w: %s: malformed ELF: %v", ErrBadInterpreter, name, p)
 		}
 	}()
-	f, err := elf.NewFile(r)
+	size, err := sizeOf(r)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrNotPython, name, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrNotPython, name, err)
+	}
+	f, err := elfReader.Open(r, size, elfLimits)
+	switch {
+	case errors.Is(err, elfcheck.ErrTooLarge), errors.Is(err, elfcheck.ErrPanic):
+		return nil, fmt.Errorf("%w: %s: %w", ErrBadInterpreter, name, err)
+	case errors.Is(err, elfcheck.ErrMalformed):
+		return nil, fmt.Errorf("%w: %s: %w", ErrNotPython, name, err)
+	case err != nil:
+		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
 	if f.Class != elf.ELFCLASS64 || f.Data != elf.ELFDATA2LSB {
 		return nil, fmt.Errorf("%w: %s: not a 64-bit little-endian ELF", ErrUnsupported, name)
@@ -58,7 +95,10 @@ func Inspect(r io.ReaderAt, name string, arch Arch) (in *Interpreter, err error)
 			in.loads = append(in.loads, p.ProgHeader)
 		}
 	}
-	syms := findSymbols(f, "_PyRuntime", "Py_Version", "PyCode_Type")
+	syms, err := findSymbols(f, "_PyRuntime", "Py_Version", "PyCode_Type")
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
 	rt, ok := syms["_PyRuntime"]
 	if !ok || rt == 0 {
 		return nil, fmt.Errorf("%w: %s: no _PyRuntime", ErrNotPython, name)
@@ -68,12 +108,16 @@ func Inspect(r io.ReaderAt, name string, arch Arch) (in *Interpreter, err error)
 	var hex uint64
 	if v, ok := syms["Py_Version"]; ok {
 		var b [8]byte
-		if in.read(r, b[:], v) == nil {
+		found, err := in.read(r, b[:], v)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", name, err)
+		}
+		if found {
 			hex = binary.LittleEndian.Uint64(b[:])
 			in.Major, in.Minor, in.VersionFrom = int(hex>>24&0xff), int(hex>>16&0xff), "Py_Version" // #nosec G115 -- masked to a byte
 		}
 	}
-	if in.VersionFrom == "" {
+	if in.VersionFrom == "" && dynStringsFit(f) {
 		if so, err := f.DynString(elf.DT_SONAME); err == nil && len(so) > 0 {
 			in.versionFromName(so[0], "soname")
 		}
@@ -94,7 +138,11 @@ func Inspect(r io.ReaderAt, name string, arch Arch) (in *Interpreter, err error)
 	if in.Minor == 13 {
 		// The runtime's initialiser puts _Py_DebugOffsets in the file's data.
 		b := make([]byte, DebugOffsetsSize)
-		if in.read(r, b, rt) == nil {
+		found, err := in.read(r, b, rt)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", name, err)
+		}
+		if found {
 			l, err := ParseDebugOffsets(b)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", name, err)
@@ -129,7 +177,7 @@ func (in *Interpreter) versionFromString(f *elf.File) {
 	if s == nil || s.Type != elf.SHT_PROGBITS || s.Size > maxRodataScan {
 		return
 	}
-	b, err := s.Data()
+	b, err := elfcheck.Data(s, maxRodataScan)
 	if err != nil {
 		return
 	}
@@ -145,42 +193,121 @@ func (in *Interpreter) versionFromString(f *elf.File) {
 	}
 }
 
-// findSymbols looks names up in .dynsym, then .symtab (which stripped files
-// lack), within maxSymtabBytes.
-func findSymbols(f *elf.File, names ...string) map[string]uint64 {
+// findSymbols looks names up in .dynsym, then .symtab (which stripped
+// files lack). The tables are streamed, not read whole (debug/elf's
+// Symbols would hold every entry, and a copy of every name, at once): what
+// is held is one chunk of entries and the table's names, under
+// maxStrtabBytes. Only a read error is an error.
+func findSymbols(f *elf.File, names ...string) (map[string]uint64, error) {
 	out := map[string]uint64{}
 	want := map[string]bool{}
+	longest := 0
 	for _, n := range names {
 		want[n] = true
+		longest = max(longest, len(n))
 	}
-	for _, sec := range []struct {
-		typ  elf.SectionType
-		load func() ([]elf.Symbol, error)
-	}{{elf.SHT_DYNSYM, f.DynamicSymbols}, {elf.SHT_SYMTAB, f.Symbols}} {
+	for _, typ := range []elf.SectionType{elf.SHT_DYNSYM, elf.SHT_SYMTAB} {
 		if len(out) == len(want) {
 			break
 		}
-		if s := f.SectionByType(sec.typ); s == nil || s.Size > maxSymtabBytes {
+		sec := f.SectionByType(typ)
+		if sec == nil || sec.Size > maxSymtabBytes || sec.Flags&elf.SHF_COMPRESSED != 0 ||
+			sec.Link == 0 || int(sec.Link) >= len(f.Sections) {
 			continue
 		}
-		syms, err := sec.load()
-		if err != nil {
+		str := f.Sections[sec.Link]
+		if str.Type != elf.SHT_STRTAB || str.Size > maxStrtabBytes || str.Flags&elf.SHF_COMPRESSED != 0 {
 			continue
 		}
-		for _, s := range syms {
-			if want[s.Name] && s.Section != elf.SHN_UNDEF && s.Value != 0 {
-				if _, dup := out[s.Name]; !dup {
-					out[s.Name] = s.Value
+		strtab := make([]byte, str.Size)
+		if err := readAt(str, strtab, 0); err != nil {
+			return nil, err
+		}
+		err := eachSymbol(sec, func(nameOff uint32, shndx uint16, value uint64) {
+			if shndx == uint16(elf.SHN_UNDEF) || value == 0 || uint64(nameOff) >= uint64(len(strtab)) {
+				return
+			}
+			b := strtab[nameOff:]
+			b = b[:min(len(b), longest+1)]
+			end := bytes.IndexByte(b, 0)
+			if end < 0 {
+				return
+			}
+			if n := string(b[:end]); want[n] {
+				if _, dup := out[n]; !dup {
+					out[n] = value
 				}
 			}
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
-	return out
+	return out, nil
 }
 
-// read copies len(b) bytes at link-time address vaddr from the file, if a
-// loadable segment holds them in the file (not in .bss).
-func (in *Interpreter) read(r io.ReaderAt, b []byte, vaddr uint64) error {
+// dynStringsFit reports whether the names .dynamic links to, which
+// DynString reads whole, are within maxStrtabBytes.
+func dynStringsFit(f *elf.File) bool {
+	ds := f.SectionByType(elf.SHT_DYNAMIC)
+	return ds != nil && int(ds.Link) < len(f.Sections) && f.Sections[ds.Link].Size <= maxStrtabBytes
+}
+
+// symChunk is how many symbol entries are read at a time.
+const symChunk = 4096
+
+// eachSymbol calls fn with each ELF64 symbol of sec, after the null one.
+func eachSymbol(sec *elf.Section, fn func(nameOff uint32, shndx uint16, value uint64)) error {
+	const entSize = elf.Sym64Size
+	n := sec.Size / entSize
+	buf := make([]byte, min(n, symChunk)*entSize)
+	for i := uint64(1); i < n; {
+		c := min(n-i, symChunk)
+		b := buf[:c*entSize]
+		at := int64(i * entSize) // #nosec G115 -- inside the section, under maxSymtabBytes
+		if err := readAt(sec, b, at); err != nil {
+			return err
+		}
+		for ; len(b) >= entSize; b = b[entSize:] {
+			fn(binary.LittleEndian.Uint32(b), binary.LittleEndian.Uint16(b[6:]), binary.LittleEndian.Uint64(b[8:]))
+		}
+		i += c
+	}
+	return nil
+}
+
+// readAt fills b from off: a reader may say io.EOF with a full read.
+func readAt(r io.ReaderAt, b []byte, off int64) error {
+	n, err := r.ReadAt(b, off)
+	if n == len(b) {
+		return nil
+	}
+	if err == nil || errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// sizeOf is the real size of the file r reads.
+func sizeOf(r io.ReaderAt) (int64, error) {
+	switch f := r.(type) {
+	case interface{ Size() int64 }:
+		return f.Size(), nil
+	case interface{ Stat() (fs.FileInfo, error) }:
+		fi, err := f.Stat()
+		if err != nil {
+			return 0, err
+		}
+		return fi.Size(), nil
+	}
+	return 0, fmt.Errorf("%T does not say its size", r)
+}
+
+// read copies len(b) bytes at link-time address vaddr from the file, and
+// reports whether a loadable segment holds them in the file (not in .bss,
+// not past the file's end). An error is the reader's (a job's read
+// allowance used up), for the caller to pass on.
+func (in *Interpreter) read(r io.ReaderAt, b []byte, vaddr uint64) (bool, error) {
 	for _, p := range in.loads {
 		// Written so that nothing wraps: a hostile header's vaddr, size or
 		// offset near 2^64 would otherwise pass the check.
@@ -189,12 +316,15 @@ func (in *Interpreter) read(r io.ReaderAt, b []byte, vaddr uint64) error {
 		}
 		off := vaddr - p.Vaddr
 		if p.Off > math.MaxInt64-off {
-			return fmt.Errorf("address 0x%x: segment offset 0x%x beyond any file", vaddr, p.Off)
+			return false, nil // beyond any file
 		}
-		_, err := r.ReadAt(b, int64(p.Off+off)) // #nosec G115 -- checked <= MaxInt64 just above
-		return err
+		err := readAt(r, b, int64(p.Off+off)) // #nosec G115 -- checked <= MaxInt64 just above
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return false, nil // a segment past the file's end
+		}
+		return err == nil, err
 	}
-	return fmt.Errorf("address 0x%x not in the file", vaddr)
+	return false, nil
 }
 
 // Bias returns the load bias of a mapping of this file that starts at

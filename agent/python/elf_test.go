@@ -139,13 +139,13 @@ func TestReadHostileSegments(t *testing.T) {
 	for _, c := range cases {
 		var log readAtLog
 		in := &Interpreter{loads: []elf.ProgHeader{c.load}}
-		if err := in.read(&log, b[:], c.vaddr); err == nil || len(log) != 0 {
-			t.Errorf("%s: err %v, reads at %v", c.name, err, log)
+		if found, err := in.read(&log, b[:], c.vaddr); found || err != nil || len(log) != 0 {
+			t.Errorf("%s: found %v, err %v, reads at %v", c.name, found, err, log)
 		}
 	}
 	var log readAtLog
 	in := &Interpreter{loads: []elf.ProgHeader{{Vaddr: 0x1000, Filesz: 0x100, Off: 0x5000}}}
-	if err := in.read(&log, b[:], 0x10f8); err != nil || len(log) != 1 || log[0] != 0x50f8 {
-		t.Errorf("in range: err %v, reads at %v", err, log)
+	if found, err := in.read(&log, b[:], 0x10f8); !found || err != nil || len(log) != 1 || log[0] != 0x50f8 {
+		t.Errorf("in range: found %v, err %v, reads at %v", found, err, log)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/slurmscope/slurmscope/agent/bpf"
+	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/interp"
 	"github.com/slurmscope/slurmscope/agent/prio"
 	"github.com/slurmscope/slurmscope/agent/procfs"
@@ -41,12 +42,15 @@ type Options struct {
 	// waits for it: it must not read the process's files (agent/daemon's
 	// Admit leaves that to its settlers).
 	Profiled func(procfs.ID) bool
-	// Owner names a process's job (the memory budget's owner key): the
-	// probes' per-job shares of their own tables count by it. nil: no
-	// shares.
-	Owner func(procfs.ID) string
 	// MaxTableBytes bounds the unwind tables in BPF maps (unwind.Options).
 	MaxTableBytes int64
+	// Owner names a process's job (the memory budget's owner key): the
+	// probes' per-job shares of their own tables count by it (nil: no
+	// shares), and with Work, what the table builder and the interpreters
+	// read of a process's mapped files is charged to its job's read
+	// allowance (procfs.Mapped; nil Work: not charged).
+	Work  *budget.Work
+	Owner func(procfs.ID) string
 	// Remapped, when set, is told of each load of a process's tables: the
 	// first, and each again because its mappings changed (code mapped
 	// since, or an exec), so that the symbolizer reads the mappings the
@@ -173,7 +177,7 @@ func (w *Walker) init() error {
 		}
 		w.shared[name] = m
 	}
-	mapped := procfs.Mapped{FS: w.o.Proc}
+	mapped := procfs.Mapped{FS: w.o.Proc, Work: w.o.Work, Owner: w.o.Owner}
 	if w.tables {
 		if w.loader, err = unwind.NewLoader(unwind.Options{Maps: mapped, Opener: mapped, MaxTableBytes: w.o.MaxTableBytes}); err != nil {
 			return fmt.Errorf("stack walker: %w", err)

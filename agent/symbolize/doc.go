@@ -23,8 +23,9 @@
 // A job writes its files, and so the sizes in them: every size and count
 // (ELF section sizes, symbol counts, pclntab function counts, perf map and
 // maps lengths) is checked against the file's real size and hard caps
-// before anything is read (elfcheck.go); a file over a cap is left
-// unsymbolised and counted (too_large). Tables are streamed, not held, and
+// before anything is read (agent/elfcheck, the one check of every ELF
+// file a job names); a file over a cap is left unsymbolised and counted
+// (too_large). Tables are streamed, not held, and
 // what is kept is charged to the job's share of the memory budget
 // (agent/budget) as it is read, so a file that does not fit the share
 // stops costing memory when it runs out of it (over_budget). The bytes read

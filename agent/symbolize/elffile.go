@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/slurmscope/slurmscope/agent/budget"
+	"github.com/slurmscope/slurmscope/agent/elfcheck"
 )
 
 // Limits that keep a hostile or absurd file from costing unbounded memory
@@ -42,13 +43,13 @@ type objFile struct {
 	charge  *budget.Entry
 }
 
-func isPanic(err error) bool { return errors.Is(err, errPanic) }
+func isPanic(err error) bool { return errors.Is(err, errPanic) || errors.Is(err, elfcheck.ErrPanic) }
 
 // errPanic marks errors recovered from a parser panic.
 var errPanic = errors.New("parser panic")
 
 // openObj parses an ELF file of the given size. Every size its headers
-// claim is checked first (checkELF, checkSections); what it keeps is
+// claim is checked first (elfcheck); what it keeps is
 // charged with grow as it goes, and an error from grow (the budget, or the
 // reader's allowance) ends the parse with that error. It never panics:
 // malformed input that trips a parser (ours or the standard library's) is
@@ -59,17 +60,8 @@ func openObj(r io.ReaderAt, size int64, grow func(int64) error) (obj *objFile, e
 			obj, err = nil, fmt.Errorf("%w: %v", errPanic, p)
 		}
 	}()
-	if err := checkELF(r, size); err != nil {
-		return nil, err
-	}
-	f, err := elf.NewFile(r)
+	f, err := elfReader.Open(r, size, elfLimits)
 	if err != nil {
-		return nil, err
-	}
-	if len(f.Progs) > maxProgHeaders {
-		return nil, tooLarge("%d program headers", len(f.Progs))
-	}
-	if err := checkSections(f); err != nil {
 		return nil, err
 	}
 	obj = &objFile{}

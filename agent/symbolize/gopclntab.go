@@ -42,7 +42,7 @@ func loadGoTable(f *elf.File, r io.ReaderAt, loads []loadSeg, syms *symTable, is
 	pr := ptrReader{order: f.ByteOrder, ptrSize: 8}
 	var off, n, pclnAddr uint64
 	if sec := f.Section(".gopclntab"); sec != nil && sec.Type != elf.SHT_NOBITS {
-		off, n, pclnAddr = sec.Offset, sec.Size, sec.Addr // held to the file and its cap by checkELF, checkSections
+		off, n, pclnAddr = sec.Offset, sec.Size, sec.Addr // held to the file and its cap by elfcheck
 	} else if isGo || len(f.Sections) == 0 {
 		var err error
 		if off, n, pclnAddr, err = scanForPclntab(r, loads, pr); err != nil {
@@ -59,7 +59,7 @@ func loadGoTable(f *elf.File, r io.ReaderAt, loads []loadSeg, syms *symTable, is
 	if n < uint64(len(hdr)) {
 		return nil, nil
 	}
-	at := int64(off) // #nosec G115 -- off+n lies inside the file (checkELF), whose size is an int64
+	at := int64(off) // #nosec G115 -- off+n lies inside the file (elfcheck), whose size is an int64
 	if _, err := r.ReadAt(hdr[:], at); err != nil {
 		return nil, err
 	}
@@ -170,7 +170,7 @@ func scanSegment(r io.ReaderAt, s loadSeg, step uint64, overlap int, fn func(chu
 	buf := make([]byte, min(s.filesz, step+uint64(overlap))) // #nosec G115 -- overlap is a non-negative constant of the callers
 	for pos := uint64(0); pos < s.filesz; pos += step {
 		n := min(uint64(len(buf)), s.filesz-pos)
-		at := int64(s.off + pos) // #nosec G115 -- pos < filesz and the segment lies inside the file (checkELF)
+		at := int64(s.off + pos) // #nosec G115 -- pos < filesz and the segment lies inside the file (elfcheck)
 		if _, err := r.ReadAt(buf[:n], at); err != nil {
 			return err
 		}

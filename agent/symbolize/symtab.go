@@ -84,14 +84,14 @@ func readSymbolSection(f *elf.File, r io.ReaderAt, sec *elf.Section, t *symTable
 	if strSec.Type != elf.SHT_STRTAB || strSec.Size == 0 {
 		return nil
 	}
-	// checkELF held both inside the file; checkSections under their caps.
-	strSize := int64(strSec.Size) // #nosec G115 -- checkSections held it under its cap
+	// elfcheck held both inside the file and under their caps.
+	strSize := int64(strSec.Size) // #nosec G115 -- elfcheck held it under its cap
 	if err := grow(strSize); err != nil {
 		return err
 	}
 	defer grow(-strSize)
 	strtab := make([]byte, strSec.Size)
-	strOff := int64(strSec.Offset) // #nosec G115 -- checkELF held the section inside the file
+	strOff := int64(strSec.Offset) // #nosec G115 -- elfcheck held the section inside the file
 	if _, err := r.ReadAt(strtab, strOff); err != nil {
 		return err
 	}
@@ -101,7 +101,7 @@ func readSymbolSection(f *elf.File, r io.ReaderAt, sec *elf.Section, t *symTable
 	for i := uint64(1); i < n && len(t.syms) < maxSymbols; { // entry 0 is all zeros
 		c := min(n-i, symChunk)
 		b := buf[:c*entSize]
-		at := int64(sec.Offset + i*entSize) // #nosec G115 -- i < n: inside the section, which checkELF held inside the file
+		at := int64(sec.Offset + i*entSize) // #nosec G115 -- i < n: inside the section, which elfcheck held inside the file
 		if _, err := r.ReadAt(b, at); err != nil {
 			return err
 		}

@@ -23,8 +23,9 @@
  *                               unlink it and put a FIFO at PATH
  *   hostile lie SRC DST KIND    copy ELF file SRC to DST with its headers
  *                               lying (KIND: symtab, dynsym, strtab,
- *                               gopclntab: the section claims 1 GiB, the
- *                               file is extended, sparse, to hold it;
+ *                               gopclntab, shstrtab (the section names):
+ *                               the section claims 1 GiB, the file is
+ *                               extended, sparse, to hold it;
  *                               nfunc: the Go pclntab claims 100 million
  *                               functions), then exit
  *   hostile map FILE...         map each FILE executable, then spin
@@ -142,7 +143,8 @@ static void lie(const char *src, const char *dst, const char *kind)
 		if ((!strcmp(kind, "symtab") && sh[i].sh_type == SHT_SYMTAB) ||
 		    (!strcmp(kind, "dynsym") && sh[i].sh_type == SHT_DYNSYM) ||
 		    (!strcmp(kind, "strtab") && sh[i].sh_type == SHT_SYMTAB) ||
-		    ((!strcmp(kind, "gopclntab") || !strcmp(kind, "nfunc")) && !strcmp(n, ".gopclntab")))
+		    ((!strcmp(kind, "gopclntab") || !strcmp(kind, "nfunc")) && !strcmp(n, ".gopclntab")) ||
+		    (!strcmp(kind, "shstrtab") && i == eh->e_shstrndx))
 			target = &sh[i];
 	}
 	if (target == NULL) {

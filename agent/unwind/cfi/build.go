@@ -14,13 +14,15 @@
 // gcc's stack-realignment prologues, glibc's __restore_rt), never
 // evaluated.
 //
-// The input is whatever a job mapped, so nothing in it is trusted: every
-// length and count is checked against the section, the file's real size
-// and hard caps (Limits), time is linear in the section sizes (a CIE's
-// initial instructions run once, not once per FDE), and a panic in the
-// ELF reader becomes an error. A malformed entry loses that entry; a
-// malformed program keeps the rows before the error and marks the rest of
-// its function unsupported.
+// The input is whatever a job mapped, so nothing in it is trusted: the
+// headers pass agent/elfcheck first, every length and count is checked
+// against the section, the file's real size and hard caps (Limits), time
+// is linear in the section sizes (a CIE's initial instructions run once,
+// not once per FDE), and a panic in the ELF reader becomes an error. A
+// read error (a job's read allowance used up) fails the build, wrapped:
+// no table is built from part of a section. A malformed entry loses that
+// entry; a malformed program keeps the rows before the error and marks
+// the rest of its function unsupported.
 //
 // x86-64 only for now. arm64 differs in the register numbers (sp 31, x29,
 // x30), in the return address (the link register at the leaf, then saved
@@ -31,13 +33,16 @@
 package cfi
 
 import (
-	"bytes"
 	"debug/elf"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"sort"
+	"strings"
+
+	"github.com/slurmscope/slurmscope/agent/elfcheck"
 )
 
 // Limits bound what one file may cost. Zero fields take the defaults.
@@ -201,15 +206,29 @@ func Build(r io.ReaderAt, size int64, lim Limits) (t *Table, err error) {
 	return build(r, size, lim)
 }
 
-// openELF parses the headers; only the standard library's panics are
-// recovered here (always, fuzzing or not: they are not ours to fix).
-func openELF(r io.ReaderAt) (f *elf.File, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			f, err = nil, fmt.Errorf("malformed ELF: %v", p)
-		}
-	}()
-	return elf.NewFile(r)
+// elfReader is the table builder as a reader of job files: it reads the
+// frame tables, and only looks for the sections that mark a Go binary.
+var elfReader = elfcheck.NewReader("unwind")
+
+// openELF checks and parses the headers (elfcheck, which recovers the
+// standard library's panics: they are not ours to fix).
+func openELF(r io.ReaderAt, size int64, lim Limits) (*elf.File, error) {
+	f, err := elfReader.Open(r, size, elfcheck.Limits{
+		Frames:   lim.MaxSectionBytes,
+		Symbols:  elfcheck.Unread,
+		Strings:  elfcheck.Unread,
+		Versions: elfcheck.Unread,
+		Dynamic:  elfcheck.Unread,
+		Pclntab:  elfcheck.Unread,
+	})
+	switch {
+	case errors.Is(err, elfcheck.ErrTooLarge):
+		return nil, fmt.Errorf("%w: %w", ErrTooLarge, err)
+	case err != nil:
+		// A read error (a job's allowance used up) stays visible.
+		return nil, fmt.Errorf("%w: %w", ErrNotSupported, err)
+	}
+	return f, nil
 }
 
 func build(r io.ReaderAt, size int64, lim Limits) (t *Table, err error) {
@@ -218,9 +237,9 @@ func build(r io.ReaderAt, size int64, lim Limits) (t *Table, err error) {
 		return nil, fmt.Errorf("%w: file of %d bytes", ErrTooLarge, size)
 	}
 	sr := io.NewSectionReader(r, 0, size)
-	f, err := openELF(sr)
+	f, err := openELF(sr, size, lim)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNotSupported, err)
+		return nil, err
 	}
 	if f.Class != elf.ELFCLASS64 || f.Data != elf.ELFDATA2LSB || f.Machine != elf.EM_X86_64 {
 		return nil, fmt.Errorf("%w: %s %s %s", ErrNotSupported, f.Class, f.Data, f.Machine)
@@ -257,7 +276,7 @@ func build(r io.ReaderAt, size int64, lim Limits) (t *Table, err error) {
 	}
 
 	if sec := f.Section(".eh_frame"); sec != nil && sec.Type != elf.SHT_NOBITS {
-		data, err := readSection(sec, size, lim)
+		data, err := readSection(sec, lim)
 		if err != nil {
 			return nil, err
 		}
@@ -266,7 +285,7 @@ func build(r io.ReaderAt, size int64, lim Limits) (t *Table, err error) {
 		b.parse(ehFrame, data, addr)
 	}
 	if sec := f.Section(".debug_frame"); sec != nil && sec.Type != elf.SHT_NOBITS {
-		data, err := readSection(sec, size, lim)
+		data, err := readSection(sec, lim)
 		if err != nil {
 			return nil, err
 		}
@@ -288,44 +307,23 @@ func (b *builder) parse(kind sectionKind, data []byte, addr uint64) {
 	p.walk()
 }
 
-// readSection reads a section's bytes (decompressed for SHF_COMPRESSED),
-// checking its claimed extent against the real file and the cap first.
-func readSection(sec *elf.Section, size int64, lim Limits) ([]byte, error) {
-	fsize := uint64(size) // #nosec G115 -- build checked 0 < size
-	if sec.Offset > fsize || sec.FileSize > fsize-sec.Offset {
-		return nil, fmt.Errorf("%w: section %s beyond the end of the file", ErrNotSupported, sec.Name)
-	}
-	secSize := int64(sec.FileSize) // #nosec G115 -- FileSize <= size (just above), an int64
-	if secSize > lim.MaxSectionBytes {
-		return nil, fmt.Errorf("%w: section %s of %d bytes", ErrTooLarge, sec.Name, sec.FileSize)
-	}
-	if sec.Flags&elf.SHF_COMPRESSED == 0 {
-		data := make([]byte, sec.FileSize)
-		if _, err := sec.ReadAt(data, 0); err != nil {
+// readSection reads a frame section's records (decompressed for
+// SHF_COMPRESSED), within the cap; elfcheck held its extent to the file
+// and its claimed size to the cap already. An uncompressed one is read up
+// to its first zero length only, where the parser stops.
+func readSection(sec *elf.Section, lim Limits) ([]byte, error) {
+	if sec.Flags&elf.SHF_COMPRESSED == 0 && !strings.HasPrefix(sec.Name, ".zdebug") {
+		data, err := readRecords(sec, 0, min(sec.FileSize, uint64(lim.MaxSectionBytes))) // #nosec G115 -- withDefaults makes it positive
+		if err != nil {
 			return nil, fmt.Errorf("section %s: %w", sec.Name, err)
 		}
 		return data, nil
 	}
-	// Decompressed size is whatever the header claims: read at most the
-	// cap and fail beyond it.
-	var buf bytes.Buffer
-	n, err := copyDecompressed(&buf, sec, lim.MaxSectionBytes+1)
-	if err != nil {
-		return nil, fmt.Errorf("section %s: %w", sec.Name, err)
+	data, err := elfcheck.Data(sec, lim.MaxSectionBytes)
+	if errors.Is(err, elfcheck.ErrTooLarge) {
+		return nil, fmt.Errorf("%w: %w", ErrTooLarge, err)
 	}
-	if n > lim.MaxSectionBytes {
-		return nil, fmt.Errorf("%w: section %s decompresses to more than %d bytes", ErrTooLarge, sec.Name, lim.MaxSectionBytes)
-	}
-	return buf.Bytes(), nil
-}
-
-func copyDecompressed(w io.Writer, sec *elf.Section, limit int64) (n int64, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("decompressing: %v", p)
-		}
-	}()
-	return io.Copy(w, io.LimitReader(sec.Open(), limit))
+	return data, err
 }
 
 // ehFrameFromHeader finds .eh_frame through PT_GNU_EH_FRAME in a file
@@ -366,14 +364,79 @@ func ehFrameFromHeader(f *elf.File, r io.ReaderAt, size int64, _ []execSeg, lim 
 			return nil, 0, false
 		}
 		length := min(end-off, uint64(lim.MaxSectionBytes)) // #nosec G115 -- withDefaults makes it positive
-		data := make([]byte, length)
-		at := int64(off) // #nosec G115 -- off <= size (checked above), an int64
-		if _, err := r.ReadAt(data, at); err != nil && !errors.Is(err, io.EOF) {
+		data, err := readRecords(r, off, length)
+		if err != nil {
 			return nil, 0, false
 		}
 		return data, addr, true
 	}
 	return nil, 0, false
+}
+
+// recordChunk is how much readRecords reads at a time; maxRecordBytes
+// the longest record it follows (real ones are at most a few KiB: a
+// longer length is a lie, and nothing after it can be trusted).
+const (
+	recordChunk    = 1 << 20
+	maxRecordBytes = 1 << 20
+)
+
+// readRecords reads the call frame records at off, up to the first zero
+// length (.eh_frame's terminator, and where the parser stops in either
+// kind) and at most n bytes. Only the records' lengths say where that is,
+// so it reads a chunk at a time and follows them: a sparse file's holes
+// (zeros: a terminator at once) cost one chunk, not the size claimed.
+func readRecords(r io.ReaderAt, off, n uint64) ([]byte, error) {
+	var data []byte
+	var rerr error
+	have := func(upto uint64) bool {
+		for uint64(len(data)) < min(upto, n) {
+			// Small first: a file of no records costs a page or so.
+			c := int(min(max(uint64(len(data)), 64<<10), recordChunk, n-uint64(len(data)))) // #nosec G115 -- at most recordChunk
+			data = slices.Grow(data, c)
+			// Inside the file: the caller checked off+n.
+			at := int64(off + uint64(len(data))) // #nosec G115 -- inside the file, whose size is an int64
+			got, err := r.ReadAt(data[len(data):len(data)+c], at)
+			data = data[:len(data)+got]
+			if err != nil && !errors.Is(err, io.EOF) {
+				rerr = err
+				return false
+			}
+			if got == 0 {
+				return false
+			}
+		}
+		return uint64(len(data)) >= upto
+	}
+	var pos uint64
+	for have(pos + 4) {
+		length := uint64(binary.LittleEndian.Uint32(data[pos:]))
+		next := pos + 4 + length
+		if length == 0xffffffff {
+			if !have(pos + 12) {
+				break
+			}
+			length = binary.LittleEndian.Uint64(data[pos+4:])
+			next = pos + 12 + length
+			if next < pos {
+				break
+			}
+		}
+		if length == 0 {
+			return data[:pos+4], nil
+		}
+		if length > maxRecordBytes || next > n {
+			break
+		}
+		pos = next
+	}
+	if rerr != nil {
+		// A read refused (a job's allowance) or failed: no partial table.
+		return nil, rerr
+	}
+	// No terminator within n: the records read so far (the parser drops a
+	// truncated last one).
+	return data[:min(uint64(len(data)), n)], nil
 }
 
 // finish sorts the FDEs, drops overlaps (.eh_frame wins over .debug_frame,

@@ -298,7 +298,7 @@ func verifyTrim(f *file, im *replay.Image) error {
 	}
 	if f.python {
 		o, oerr := python.Inspect(bytes.NewReader(f.orig), f.path, python.AMD64)
-		t, terr := python.Inspect(im, f.path, python.AMD64)
+		t, terr := python.Inspect(io.NewSectionReader(im, 0, im.Size), f.path, python.AMD64)
 		if (oerr == nil) != (terr == nil) {
 			return fmt.Errorf("inspect: original %v, trimmed %v", oerr, terr)
 		}
