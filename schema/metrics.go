@@ -302,7 +302,7 @@ var (
 	AgentUnwindTableBytes  = Metric{Name: MetricPrefix + "agent_unwind_table_bytes", Unit: "bytes", Type: Gauge, Help: "Bytes of unwind tables loaded into BPF maps."}
 	AgentUnwindBudget      = Metric{Name: MetricPrefix + "agent_unwind_table_budget_bytes", Unit: "bytes", Type: Gauge, Help: "The bound on unwind table bytes; over it the least recently used tables are evicted."}
 	AgentUnwindProcesses   = Metric{Name: MetricPrefix + "agent_unwind_processes", Type: Gauge, Help: "Processes whose unwind tables are loaded."}
-	AgentUnwindFiles       = counter("agent_unwind_files_total", "", "Mapped files looked at for unwind tables, by result: built, frame_pointer (no unwind information), error (unreadable or malformed: frame pointers), over_budget, open_error.", "result")
+	AgentUnwindFiles       = counter("agent_unwind_files_total", "", "Mapped files looked at for unwind tables, by result: built, frame_pointer (no unwind information), error (unreadable or malformed: frame pointers), over_budget, open_error, deferred (its job had read its allowance: built at a later sync).", "result")
 	AgentUnwindSyncs       = counter("agent_unwind_syncs_total", "", "Processes loaded (or loaded again) into the unwinder, by result.", "result")
 	AgentStackForksRefused = counter("agent_stack_forks_refused_total", "", "Forked processes not handed their set-up ancestor's unwind or interpreter state at their fork, because it already had 256 live forked descendants: they are set up when first sampled, like any process.")
 	AgentProcessSetup      = Metric{Name: MetricPrefix + "agent_process_setup_seconds", Unit: "seconds", Type: Histogram, Labels: []string{"part"}, Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},

@@ -51,9 +51,9 @@ func (w *Walker) readMetrics(emit func(m schema.Metric, v float64, labels ...str
 		emit(schema.AgentUnwindTableBytes, float64(st.TableBytes))
 		emit(schema.AgentUnwindBudget, float64(st.TableBudgetBytes))
 		emit(schema.AgentUnwindProcesses, float64(st.Processes))
-		built := st.TablesBuilt - st.BuildErrors - st.FramePointerFiles - st.TablesOverBudget
+		built := st.TablesBuilt - st.BuildErrors - st.FramePointerFiles - st.TablesOverBudget - st.BuildsDeferred
 		for res, n := range map[string]uint64{"built": built, "frame_pointer": st.FramePointerFiles, "error": st.BuildErrors,
-			"over_budget": st.TablesOverBudget, "open_error": st.OpenErrors} {
+			"over_budget": st.TablesOverBudget, "open_error": st.OpenErrors, "deferred": st.BuildsDeferred} {
 			emit(schema.AgentUnwindFiles, float64(n), res)
 		}
 		m := w.life.counters()

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/slurmscope/slurmscope/agent/bpf"
+	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/unwind/cfi"
 )
@@ -212,8 +213,12 @@ func (l *Loader) Counters() (Counters, error) { return readCounters(l.maps.stats
 // built is a table built outside the lock, ready to load.
 type built struct {
 	id    fileID
-	table *cfi.Table // nil: frame pointers
-	inner *ebpf.Map  // filled inner map, nil for frame pointers
+	table *cfi.Table // nil: frame pointers, or (later) a retry
+	// later: the build read too much of its job's allowance, and the
+	// file is built again at a later sync rather than left to frame
+	// pointers.
+	later bool
+	inner *ebpf.Map // filled inner map, nil for frame pointers
 	bytes int64
 	pages uint32
 	users int // syncs holding it (under Loader.mu); the last closes inner
@@ -481,6 +486,9 @@ func (l *Loader) build(id fileID, build func() (*cfi.Table, error)) *built {
 	l.stats.TablesBuilt++
 	l.stats.BuildSeconds += time.Since(t0).Seconds()
 	switch {
+	case errors.Is(err, budget.ErrWorkLimit):
+		l.stats.BuildsDeferred++
+		b.table, b.later = nil, true
 	case err != nil:
 		l.stats.BuildErrors++
 		b.table = nil
@@ -547,6 +555,9 @@ func (l *Loader) install(b *built) {
 	if f == nil {
 		f = &file{id: b.id, needLoad: true}
 		l.files[b.id] = f
+	}
+	if b.later {
+		return // needLoad stays: built at the next sync
 	}
 	if b.table == nil {
 		f.fp = true

@@ -9,9 +9,11 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 
+	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/internal/testenv"
 )
@@ -249,4 +251,43 @@ func (p *lockedProcs) OpenMapping(pid int, m Mapping) (*procfs.File, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.f.OpenMapping(pid, m)
+}
+
+// A build that finds its job's read allowance spent is put off, not left
+// to frame pointers: the file is built at a later sync, once the allowance
+// has refilled.
+func TestLoaderDefersBuildsOverTheAllowance(t *testing.T) {
+	testenv.RequireIntegration(t, testenv.Root)
+	now := time.Unix(1000, 0)
+	work := budget.NewWork(budget.WorkOptions{Burst: 1 << 20, Rate: 1 << 10, Now: func() time.Time { return now }})
+	// The job has read all but 8 KiB of its allowance already.
+	if !work.Take("job", 1<<20-8<<10) {
+		t.Fatal("a fresh allowance refused its burst")
+	}
+	mapped := procfs.Mapped{FS: procfs.New(""), Work: work, Owner: func(procfs.ID) string { return "job" }}
+	l, err := NewLoader(Options{Maps: mapped, Opener: mapped, NoVDSO: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	self, err := procfs.New("").ID(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.SyncProcess(self.PID, self.Start); err != nil {
+		t.Fatal(err)
+	}
+	first := l.Stats()
+	if first.BuildsDeferred == 0 {
+		t.Fatalf("no build put off with 8 KiB of allowance left: %+v", first)
+	}
+	now = now.Add(time.Hour) // refilled
+	if _, err := l.SyncProcess(self.PID, self.Start); err != nil {
+		t.Fatal(err)
+	}
+	last := l.Stats()
+	t.Logf("first sync: %d tables, %d builds put off; after refills: %d tables, %d put off in all, %d errors", first.Tables, first.BuildsDeferred, last.Tables, last.BuildsDeferred, last.BuildErrors)
+	if last.Tables <= first.Tables || last.BuildsDeferred != first.BuildsDeferred || last.BuildErrors != first.BuildErrors {
+		t.Errorf("after the allowance refilled: %+v; first sync %+v: want more tables, no more errors", last, first)
+	}
 }

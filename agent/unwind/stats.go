@@ -108,6 +108,7 @@ type Stats struct {
 	TablesBuilt        uint64  // files parsed
 	BuildSeconds       float64 // time spent parsing
 	BuildErrors        uint64  // files without a usable table because of an error (unwound by frame pointers)
+	BuildsDeferred     uint64  // builds put off: the job had read its allowance; built at a later sync
 	FramePointerFiles  uint64  // files without unwind information (frame pointers by design)
 	TablesEvicted      uint64  // loaded tables evicted for the budget
 	TablesUnloaded     uint64  // tables unloaded because no process maps them any more

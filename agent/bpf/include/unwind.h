@@ -559,6 +559,10 @@ static long unwind_step(__u32 i, void *ctx)
 	void *tab = bpf_map_lookup_elem(&unwind_tables, &tid);
 
 	if (!tab) {
+		// Evicted for the budget, or its build put off: counted as
+		// unknown too, so that user space loads the process again (with
+		// a backoff) and the table is built back.
+		s->unknown++;
 		unwind_stat(UNWIND_STAT_FRAMES_EVICTED);
 		return unwind_fp(s);
 	}
