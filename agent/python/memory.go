@@ -48,8 +48,26 @@ func readPtr(m Memory, addr uint64) (uint64, error) {
 	return binary.LittleEndian.Uint64(b[:]), nil
 }
 
-func le64(b []byte, off uint16) uint64 { return binary.LittleEndian.Uint64(b[off:]) }
-func le32(b []byte, off uint16) uint32 { return binary.LittleEndian.Uint32(b[off:]) }
+// field64 and field32 read the little-endian field at off of b; false when
+// b does not hold all of it. Offsets come from a layout that a process may
+// have supplied: they are never trusted to fit.
+func field64(b []byte, off uint16) (uint64, bool) {
+	if int(off)+8 > len(b) {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint64(b[off:]), true
+}
+
+func field32(b []byte, off uint16) (uint32, bool) {
+	if int(off)+4 > len(b) {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint32(b[off:]), true
+}
+
+// errLayout: a layout whose fields do not fit what they index (one that
+// Layout.check would refuse).
+var errLayout = fmt.Errorf("%w: layout does not fit the object", ErrBadInterpreter)
 
 // Bounds on what one code object may make us read.
 const (
@@ -64,14 +82,21 @@ func readString(m Memory, l *Layout, addr uint64) (string, error) {
 	if addr == 0 {
 		return "", errors.New("NULL string")
 	}
-	hdr := make([]byte, l.CompactSize)
+	size := max(int(l.CompactSize), int(l.ASCIISize), int(l.UnicodeLength)+8, int(l.UnicodeState)+4)
+	if size > maxStrHeader {
+		return "", errLayout
+	}
+	hdr := make([]byte, size)
 	if err := m.ReadAt(hdr, addr); err != nil {
 		return "", err
 	}
-	n := le64(hdr, l.UnicodeLength)
-	state := le32(hdr, l.UnicodeState)
+	n, ok1 := field64(hdr, l.UnicodeLength)
+	state, ok2 := field32(hdr, l.UnicodeState)
+	if !ok1 || !ok2 {
+		return "", errLayout
+	}
 	kind, compact, ascii := int(state>>2&7), state>>5&1 == 1, state>>6&1 == 1
-	if !compact || (kind != 1 && kind != 2 && kind != 4) {
+	if !compact || (kind != 1 && kind != 2 && kind != 4) || (ascii && kind != 1) {
 		return "", fmt.Errorf("%w: str at 0x%x: state 0x%x", ErrBadInterpreter, addr, state)
 	}
 	if n > maxStringChars {
@@ -127,8 +152,7 @@ func readBytes(m Memory, l *Layout, addr uint64, limit int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	capBytes := uint64(limit) // #nosec G115 -- callers pass a positive constant (maxLineTable)
-	if n > capBytes {
+	if limit < 0 || n > uint64(limit) {
 		return nil, fmt.Errorf("%w: bytes at 0x%x: %d bytes, limit %d", ErrBadInterpreter, addr, n, limit)
 	}
 	b := make([]byte, n)

@@ -210,33 +210,47 @@ func readCode(m Memory, l *Layout, codeType, addr uint64) (*codeInfo, error) {
 	if addr == 0 {
 		return nil, fmt.Errorf("NULL code object")
 	}
-	hi := max(l.ObType, l.CodeFilename, l.CodeName, l.CodeLineTable) + 8
+	// In int: offsets near 0xffff must not wrap the header's size.
+	hi := max(int(l.ObType), int(l.CodeFilename), int(l.CodeName), int(l.CodeLineTable)) + 8
 	if l.CodeQualname != NoOffset {
-		hi = max(hi, l.CodeQualname+8)
+		hi = max(hi, int(l.CodeQualname)+8)
 	}
-	hi = max(hi, l.CodeFirstLineNo+4)
+	hi = max(hi, int(l.CodeFirstLineNo)+4)
+	if hi > maxCodeHeader {
+		return nil, errLayout
+	}
 	hdr := make([]byte, hi)
 	if err := m.ReadAt(hdr, addr); err != nil {
 		return nil, err
 	}
-	if codeType != 0 && le64(hdr, l.ObType) != codeType {
+	typ, ok1 := field64(hdr, l.ObType)
+	file, ok2 := field64(hdr, l.CodeFilename)
+	name, ok3 := field64(hdr, l.CodeName)
+	first, ok4 := field32(hdr, l.CodeFirstLineNo)
+	table, ok5 := field64(hdr, l.CodeLineTable)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 {
+		return nil, errLayout
+	}
+	if codeType != 0 && typ != codeType {
 		return nil, fmt.Errorf("%w: 0x%x is not a code object", ErrBadInterpreter, addr)
 	}
-	file, name := le64(hdr, l.CodeFilename), le64(hdr, l.CodeName)
 	// #nosec G115 -- co_firstlineno is a C int: the u32 read is reinterpreted as signed on purpose
-	c := &codeInfo{addr: addr, firstLine: int(int32(le32(hdr, l.CodeFirstLineNo))), check: file ^ (name<<1 | name>>63)}
-	nameField := l.CodeName
+	c := &codeInfo{addr: addr, firstLine: int(int32(first)), check: file ^ (name<<1 | name>>63)}
+	nameAddr := name
 	if l.CodeQualname != NoOffset {
-		nameField = l.CodeQualname
+		var ok bool
+		if nameAddr, ok = field64(hdr, l.CodeQualname); !ok {
+			return nil, errLayout
+		}
 	}
 	var err error
-	if c.name, err = readString(m, l, le64(hdr, nameField)); err != nil {
+	if c.name, err = readString(m, l, nameAddr); err != nil {
 		return nil, err
 	}
 	if c.file, err = readString(m, l, file); err != nil {
 		return nil, err
 	}
 	// A missing or oversized table costs the line, not the function.
-	c.table, _ = readBytes(m, l, le64(hdr, l.CodeLineTable), maxLineTable)
+	c.table, _ = readBytes(m, l, table, maxLineTable)
 	return c, nil
 }

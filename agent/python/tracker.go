@@ -323,6 +323,10 @@ func (t *Tracker) discover(p *proc, now time.Time) {
 			}
 			continue
 		}
+		if err := in.Layout.check(); err != nil {
+			firstErr = fmt.Errorf("%s: %w", m.Path, err)
+			continue
+		}
 		bias, ok := in.Bias(m.Start, m.Offset)
 		if !ok {
 			firstErr = fmt.Errorf("%w: %s: mapping at offset 0x%x in no segment", ErrBadInterpreter, m.Path, m.Offset)

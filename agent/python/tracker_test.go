@@ -123,6 +123,9 @@ type fakeProc struct {
 	now     time.Time
 	tracker *Tracker
 	l       Layout
+	// layout is what Inspect says the process runs; l by default (a
+	// forged one otherwise).
+	layout *Layout
 }
 
 func newFakeProc(t *testing.T, inspectErr error) *fakeProc {
@@ -142,7 +145,11 @@ func newFakeProc(t *testing.T, inspectErr error) *fakeProc {
 			if inspectErr != nil {
 				return nil, inspectErr
 			}
-			return &Interpreter{Major: 3, Minor: 12, Runtime: 0x1000, CodeType: 0x5000, Layout: layouts[12],
+			l := f.l
+			if f.layout != nil {
+				l = *f.layout
+			}
+			return &Interpreter{Major: 3, Minor: 12, Runtime: 0x1000, CodeType: 0x5000, Layout: l,
 				loads: []elf.ProgHeader{{Type: elf.PT_LOAD, Off: 0, Vaddr: 0, Filesz: 0x10000}}}, nil
 		},
 	})
