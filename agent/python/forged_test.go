@@ -94,8 +94,8 @@ func TestForgedLayoutsDoNotCrashTheReader(t *testing.T) {
 		f := newFakeProc(t, nil)
 		l := forgedLayout(f.l, fg.field, fg.value)
 		c, err := readCode(f.mem, &l, codeType, code0)
-		if err == nil && (len(c.name) > 4*maxStringChars || len(c.file) > 4*maxStringChars || len(c.table) > maxLineTable) {
-			t.Errorf("%s: read %d, %d and %d bytes", fg.name, len(c.name), len(c.file), len(c.table))
+		if err == nil && (len(c.name) > 4*maxStringChars || len(c.file) > 4*maxStringChars || c.tableLen > maxLineTable) {
+			t.Errorf("%s: read %d, %d and %d bytes", fg.name, len(c.name), len(c.file), c.tableLen)
 		}
 		for _, addr := range []uint64{0x60000, 0x62000} {
 			if s, err := readString(f.mem, &l, addr); err == nil && len(s) > 4*maxStringChars {

@@ -17,14 +17,14 @@ func hugeTable(n int) []byte {
 	return tab
 }
 
-// deepStack sets up, in f's process, depth distinct code objects whose line
+// deepStack sets up, in f's process at base, depth distinct code objects whose line
 // tables are tableBytes each, and returns a stack running all of them, each
 // at an instruction near its table's end (a decoder's worst case).
-func deepStack(f *fakeProc, depth, tableBytes int) *bpf.InterpStack {
+func deepStack(f *fakeProc, base uint64, depth, tableBytes int) *bpf.InterpStack {
 	l := &f.l
 	var raw []RawFrame
 	for i := range depth {
-		code := uint64(0x1000000 + i*0x100000)
+		code := base + uint64(i)*0x30000
 		name, file, table := code+0x1000, code+0x2000, code+0x10000
 		f.mem.seg[code] = make([]byte, 0x10000+int(l.BytesData)+tableBytes)
 		f.mem.put64(code+uint64(l.ObType), codeType)
@@ -54,7 +54,7 @@ func BenchmarkResolveDeepHugeStack(b *testing.B) {
 	f.tracker.o.ReadBytesPerSecond = 1 << 40
 	f.tracker.o.MaxProcessCodeBytes, f.tracker.o.MaxCodeBytes = 1<<30, 1<<30
 	f.notify(1)
-	s := deepStack(f, 64, maxLineTable)
+	s := deepStack(f, 0x1000000, 64, maxLineTable)
 	st := f.tracker.Resolve(pyProc, s)
 	if len(st.Frames) != 64 || st.Frames[0].Function != "deep_function" || st.Frames[0].Line < 1000 {
 		b.Fatalf("frames %+v", st.Frames[:1])

@@ -132,7 +132,11 @@ func newFakeProc(t *testing.T, inspectErr error) *fakeProc {
 	f := &fakeProc{mem: &fakeMem{seg: map[uint64][]byte{}}, procs: fakeProcs{}, now: time.Unix(1000, 0), l: layouts[12]}
 	f.maps = &fakeMaps{maps: map[int][]Mapping{42: {
 		{Start: 0x400000, End: 0x401000, Perms: "r-xp", Inode: 7, Path: "/usr/bin/app"},
-		{Start: libBase, End: libBase + 0x10000, Perms: "r-xp", Inode: 9, Path: "/usr/lib/libpython3.12.so.1.0"},
+		{Start: libBase, End: libBase + 0x1000, Perms: "r-xp", Inode: 9, Path: "/usr/lib/libpython3.12.so.1.0"},
+		// Its .data, which holds _PyRuntime.
+		{Start: libBase + 0x1000, End: libBase + 0x10000, Offset: 0x1000, Perms: "rw-p", Inode: 9, Path: "/usr/lib/libpython3.12.so.1.0"},
+		// The heap, arenas and stacks: every object the tests make.
+		{Start: 0x10000, End: 0x40000000, Perms: "rw-p"},
 	}}}
 	f.tracker = NewTracker(TrackerOptions{
 		Arch: AMD64, Maps: f.maps, Open: fakeOpener{}, Procs: f.procs,
