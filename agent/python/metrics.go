@@ -31,7 +31,8 @@ func (t *Tracker) readMetrics(emit func(m schema.Metric, v float64, labels ...st
 		result string
 	}{
 		{st.CodeGone, "gone"}, {st.CodeUnreadable, "unreadable"}, {st.ReadBudgetExceeded, "read_budget"},
-		{st.CodeRefused, "refused_mapping"}, {st.Stalled, "stalled"}, {st.CPUBudgetExceeded, "cpu_budget"},
+		{st.CodeRefused, "refused_mapping"}, {st.CodeNotResident, "not_resident"}, {st.Stalled, "stalled"},
+		{st.CPUBudgetExceeded, "cpu_budget"},
 	}
 	var lost uint64
 	for _, u := range unresolved {

@@ -2,6 +2,7 @@ package python
 
 import (
 	"errors"
+	"fmt"
 	"sort"
 	"strings"
 
@@ -16,9 +17,11 @@ import (
 // _PyRuntime and, on 3.11 and 3.12, the deep-frozen code objects of the
 // standard library), as the process's maps list them. An address outside
 // those is looked up once more in a fresh read of the maps (a new arena),
-// and refused if it is still outside. A mapping may still change between
-// that check and the read (the process can map a file over its own
-// memory): the reads' deadline (gate) bounds what that costs.
+// and refused if it is still outside. A mapping may change after the maps
+// were read (the process can map a file over its own memory): only pages
+// resident in the process are read (memory.go), which no file backs
+// unread; the process can still race a change between that check and the
+// read, and the reads' deadline (gate) bounds what a win costs.
 
 // errRefusedMapping: the address lies in no mapping the tracker reads.
 var errRefusedMapping = errors.New("address outside the process's anonymous memory and interpreter data")
@@ -91,8 +94,9 @@ func (r *readable) covers(addr uint64, n int) bool {
 func (r *readable) size() int64 { return int64(len(r.spans))*16 + 24 }
 
 // checkedMemory reads a process's memory only where readable allows,
-// reading the process's maps again (once) for an address outside it. It
-// belongs to one batch of reads: it is not safe for concurrent use.
+// reading the process's maps again (once) for an address outside it, and
+// only pages that are resident (memory.go). It belongs to one batch of
+// reads: it is not safe for concurrent use; done closes what it opened.
 type checkedMemory struct {
 	mem      Memory
 	ranges   *readable
@@ -100,6 +104,8 @@ type checkedMemory struct {
 	remapped bool                      // ranges come from remap
 	read     int64                     // bytes read
 	refused  int                       // reads refused as outside
+	pages    pager
+	pagesErr error
 }
 
 var _ Memory = (*checkedMemory)(nil)
@@ -118,6 +124,24 @@ func (c *checkedMemory) ReadAt(p []byte, addr uint64) error {
 			return errRefusedMapping
 		}
 	}
+	if pm, ok := c.mem.(pagedMemory); ok {
+		if c.pages == nil && c.pagesErr == nil {
+			c.pages, c.pagesErr = pm.pager()
+		}
+		if c.pagesErr != nil {
+			return fmt.Errorf("%w: %v", errNotResident, c.pagesErr)
+		}
+		if ok, err := c.pages.resident(addr, len(p)); err != nil || !ok {
+			return errNotResident
+		}
+	}
 	c.read += int64(len(p))
 	return c.mem.ReadAt(p, addr)
+}
+
+func (c *checkedMemory) done() {
+	if c.pages != nil {
+		c.pages.close()
+		c.pages = nil
+	}
 }

@@ -39,9 +39,10 @@ type codeInfo struct {
 type badCode uint8
 
 const (
-	codeGood       badCode = iota
-	codeUnreadable         // not readable, or not a code object
-	codeRefused            // it or its names lie outside what the tracker reads
+	codeGood        badCode = iota
+	codeUnreadable          // not readable, or not a code object
+	codeRefused             // it or its names lie outside what the tracker reads
+	codeNotResident         // a page of it is not in the process's memory
 )
 
 func (c *codeInfo) size() int64 {
@@ -221,6 +222,10 @@ func (t *Tracker) readMisses(r *resolution) *panicError {
 	var elapsed time.Duration
 	var lineBytes uint64
 	err := t.gate.run(r.p.owner, func() {
+		defer mem.done()
+		if pmem != nil {
+			defer pmem.done()
+		}
 		start := t.o.Now()
 		for i, m := range misses {
 			c, err := readCode(mem, r.l, r.codeType, m.addr)
@@ -240,9 +245,13 @@ func (t *Tracker) readMisses(r *resolution) *panicError {
 				// again: so it stays. Without a fresh read of the maps,
 				// it may be a new arena: not cached.
 				results[i].definitive = true
-				if errors.Is(err, errRefusedMapping) {
+				switch {
+				case errors.Is(err, errRefusedMapping):
 					c.bad = codeRefused
 					results[i].definitive = mem.remapped
+				case errors.Is(err, errNotResident):
+					// It may be read once the process has touched it.
+					c.bad, results[i].definitive = codeNotResident, false
 				}
 			}
 			lineBytes += uint64(c.tableLen) // #nosec G115 -- a length
@@ -326,6 +335,8 @@ func (t *Tracker) finish(r *resolution, truncated bool) interp.Stack {
 			t.stats.CodeGone++
 		case c.bad == codeRefused:
 			t.stats.CodeRefused++
+		case c.bad == codeNotResident:
+			t.stats.CodeNotResident++
 		case c.bad != codeGood:
 			t.stats.CodeUnreadable++
 		default:

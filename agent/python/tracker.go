@@ -98,10 +98,11 @@ type Stats struct {
 	CodeHits, CodeMisses, CodeBad, CodeEvicted, ReadBudgetExceeded, CodeGone, CodeUnreadable uint64
 	CodeBytes                                                                                int64
 	// Frames left unresolved: their code object or names lie in no
-	// mapping the tracker reads (a file other than the interpreter's);
-	// the job's reads stalled (or were refused while one was stuck); the
-	// job had spent its CPU allowance.
-	CodeRefused, Stalled, CPUBudgetExceeded uint64
+	// mapping the tracker reads (a file other than the interpreter's), or
+	// on a page not resident in the process (reading it would fetch it
+	// from its file); the job's reads stalled (or were refused while one
+	// was stuck); the job had spent its CPU allowance.
+	CodeRefused, CodeNotResident, Stalled, CPUBudgetExceeded uint64
 	// LineTableBytes counts line-table bytes decoded (each once per code
 	// object read).
 	LineTableBytes uint64
@@ -653,6 +654,7 @@ func (t *Tracker) validate(pid uint32, s *setup) {
 	var err error
 	var notYet bool
 	if !t.read(s, func() {
+		defer mem.done()
 		if in, err = readPtr(mem, s.runtime+uint64(l.RuntimeInterpretersHead)); err != nil || in == 0 {
 			notYet = err == nil
 			return

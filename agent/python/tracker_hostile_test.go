@@ -3,9 +3,14 @@ package python
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/slurmscope/slurmscope/agent/interp"
 	"github.com/slurmscope/slurmscope/agent/procfs"
@@ -393,5 +398,104 @@ func TestNoReadUnderTheLock(t *testing.T) {
 	close(stall.release)
 	if st := <-done; st.Frames[0].Function != UnknownFunction {
 		t.Errorf("the stuck job's frame, once its read failed: %+v", st.Frames)
+	}
+}
+
+// residentMem is memory whose pages in [lo, hi) are not resident: as
+// pages of a file on the job's FUSE mount, mapped over memory that was
+// anonymous when the maps were read, and never touched.
+type residentMem struct {
+	*recordMem
+	lo, hi uint64
+}
+
+func (m residentMem) pager() (pager, error) { return m, nil }
+func (m residentMem) close()                {}
+func (m residentMem) resident(addr uint64, n int) (bool, error) {
+	return addr >= m.hi || addr+uint64(n) <= m.lo, nil
+}
+
+// A page that is not resident is never read: reading it would make the
+// kernel fetch it from its file, which the job may serve itself and never
+// answer for, even where the maps said the memory was anonymous. The frame
+// stays unresolved, counted, and is read once the page is in memory.
+func TestOnlyResidentPagesAreRead(t *testing.T) {
+	f := newFakeProc(t, nil)
+	f.notify(1)
+	mem := residentMem{recordMem: &recordMem{Memory: f.mem}, lo: 0x62000, hi: 0x63000}
+	f.tracker.procs[42].mem = mem
+	good := stackOf(RawFrame{Code: code0, Check: goodCheck})
+	if st := f.tracker.Resolve(pyProc, good); st.Frames[0].Function != UnknownFunction {
+		t.Errorf("a name on a page not resident: %+v", st.Frames)
+	}
+	if n := mem.readsIn(0x62000, 0x63000); n != 0 {
+		t.Errorf("%d reads of a page not resident", n)
+	}
+	if n := f.tracker.Stats().CodeNotResident; n != 1 {
+		t.Errorf("not_resident frames %d, want 1", n)
+	}
+	mem.lo, mem.hi = 0, 0
+	f.tracker.procs[42].mem = mem
+	if st := f.tracker.Resolve(pyProc, good); st.Frames[0].Function != "Model.forward" {
+		t.Errorf("once resident: %+v", st.Frames)
+	}
+}
+
+// The pager of a live process: an anonymous page is resident once
+// touched, a page of a mapped file that nobody touched is not (reading it
+// would fetch it from the file), and reads of the process's own memory
+// through the checks give what it holds.
+func TestPagemapOfALiveProcess(t *testing.T) {
+	pm, err := ProcessMemory(os.Getpid()).pager()
+	if err != nil {
+		t.Skipf("no pagemap: %v", err)
+	}
+	defer pm.close()
+	anon, err := unix.Mmap(-1, 0, 4*int(pageSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(anon)
+	addr := uint64(uintptr(unsafe.Pointer(&anon[0])))
+	if ok, err := pm.resident(addr, 8); err != nil || ok {
+		t.Errorf("an untouched anonymous page: resident %v, %v", ok, err)
+	}
+	copy(anon, "resident")
+	if ok, err := pm.resident(addr, 8); err != nil || !ok {
+		t.Errorf("a touched anonymous page: resident %v, %v", ok, err)
+	}
+	if ok, _ := pm.resident(addr, 2*int(pageSize)); ok {
+		t.Error("a range whose second page is untouched: resident")
+	}
+	file := filepath.Join(t.TempDir(), "mapped")
+	if err := os.WriteFile(file, make([]byte, 8*pageSize), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fd.Close()
+	fm, err := unix.Mmap(int(fd.Fd()), 0, 8*int(pageSize), unix.PROT_READ, unix.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(fm)
+	faddr := uint64(uintptr(unsafe.Pointer(&fm[0])))
+	if ok, err := pm.resident(faddr+4*pageSize, 8); err != nil || ok {
+		t.Errorf("an untouched page of a mapped file: resident %v, %v", ok, err)
+	}
+	spans := []span{{addr, addr + 4*pageSize}, {faddr, faddr + 8*pageSize}}
+	if faddr < addr {
+		spans[0], spans[1] = spans[1], spans[0]
+	}
+	mem := &checkedMemory{mem: ProcessMemory(os.Getpid()), ranges: &readable{spans: spans}}
+	defer mem.done()
+	b := make([]byte, 8)
+	if err := mem.ReadAt(b, addr); err != nil || string(b) != "resident" {
+		t.Errorf("reading a resident page: %q, %v", b, err)
+	}
+	if err := mem.ReadAt(b, faddr+4*pageSize); !errors.Is(err, errNotResident) {
+		t.Errorf("reading an untouched page of a file: %v, want errNotResident", err)
 	}
 }
