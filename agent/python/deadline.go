@@ -17,7 +17,11 @@ import (
 // batch past its deadline is left parked in the kernel, and the job's
 // reads are refused at once until it returns: a stuck job costs one
 // goroutine and one deadline, never the tracker's progress or its lock.
-// The kernel's waits there are killable, so the agent still exits.
+// That thread may not end when the agent exits: FUSE waits for its daemon
+// uninterruptibly once the daemon has the request. So the gate is the
+// bound, not the defence: reads touch only resident pages of anonymous
+// memory and the interpreter's data (readable.go, memory.go), which leaves
+// a race between that check and the read.
 
 // DefaultReadTimeout is how long one batch of a job's reads may take.
 // Reads of resident memory take microseconds; a page the kernel must
