@@ -191,6 +191,8 @@ func TestHostileJobs(t *testing.T) {
 		h.stop()
 	})
 
+	t.Run("PythonMemoryOnFUSE", func(t *testing.T) { testPythonMemoryOnFUSE(t, s) })
+
 	t.Run("ForgedGPURecords", func(t *testing.T) {
 		// The marker functions are exported: a job that loads the
 		// injection library calls them with forged records.

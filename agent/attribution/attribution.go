@@ -156,6 +156,8 @@ type Stats struct {
 type Resolver struct {
 	o       Options
 	envKeys []string // what a task's environment is read for
+	// envGuard bounds the reads of each job's tasks' environments.
+	envGuard procfs.Guard
 
 	mu    sync.RWMutex
 	procs map[int]*procEntry

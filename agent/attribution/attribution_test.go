@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -622,5 +623,35 @@ func TestJobGRESIsThisNodes(t *testing.T) {
 		if err != nil || len(p.Job.GRES) != 1 || p.Job.GRES[0].Count != want {
 			t.Errorf("pid %d (%s): GRES %+v, %v; want %d GPUs", pid, p.Host, p.Job.GRES, err, want)
 		}
+	}
+}
+
+// A task's environment whose read never returns (its pages mapped from
+// the job's own FUSE mount; here a FIFO that nobody writes) holds the
+// refresh for one deadline, once: the job is published without it, its
+// later reads are refused at once while the first is stuck, and another
+// job's environment is still read.
+func TestStuckEnvironmentHoldsUpOnlyItsJob(t *testing.T) {
+	root := copyTree(t, "testdata/proc")
+	fifo := filepath.Join(root, "301", "environ")
+	must(t, os.Remove(fifo))
+	must(t, syscall.Mkfifo(fifo, 0o600))
+	t.Cleanup(func() {
+		// Ends the stuck open: a writer arrives and leaves.
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	})
+	r := newFixtureResolver(t, root, nil)
+	r.envGuard.Timeout = 20 * time.Millisecond
+	p, err := r.Resolve(301)
+	if err != nil || !p.InJob() {
+		t.Fatalf("a task whose environment stalls: %+v, %v", p, err)
+	}
+	if st := r.envGuard.Stats(); st.Stalls != 1 || st.Stuck != 1 {
+		t.Errorf("guard %+v, want one stall, one job stuck", st)
+	}
+	if q, err := r.Resolve(500); err != nil || q.Job.Name != "v1job" {
+		t.Errorf("another job's environment after the stall: %+v, %v", q.Job, err)
 	}
 }

@@ -157,7 +157,18 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 	}
 	var reads []envRead
 	for _, c := range cands {
-		env, err := r.o.Proc.Environ(c.pid, r.envKeys...)
+		// Reading a task's environment faults its pages in: a task can map
+		// a file of its own FUSE mount over them, whose daemon never
+		// answers. The guard bounds that to one deadline per job.
+		// A stuck read may still set got and gotErr after Do returns:
+		// they are read only when it finished in time.
+		var got, env map[string]string
+		var gotErr, err error
+		if gerr := r.envGuard.Do(j.key, func(func()) { got, gotErr = r.o.Proc.Environ(c.pid, r.envKeys...) }); gerr != nil {
+			err = fmt.Errorf("environment of pid %d: %w", c.pid, gerr)
+		} else {
+			env, err = got, gotErr
+		}
 		if err != nil {
 			r.count(err)
 		}

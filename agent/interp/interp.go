@@ -101,6 +101,12 @@ type Env struct {
 	// Ready is told of each process once it is set up: its samples get
 	// the interpreter's frames from then on.
 	Ready func(Process)
+	// Owner names the job (the memory budget's owner) of a process, or
+	// "" when it is not known; nil: none known. An interpreter meters the
+	// work of reading a job's processes per job, and lets one job's reads
+	// that stall (a page on the job's own FUSE mount) stop only that
+	// job's. It must be cheap: a cache lookup, no I/O.
+	Owner func(Process) string
 	Log   *slog.Logger
 }
 

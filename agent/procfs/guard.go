@@ -18,9 +18,13 @@ import (
 // reports each read), but no more than Timeout without any. A stuck call is
 // left to finish (or not) on its own; until it does, further I/O of the
 // same key (the job) is refused at once, so one job's hung file system
-// holds one goroutine and delays the agent once, by Timeout. The kernel
-// still ends the stuck thread when the agent exits (the waits are killable),
-// so SIGTERM is honoured.
+// holds one goroutine and delays the agent once, by Timeout. Not every such
+// wait ends when the agent exits: FUSE waits for its daemon uninterruptibly
+// once the daemon has taken the request, so a stuck thread holds up the
+// agent's exit until the daemon answers or dies (or the node's
+// fs.fuse.max_request_timeout aborts the connection). Avoiding the stall
+// (reading only what no such file backs) is the defence; the guard is the
+// bound on what is left.
 
 // ErrStalled is returned for I/O that did not finish within the guard's
 // timeout, and for I/O refused while an earlier call of the same key is

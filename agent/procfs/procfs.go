@@ -286,6 +286,9 @@ func ParseStatusUID(b []byte) (int, error) {
 // found, and reads at most MaxEnvironBytes, so a huge environment costs what
 // it must and no more. Values are raw bytes; callers sanitise for output.
 func (p FS) Environ(pid int, want ...string) (map[string]string, error) {
+	if err := p.environResident(pid); err != nil {
+		return nil, err
+	}
 	path := p.path(pid, "environ")
 	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {

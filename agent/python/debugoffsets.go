@@ -50,8 +50,9 @@ const (
 // bytes of _PyRuntime (from the ELF file's initialised data, or from the
 // process). It checks the cookie, that the version it records is 3.13, that
 // the build is not free-threaded (whose frames and thread states this
-// package does not read), and that every offset fits the BPF side's 16-bit
-// fields. The table's 3.13 layout supplies what the debug offsets do not
+// package does not read), that every offset fits the BPF side's 16-bit
+// fields, and that together they describe structures the 3.13 ABI allows
+// (Layout.check): a job can edit these bytes in its own copy of libpython. The table's 3.13 layout supplies what the debug offsets do not
 // describe (the frame model, the line-table format, the compact-unicode
 // header beyond PyASCIIObject).
 func ParseDebugOffsets(b []byte) (Layout, error) {
@@ -107,12 +108,19 @@ func ParseDebugOffsets(b []byte) (Layout, error) {
 	if bad != nil {
 		return Layout{}, bad
 	}
-	// PyCompactUnicodeObject adds utf8_length and utf8 to PyASCIIObject.
-	l.CompactSize = l.CompactSize - l.ASCIISize + ascii
-	l.ASCIISize = ascii
+	// The 3.13 ABI fixes PyASCIIObject and PyCompactUnicodeObject (the
+	// table's sizes); the offsets only repeat the first.
+	if ascii != l.ASCIISize {
+		return Layout{}, fmt.Errorf("%w: _Py_DebugOffsets: sizeof(PyASCIIObject) %d, the 3.13 ABI has %d", ErrBadInterpreter, ascii, l.ASCIISize)
+	}
+	if err := l.check(); err != nil {
+		return Layout{}, fmt.Errorf("_Py_DebugOffsets: %w", err)
+	}
 	// The BPF walk reads a frame in one copy of frameReadMax bytes.
-	if l.FrameOwner >= frameReadMax || l.FrameLasti+8 > frameReadMax || l.FrameCode+8 > frameReadMax || l.FrameBack+8 > frameReadMax {
-		return Layout{}, fmt.Errorf("%w: _Py_DebugOffsets: frame fields beyond %d bytes", ErrUnsupported, frameReadMax)
+	for _, f := range []struct{ off, size uint16 }{{l.FrameOwner, 1}, {l.FrameLasti, 8}, {l.FrameCode, 8}, {l.FrameBack, 8}} {
+		if int(f.off)+int(f.size) > int(frameReadMax) {
+			return Layout{}, fmt.Errorf("%w: _Py_DebugOffsets: frame fields beyond %d bytes", ErrUnsupported, frameReadMax)
+		}
 	}
 	return l, nil
 }

@@ -19,6 +19,13 @@
 //     into the native stack (interp.Splice, by CPython.EvalFrame).
 //
 // Everything read from a process is hostile: a process may fake its
-// interpreter structures. Every read is bounded, and what it fakes can only
-// change its own profile.
+// interpreter structures, edit its debug offsets, or put the pages the
+// reader would fault in on its own FUSE mount. Every offset is checked in
+// int against what it indexes (Layout.check); reads touch only anonymous
+// memory and the interpreter's own data (readable.go); they run off the
+// tracker's lock, one batch per job at a time, each within a deadline
+// (deadline.go); each job pays for them out of its allowances of bytes and
+// CPU time (meter.go); and a panic while reading one process marks that
+// process unreadable. What a process fakes can only change its own
+// profile.
 package python

@@ -221,3 +221,13 @@ func reflectField(l *Layout, name string) *uint16 {
 	}
 	return fields[name]
 }
+
+// Every layout of the table passes the checks that a process's own
+// (3.13's debug offsets) must pass.
+func TestTableLayoutsPassTheChecks(t *testing.T) {
+	for minor, l := range layouts {
+		if err := l.check(); err != nil {
+			t.Errorf("3.%d: %v", minor, err)
+		}
+	}
+}

@@ -112,12 +112,72 @@ func TestLineHostile(t *testing.T) {
 	}
 }
 
+// A table decoded once gives, at every offset, the line the scanning
+// decoders give (refLine): on the tables of real interpreters and on
+// random ones.
+func TestLineTableAgreesWithScan(t *testing.T) {
+	check := func(name string, f LineFormat, tab []byte, first int) {
+		t.Helper()
+		lt := decodeLines(f, tab, first)
+		for off := -2; off <= 16*len(tab)+4; off++ {
+			if got, want := lt.line(off), refLine(f, tab, first, off); got != want {
+				t.Fatalf("%s: offset %d: line %d, want %d (table %x)", name, off, got, want, tab)
+			}
+		}
+	}
+	for _, minor := range SupportedVersions() {
+		b, err := os.ReadFile(fmt.Sprintf("testdata/linetables-3.%d.json", minor))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fx lineFixture
+		if err := json.Unmarshal(b, &fx); err != nil {
+			t.Fatal(err)
+		}
+		l, _ := LayoutFor(3, minor, AMD64)
+		for _, c := range fx.Codes {
+			tab, _ := hex.DecodeString(c.Table)
+			check(fmt.Sprintf("3.%d %s", minor, c.Name), l.Lines, tab, c.First)
+		}
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 3000 {
+		tab := make([]byte, r.IntN(48))
+		for j := range tab {
+			tab[j] = byte(r.Uint32())
+		}
+		for _, f := range []LineFormat{LineLnotab, LineTable310, LineLocations, LineFormat(99)} {
+			check(fmt.Sprint(f), f, tab, int(r.Int32N(1000))-500)
+		}
+	}
+}
+
 func FuzzLine(f *testing.F) {
 	f.Add([]byte{0x80, 5, 0xf8}, 10, 2)
 	f.Fuzz(func(t *testing.T, tab []byte, first, off int) {
 		for _, fm := range []LineFormat{LineLnotab, LineTable310, LineLocations} {
 			if l := Line(fm, tab, first, off); l < 0 {
 				t.Fatalf("negative line %d", l)
+			}
+		}
+	})
+}
+
+// FuzzLineTable: any table, decoded once, agrees with the scanning
+// decoders at every offset it covers and around it.
+func FuzzLineTable(f *testing.F) {
+	f.Add(uint8(LineLnotab), []byte{0, 1, 6, 2, 4, 0xff}, 10)
+	f.Add(uint8(LineTable310), []byte{4, 1, 2, 0x80, 0, 5, 6, 0}, 20)
+	f.Add(uint8(LineLocations), []byte{0x80 | 0<<3 | 1, 0x05, 0x80 | 11<<3 | 0, 4, 8, 0x80 | 13<<3 | 2, 7, 0x80 | 15<<3 | 0, 0x80 | 14<<3 | 0, 24 | 64, 9, 0, 1, 2}, 100)
+	f.Fuzz(func(t *testing.T, format uint8, tab []byte, first int) {
+		if len(tab) > 4096 {
+			return
+		}
+		fm := LineFormat(format%4 + 1)
+		lt := decodeLines(fm, tab, first)
+		for off := -1; off <= 16*len(tab)+2; off++ {
+			if got, want := lt.line(off), refLine(fm, tab, first, off); got != want {
+				t.Fatalf("format %d, offset %d: line %d, want %d", fm, off, got, want)
 			}
 		}
 	})

@@ -26,10 +26,22 @@ func (t *Tracker) readMetrics(emit func(m schema.Metric, v float64, labels ...st
 	for r, n := range st.Skipped {
 		with(schema.AgentInterpSkipped, float64(n), r)
 	}
-	with(schema.AgentInterpFrames, float64(st.Frames-min(st.Frames, st.CodeGone+st.ReadBudgetExceeded+st.CodeUnreadable)), "resolved")
-	with(schema.AgentInterpFrames, float64(st.CodeGone), "gone")
-	with(schema.AgentInterpFrames, float64(st.CodeUnreadable), "unreadable")
-	with(schema.AgentInterpFrames, float64(st.ReadBudgetExceeded), "read_budget")
+	unresolved := []struct {
+		n      uint64
+		result string
+	}{
+		{st.CodeGone, "gone"}, {st.CodeUnreadable, "unreadable"}, {st.ReadBudgetExceeded, "read_budget"},
+		{st.CodeRefused, "refused_mapping"}, {st.CodeNotResident, "not_resident"}, {st.Stalled, "stalled"},
+		{st.CPUBudgetExceeded, "cpu_budget"},
+	}
+	var lost uint64
+	for _, u := range unresolved {
+		lost += u.n
+	}
+	with(schema.AgentInterpFrames, float64(st.Frames-min(st.Frames, lost)), "resolved")
+	for _, u := range unresolved {
+		with(schema.AgentInterpFrames, float64(u.n), u.result)
+	}
 	with(schema.AgentInterpFrames, float64(st.Truncated), "truncated")
 	with(schema.AgentInterpCacheBytes, float64(st.CodeBytes))
 }

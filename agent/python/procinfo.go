@@ -39,7 +39,7 @@ func NewProcInfo(l Layout, arch Arch, runtime uint64) (ProcInfo, error) {
 		CframeCurrentFrame: l.CFrameCurrentFrame,
 		CodeCheck:          l.CodeFilename,
 	}
-	if l.CodeName != l.CodeFilename+8 {
+	if int(l.CodeName) != int(l.CodeFilename)+8 {
 		return ProcInfo{}, fmt.Errorf("%w: co_name does not follow co_filename", ErrUnsupported)
 	}
 	switch {
@@ -57,49 +57,47 @@ func NewProcInfo(l Layout, arch Arch, runtime uint64) (ProcInfo, error) {
 		// thread pointer, which depends on the C library's version.
 		return ProcInfo{}, fmt.Errorf("%w: CPython %d.%d on %s (no native_thread_id)", ErrUnsupported, l.Major, l.Minor, arch)
 	}
-	// One read per frame, from the lowest field to the end of the highest.
-	fields := []uint16{l.FrameBack, l.FrameCode, l.FrameLasti}
-	if l.FrameOwner != NoOffset {
-		fields = append(fields, l.FrameOwner)
-	}
-	if l.FrameIsEntry != NoOffset {
-		fields = append(fields, l.FrameIsEntry)
-	}
-	lastiSize := uint16(8) // a pointer into the code object (3.11+)
+	// One read per frame, from the lowest field to the end of the highest;
+	// in int, so that offsets near 0xffff cannot wrap into the span.
+	type fieldAt struct{ off, size int }
+	lastiSize := 8 // a pointer into the code object (3.11+)
 	if l.Frames == FrameObjects {
 		lastiSize = 4 // f_lasti, an int
 	} else {
 		p.LastiBase = ^uint64(0)
 	}
-	lo := fields[0]
-	hi := max(l.FrameBack+8, l.FrameCode+8, l.FrameLasti+lastiSize)
-	for i, f := range fields {
-		lo = min(lo, f)
-		if i >= 3 {
-			hi = max(hi, f+1)
-		}
+	fields := []fieldAt{{int(l.FrameBack), 8}, {int(l.FrameCode), 8}, {int(l.FrameLasti), lastiSize}}
+	if l.FrameOwner != NoOffset {
+		fields = append(fields, fieldAt{int(l.FrameOwner), 1})
 	}
-	p.FrameReadOff, p.FrameReadLen = lo, hi-lo
-	rel := func(off uint16, size uint16) (uint16, error) {
-		r := off - lo
-		if off < lo || r+size > p.FrameReadLen || r%size != 0 {
-			return 0, fmt.Errorf("%w: frame field at %d does not fit one aligned read", ErrUnsupported, off)
+	if l.FrameIsEntry != NoOffset {
+		fields = append(fields, fieldAt{int(l.FrameIsEntry), 1})
+	}
+	lo, hi := fields[0].off, 0
+	for _, f := range fields {
+		lo, hi = min(lo, f.off), max(hi, f.off+f.size)
+	}
+	if hi-lo > int(frameReadMax) {
+		return ProcInfo{}, fmt.Errorf("%w: frame fields span %d bytes, more than %d", ErrUnsupported, hi-lo, frameReadMax)
+	}
+	p.FrameReadOff, p.FrameReadLen = uint16(lo), uint16(hi-lo) // #nosec G115 -- lo <= an offset of 16 bits; the span is at most frameReadMax
+	rel := func(f fieldAt) (uint16, error) {
+		r := f.off - lo
+		if r+f.size > hi-lo || r%f.size != 0 {
+			return 0, fmt.Errorf("%w: frame field at %d does not fit one aligned read", ErrUnsupported, f.off)
 		}
-		return r, nil
+		return uint16(r), nil // #nosec G115 -- below the span, at most frameReadMax
 	}
 	var err error
-	if p.FrameReadLen > frameReadMax {
-		return ProcInfo{}, fmt.Errorf("%w: frame fields span %d bytes, more than %d", ErrUnsupported, p.FrameReadLen, frameReadMax)
-	}
-	if p.FrameBack, err = rel(l.FrameBack, 8); err != nil {
+	if p.FrameBack, err = rel(fields[0]); err != nil {
 		return ProcInfo{}, err
 	}
-	if p.FrameCode, err = rel(l.FrameCode, 8); err != nil {
+	if p.FrameCode, err = rel(fields[1]); err != nil {
 		return ProcInfo{}, err
 	}
 	// The walk reads 8 bytes at lasti either way (from its 128-byte buffer)
 	// and, for an int, keeps the low half.
-	if p.FrameLasti, err = rel(l.FrameLasti, lastiSize); err != nil {
+	if p.FrameLasti, err = rel(fields[2]); err != nil {
 		return ProcInfo{}, err
 	}
 	if l.Frames == FrameObjects && p.FrameLasti%8 != 0 {
@@ -108,10 +106,10 @@ func NewProcInfo(l Layout, arch Arch, runtime uint64) (ProcInfo, error) {
 	// Absent bytes point at the first byte read: junk that Decode ignores.
 	p.FrameOwner, p.FrameIsEntry = 0, 0
 	if l.FrameOwner != NoOffset {
-		p.FrameOwner = l.FrameOwner - lo
+		p.FrameOwner = uint16(int(l.FrameOwner) - lo) // #nosec G115 -- inside the span
 	}
 	if l.FrameIsEntry != NoOffset {
-		p.FrameIsEntry = l.FrameIsEntry - lo
+		p.FrameIsEntry = uint16(int(l.FrameIsEntry) - lo) // #nosec G115 -- inside the span
 	}
 	return p, nil
 }

@@ -47,5 +47,6 @@ func (CPython) Open(env interp.Env) (interp.Instance, error) {
 	if arch != AMD64 && arch != ARM64 {
 		return nil, fmt.Errorf("%w: CPython frames on %s", ErrUnsupported, arch)
 	}
-	return NewTracker(TrackerOptions{Arch: arch, Maps: env.Maps, Open: env.Open, Procs: env.Procs, Ready: env.Ready}), nil
+	return NewTracker(TrackerOptions{Arch: arch, Maps: env.Maps, Open: env.Open, Procs: env.Procs, Ready: env.Ready,
+		Owner: env.Owner, Log: env.Log}), nil
 }

@@ -123,13 +123,20 @@ type fakeProc struct {
 	now     time.Time
 	tracker *Tracker
 	l       Layout
+	// layout is what Inspect says the process runs; l by default (a
+	// forged one otherwise).
+	layout *Layout
 }
 
 func newFakeProc(t *testing.T, inspectErr error) *fakeProc {
 	f := &fakeProc{mem: &fakeMem{seg: map[uint64][]byte{}}, procs: fakeProcs{}, now: time.Unix(1000, 0), l: layouts[12]}
 	f.maps = &fakeMaps{maps: map[int][]Mapping{42: {
 		{Start: 0x400000, End: 0x401000, Perms: "r-xp", Inode: 7, Path: "/usr/bin/app"},
-		{Start: libBase, End: libBase + 0x10000, Perms: "r-xp", Inode: 9, Path: "/usr/lib/libpython3.12.so.1.0"},
+		{Start: libBase, End: libBase + 0x1000, Perms: "r-xp", Inode: 9, Path: "/usr/lib/libpython3.12.so.1.0"},
+		// Its .data, which holds _PyRuntime.
+		{Start: libBase + 0x1000, End: libBase + 0x10000, Offset: 0x1000, Perms: "rw-p", Inode: 9, Path: "/usr/lib/libpython3.12.so.1.0"},
+		// The heap, arenas and stacks: every object the tests make.
+		{Start: 0x10000, End: 0x40000000, Perms: "rw-p"},
 	}}}
 	f.tracker = NewTracker(TrackerOptions{
 		Arch: AMD64, Maps: f.maps, Open: fakeOpener{}, Procs: f.procs,
@@ -142,7 +149,11 @@ func newFakeProc(t *testing.T, inspectErr error) *fakeProc {
 			if inspectErr != nil {
 				return nil, inspectErr
 			}
-			return &Interpreter{Major: 3, Minor: 12, Runtime: 0x1000, CodeType: 0x5000, Layout: layouts[12],
+			l := f.l
+			if f.layout != nil {
+				l = *f.layout
+			}
+			return &Interpreter{Major: 3, Minor: 12, Runtime: 0x1000, CodeType: 0x5000, Layout: l,
 				loads: []elf.ProgHeader{{Type: elf.PT_LOAD, Off: 0, Vaddr: 0, Filesz: 0x10000}}}, nil
 		},
 	})
