@@ -62,10 +62,22 @@ func newProfiler(f runFlags, senv service.Env) (*profiler, error) {
 	bud, work := memoryBudget(f, proc, log)
 	reg.MustRegister(budget.NewCollector(bud, work))
 	owner, job := owners(res)
+	// The stack capture asks on its readers and under its interpreters'
+	// locks: from the cache only, never reading /proc.
+	cachedOwner := func(id procfs.ID) string {
+		p, ok := res.Cached(id)
+		switch {
+		case !ok || p.ID != id:
+			return budget.Unknown
+		case p.InJob():
+			return budget.JobOwner(p.Job.ID)
+		}
+		return budget.UserOwner(p.UID)
+	}
 	var d atomic.Pointer[daemon.Daemon]
 	sym := symbolize.New(symbolize.Options{Proc: proc, Budget: bud, Work: work, Owner: owner})
 	reg.MustRegister(sym.Collector(), elfcheck.Collector())
-	stacks, err := newStacks(f, proc, sym, res, &d, work, owner, log)
+	stacks, err := newStacks(f, proc, sym, res, &d, work, cachedOwner, log)
 	if err != nil {
 		return nil, err
 	}

@@ -46,9 +46,11 @@ type Options struct {
 	MaxTableBytes int64
 	// Owner names a process's job (the memory budget's owner key): the
 	// probes' per-job shares of their own tables count by it (nil: no
-	// shares), and with Work, what the table builder and the interpreters
-	// read of a process's mapped files is charged to its job's read
-	// allowance (procfs.Mapped; nil Work: not charged).
+	// shares), the interpreters meter their reads by it, and with Work,
+	// what the table builder and the interpreters read of a process's
+	// mapped files is charged to its job's read allowance (procfs.Mapped;
+	// nil Work: not charged). It is asked on the readers and under the
+	// interpreters' locks: a cache lookup, no I/O.
 	Work  *budget.Work
 	Owner func(procfs.ID) string
 	// Remapped, when set, is told of each load of a process's tables: the
@@ -183,7 +185,7 @@ func (w *Walker) init() error {
 			return fmt.Errorf("stack walker: %w", err)
 		}
 	}
-	env := interp.Env{Maps: mapsReader{mapped}, Open: opener{mapped}, Arch: runtime.GOARCH, Log: w.o.Log,
+	env := interp.Env{Maps: mapsReader{mapped}, Open: opener{mapped}, Arch: runtime.GOARCH, Log: w.o.Log, Owner: w.interpOwner(),
 		Ready: func(p interp.Process) { w.setup.observe(partInterpreter, p.StartNs) }}
 	if w.interps, err = openInterpreters(w.o.Interpreters, env, kindTable{m: w.shared["interp_procs"], proc: w.o.Proc, owner: w.o.Owner}); err != nil {
 		return fmt.Errorf("stack walker: %w", err)
@@ -214,6 +216,14 @@ func (w *Walker) init() error {
 		return fmt.Errorf("stack walker: %w", err)
 	}
 	return nil
+}
+
+// interpOwner is Options.Owner as the interpreters ask it; nil without.
+func (w *Walker) interpOwner() func(interp.Process) string {
+	if w.o.Owner == nil {
+		return nil
+	}
+	return func(p interp.Process) string { return w.o.Owner(p.ID()) }
 }
 
 // Prepare readies the spec of a program that includes stack.h: the
