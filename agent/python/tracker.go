@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/interp"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 )
@@ -421,7 +422,7 @@ func reasonOf(err error) string {
 		err  error
 		name string
 	}{{ErrNotPython, "not_python"}, {ErrUnknownVersion, "unknown_version"}, {ErrUnsupported, "unsupported"},
-		{ErrBadInterpreter, "bad_interpreter"}, {ErrNotInitialized, "not_initialized"}} {
+		{ErrBadInterpreter, "bad_interpreter"}, {ErrNotInitialized, "not_initialized"}, {budget.ErrWorkLimit, "read_allowance"}} {
 		if errors.Is(err, r.err) {
 			return r.name
 		}
@@ -634,6 +635,11 @@ func (t *Tracker) inspectFile(pid int, m Mapping) (*Interpreter, error) {
 		return r.in, r.err
 	}
 	in, err := t.o.Inspect(f, m.Path, t.o.Arch)
+	if errors.Is(err, budget.ErrWorkLimit) {
+		// The job had read its allowance: the file is read again at the
+		// next look, not taken for one that holds no interpreter.
+		return nil, err
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.files) >= maxFileResults {

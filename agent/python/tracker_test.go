@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/slurmscope/slurmscope/agent/bpf"
+	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/interp"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 )
@@ -485,5 +486,33 @@ func TestTrackerTellsWhenReady(t *testing.T) {
 	want := []interp.Process{{PID: 42, StartNs: 5, MM: 1}, {PID: 43, StartNs: 9, MM: 3}}
 	if len(ready) != len(want) || ready[0] != want[0] || ready[1] != want[1] {
 		t.Errorf("ready %+v, want %+v", ready, want)
+	}
+}
+
+// A file read refused for its job's read allowance is not taken for one
+// that holds no interpreter: the process is set up once it is looked at
+// again.
+func TestTrackerRetriesAFileOverTheAllowance(t *testing.T) {
+	refused := true
+	f := newFakeProc(t, nil)
+	inspect := f.tracker.o.Inspect
+	f.tracker.o.Inspect = func(r io.ReaderAt, name string, arch Arch) (*Interpreter, error) {
+		if refused && strings.Contains(name, "libpython") {
+			return nil, fmt.Errorf("read %s: %w", name, budget.ErrWorkLimit)
+		}
+		return inspect(r, name, arch)
+	}
+	f.notify(1)
+	if _, ok := f.procs[42]; ok {
+		t.Fatal("set up from a refused read")
+	}
+	if n := f.tracker.Stats().Skipped["read_allowance"]; n != 1 {
+		t.Errorf("skipped for the allowance: %d, want 1 (%v)", n, f.tracker.Stats().Skipped)
+	}
+	refused = false
+	f.now = f.now.Add(time.Second)
+	f.tracker.Retry()
+	if _, ok := f.procs[42]; !ok {
+		t.Fatalf("not set up once the allowance allowed the read: %+v", f.tracker.Stats())
 	}
 }
