@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 
+	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/elfcheck"
 )
 
@@ -118,7 +119,11 @@ func Inspect(r io.ReaderAt, name string, arch Arch) (in *Interpreter, err error)
 		}
 	}
 	if in.VersionFrom == "" && dynStringsFit(f) {
-		if so, err := f.DynString(elf.DT_SONAME); err == nil && len(so) > 0 {
+		so, err := f.DynString(elf.DT_SONAME)
+		if errors.Is(err, budget.ErrWorkLimit) {
+			return nil, fmt.Errorf("read %s: %w", name, err)
+		}
+		if err == nil && len(so) > 0 {
 			in.versionFromName(so[0], "soname")
 		}
 	}

@@ -98,7 +98,9 @@ func TestIntegrationForkStorm(t *testing.T) {
 		expect("done")
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for !w.loader.Loaded(cmd.Process.Pid, mustStart(t, cmd.Process.Pid)) || !hasInterpEntry(w, cmd.Process.Pid) {
+	// Loaded, and its entries written (the loader records a process
+	// before it writes its kernel entry).
+	for !w.loader.Loaded(cmd.Process.Pid, mustStart(t, cmd.Process.Pid)) || entries(t, w)[0] == 0 || !hasInterpEntry(w, cmd.Process.Pid) {
 		if time.Now().After(deadline) {
 			t.Fatal("the forker was never set up")
 		}
