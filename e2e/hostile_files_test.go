@@ -192,6 +192,7 @@ func TestHostileJobs(t *testing.T) {
 	})
 
 	t.Run("PythonMemoryOnFUSE", func(t *testing.T) { testPythonMemoryOnFUSE(t, s) })
+	t.Run("ForgedDebugOffsets", func(t *testing.T) { testForgedDebugOffsets(t, s) })
 
 	t.Run("ForgedGPURecords", func(t *testing.T) {
 		// The marker functions are exported: a job that loads the

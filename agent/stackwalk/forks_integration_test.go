@@ -111,6 +111,11 @@ func TestIntegrationForkStorm(t *testing.T) {
 	do("storm", 5000)
 	after := entries(t, w)
 	t.Logf("entries (unwind_procs, interp_procs): %v before, %v after 5000 fork+_exit", before, after)
+	// One unwinder entry of 5000 was left once, in CI beside the other
+	// packages' tests (not seen in any other run): logged to find why.
+	if after != before {
+		logEntries(t, w)
+	}
 	if after[0] > before[0]+2 || after[1] > before[1]+2 {
 		t.Errorf("entries %v after 5000 forks that exited, %v before: the exit hook did not free them", after, before)
 	}
@@ -119,18 +124,18 @@ func TestIntegrationForkStorm(t *testing.T) {
 	held := entries(t, w)
 	refused := forksRefused(t, w)
 	t.Logf("with 300 live children: entries %v, forks refused %d", held, refused)
-	if held[0] != before[0]+256 || held[1] != before[1]+256 || refused != 2*(300-256) {
+	if held[0] != after[0]+256 || held[1] != after[1]+256 || refused != 2*(300-256) {
 		t.Errorf("300 live children: entries %v (before %v), refused %d; want 256 more of each and %d refused (44 per table)",
-			held, before, refused, 2*(300-256))
+			held, after, refused, 2*(300-256))
 	}
 	do("release", 0)
-	if e := entries(t, w); e[0] > before[0]+2 || e[1] > before[1]+2 {
-		t.Errorf("entries %v once the children exited, %v before", e, before)
+	if e := entries(t, w); e != after {
+		t.Errorf("entries %v once the children exited, %v before", e, after)
 	}
 	// The share is given back: a new child is handed over again.
 	do("hold", 10)
-	if e := entries(t, w); e[1] != before[1]+10 {
-		t.Errorf("after the release, 10 new children: interp entries %d, want %d", e[1], before[1]+10)
+	if e := entries(t, w); e[1] != after[1]+10 {
+		t.Errorf("after the release, 10 new children: interp entries %d, want %d", e[1], after[1]+10)
 	}
 	do("release", 0)
 }
@@ -159,7 +164,21 @@ func entries(t *testing.T, w *Walker) [2]int {
 	if err := bpf.EachEntry(w.shared["interp_procs"], false, func(*uint32, *bpf.InterpProc) { n++ }); err != nil {
 		t.Fatal(err)
 	}
-	return [2]int{u, n}
+	return [2]int{len(u), n}
+}
+
+// logEntries logs the tables' entries, and what /proc says of each pid.
+func logEntries(t *testing.T, w *Walker) {
+	t.Helper()
+	u, _ := w.loader.ProcessEntries()
+	for _, e := range u {
+		st, err := procfs.New("").Stat(e.PID)
+		t.Logf("unwind_procs %d: start %d alias %d forks %d; /proc: %+v %v", e.PID, e.StartTicks, e.AliasPID, e.Forks, st, err)
+	}
+	bpf.EachEntry(w.shared["interp_procs"], false, func(k *uint32, v *bpf.InterpProc) {
+		st, err := procfs.New("").Stat(int(*k))
+		t.Logf("interp_procs %d: start %d origin %d forks %d; /proc: %+v %v", *k, v.StartBoottime, v.Origin, v.Forks, st, err)
+	})
 }
 
 func forksRefused(t *testing.T, w *Walker) uint64 {

@@ -710,11 +710,21 @@ func prefixes(start, end uint64, fn func(addr uint64, prefixLen int)) {
 	}
 }
 
-// ProcessEntries counts the entries of the kernel's process table
-// (unwind_procs): the processes loaded and the forked children the fork
-// hook pointed at them.
-func (l *Loader) ProcessEntries() (int, error) {
-	n := 0
-	err := bpf.EachEntry(l.maps.procs, false, func(*uint32, *[procValSize]byte) { n++ })
-	return n, err
+// ProcEntry is one entry of the kernel's process table (unwind_procs).
+type ProcEntry struct {
+	PID        int
+	StartTicks uint64
+	AliasPID   int // a forked child: the loaded process it is unwound as
+	Forks      uint32
+}
+
+// ProcessEntries lists the kernel's process table: the processes loaded
+// and the forked children the fork hook pointed at them.
+func (l *Loader) ProcessEntries() ([]ProcEntry, error) {
+	var out []ProcEntry
+	err := bpf.EachEntry(l.maps.procs, false, func(k *uint32, v *[procValSize]byte) {
+		out = append(out, ProcEntry{PID: int(*k), StartTicks: binary.LittleEndian.Uint64(v[0:]),
+			AliasPID: int(binary.LittleEndian.Uint32(v[8:])), Forks: binary.LittleEndian.Uint32(v[24:])})
+	})
+	return out, err
 }
