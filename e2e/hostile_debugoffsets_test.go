@@ -69,7 +69,7 @@ func forgeDebugOffsets(t *testing.T, lib string) {
 			continue
 		}
 		for _, sec := range f.Sections {
-			if sec.Type == elf.SHT_PROGBITS && sym.Value >= sec.Addr && sym.Value < sec.Addr+sec.Size {
+			if sec.Type == elf.SHT_PROGBITS && sec.Flags&elf.SHF_ALLOC != 0 && sym.Value >= sec.Addr && sym.Value < sec.Addr+sec.Size {
 				off = int64(sec.Offset + sym.Value - sec.Addr) // #nosec G115 -- a small file's offsets
 			}
 		}
