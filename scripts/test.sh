@@ -11,7 +11,10 @@ SLURMSCOPE_DEPS_FRONTEND=1 SLURMSCOPE_DEPS_GOSEC=1 source scripts/deps.sh
 export CGO_CFLAGS="${CGO_CFLAGS:--O2 -g} -Wno-deprecated-declarations"
 [[ $(id -u) == 0 ]] || { echo "test.sh: the integration tier needs root" >&2; exit 1; }
 
-step() { printf '\n=== %s\n' "$*"; }
+# Each step says how long the run has taken so far: CI keeps under 15 min.
+step() { printf '\n=== %s (at %dm%02ds)\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
+
+trap 'step "finished: exit $?"' EXIT
 
 step "generated eBPF objects are reproducible (clang-14)"
 agent/bpf/regen-check.sh
