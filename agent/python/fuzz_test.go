@@ -110,7 +110,7 @@ func FuzzTrackerResolve(f *testing.F) {
 		rt.put64(interp0+uint64(l.InterpThreadsHead), tstate0)
 		rt.put64(tstate0+uint64(l.TstateInterp), interp0)
 		mem := overlay{rt, wrapMem{image}}
-		fp.tracker.o.Memory = func(int) Memory { return mem }
+		fp.tracker.o.Memory = func(interp.Process) Memory { return mem }
 		fp.tracker.Announce(interp.Process{PID: 42, StartNs: 5, MM: 1})
 		if _, ok := fp.procs[42]; !ok {
 			t.Fatalf("not set up: %+v", fp.tracker.Stats().Skipped)

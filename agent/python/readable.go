@@ -129,14 +129,21 @@ func (c *checkedMemory) ReadAt(p []byte, addr uint64) error {
 			c.pages, c.pagesErr = pm.pager()
 		}
 		if c.pagesErr != nil {
-			return fmt.Errorf("%w: %v", errNotResident, c.pagesErr)
+			return fmt.Errorf("%w: %w", errNotResident, c.pagesErr)
 		}
 		if ok, err := c.pages.resident(addr, len(p)); err != nil || !ok {
 			return errNotResident
 		}
 	}
 	c.read += int64(len(p))
-	return c.mem.ReadAt(p, addr)
+	if err := c.mem.ReadAt(p, addr); err != nil {
+		return err
+	}
+	// A read by pid, of the process the batch opened its pager for.
+	if id, ok := c.pages.(sameProcess); ok {
+		return id.same()
+	}
+	return nil
 }
 
 func (c *checkedMemory) done() {

@@ -24,7 +24,8 @@ type TrackerOptions struct {
 	Maps   interp.MapsReader // required
 	Open   interp.Opener     // required
 	Procs  interp.Table      // required
-	Memory func(pid int) Memory
+	// Memory reads a process's memory; default MemoryOf.
+	Memory func(interp.Process) Memory
 	// Ready is told of each process once it is set up; nil: nobody.
 	Ready func(interp.Process)
 	// Owner names the job a process belongs to (interp.Env.Owner): its
@@ -185,7 +186,7 @@ const (
 // NewTracker returns a Tracker.
 func NewTracker(o TrackerOptions) *Tracker {
 	if o.Memory == nil {
-		o.Memory = func(pid int) Memory { return ProcessMemory(pid) }
+		o.Memory = MemoryOf
 	}
 	if o.Inspect == nil {
 		o.Inspect = Inspect
@@ -274,7 +275,7 @@ func (t *Tracker) Fork(child, parent interp.Process) bool {
 	}
 	c := &proc{pid: child.PID, start: child.StartNs, mm: child.MM, state: stateReady, owner: par.owner,
 		in: par.in, runtime: par.runtime, codeType: par.codeType, file: par.file, ranges: par.ranges,
-		mem: t.o.Memory(int(child.PID)), parent: par}
+		mem: t.o.Memory(child), parent: par}
 	par.children++
 	t.procs[child.PID] = c
 	t.meterOf(c.owner).procs++
@@ -444,6 +445,8 @@ func candidate(m Mapping, first bool) bool {
 // published by look.
 type setup struct {
 	owner    string
+	start    uint64 // the process's (interp.Process.StartNs)
+	mm       uint64
 	in       *Interpreter // nil: not found
 	runtime  uint64
 	codeType uint64
@@ -465,7 +468,7 @@ type setup struct {
 func (t *Tracker) look(p *proc) {
 	defer t.recovered(p)
 	t.mu.Lock()
-	s := setup{owner: p.owner, in: p.in, runtime: p.runtime, codeType: p.codeType, file: p.file, ranges: p.ranges, mem: p.mem}
+	s := setup{owner: p.owner, start: p.start, mm: p.mm, in: p.in, runtime: p.runtime, codeType: p.codeType, file: p.file, ranges: p.ranges, mem: p.mem}
 	state := p.state
 	t.mu.Unlock()
 	if s.owner == "" {
@@ -589,7 +592,7 @@ func (t *Tracker) discover(pid uint32, s *setup) {
 		if in.CodeType != 0 {
 			s.codeType = in.CodeType + bias
 		}
-		s.mem = t.o.Memory(int(pid))
+		s.mem = t.o.Memory(interp.Process{PID: pid, StartNs: s.start, MM: s.mm})
 		s.ranges = readableOf(maps, s.file)
 		t.validate(pid, s)
 		return

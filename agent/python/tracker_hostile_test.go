@@ -59,8 +59,8 @@ func twoJobs(t *testing.T, mem42 func(Memory) Memory) *fakeProc {
 	f := newFakeProc(t, nil)
 	f.maps.maps[50] = f.maps.maps[42]
 	wrapped := mem42(f.mem)
-	f.tracker.o.Memory = func(pid int) Memory {
-		if pid == 42 {
+	f.tracker.o.Memory = func(p interp.Process) Memory {
+		if p.PID == 42 {
 			return wrapped
 		}
 		return f.mem
@@ -189,7 +189,7 @@ func TestOnlyAnonymousAndInterpreterMemoryIsRead(t *testing.T) {
 		Mapping{Start: 0x50010000, End: 0x50020000, Perms: "rw-p", Inode: 78, Path: "/fuse/data"})
 	f.notify(1)
 	rec := &recordMem{Memory: f.mem}
-	f.tracker.o.Memory = func(int) Memory { return rec }
+	f.tracker.o.Memory = func(interp.Process) Memory { return rec }
 	f.tracker.procs[42].mem = rec
 
 	// Code objects whose qualname is in the bait and in the data mapping,
@@ -292,14 +292,14 @@ func TestPanicMarksTheProcessUnreadable(t *testing.T) {
 	}
 	// A panic while setting a process up: the same.
 	g := newFakeProc(t, nil)
-	g.tracker.o.Memory = func(int) Memory { return panicMem{} }
+	g.tracker.o.Memory = func(interp.Process) Memory { return panicMem{} }
 	g.notify(1)
 	if _, ok := g.procs[42]; ok || g.tracker.Stats().Skipped["read_panic"] != 1 {
 		t.Errorf("panic in set-up: in the table %v, skipped %+v", ok, g.tracker.Stats().Skipped)
 	}
 	// A process that exits is forgotten; its pid may be a new process.
 	g.tracker.Forget(procfs.ID{PID: 42, Start: procfs.StartFromBoottime(5)})
-	g.tracker.o.Memory = func(int) Memory { return g.mem }
+	g.tracker.o.Memory = func(interp.Process) Memory { return g.mem }
 	g.notify(1)
 	if _, ok := g.procs[42]; !ok {
 		t.Errorf("a new process under the pid: %+v", g.tracker.Stats().Skipped)
@@ -349,7 +349,7 @@ func TestResolutionIsMeteredPerJob(t *testing.T) {
 	g.maps.maps[50] = g.maps.maps[42]
 	g.tracker.o.Owner = func(p interp.Process) string { return fmt.Sprint("job", p.PID) }
 	slow := &clockMem{Memory: g.mem, now: &g.now, cost: time.Millisecond}
-	g.tracker.o.Memory = func(int) Memory { return slow }
+	g.tracker.o.Memory = func(interp.Process) Memory { return slow }
 	g.notify(1)
 	g.tracker.Announce(interp.Process{PID: 50, StartNs: 7, MM: 1})
 	stacks := 0

@@ -141,7 +141,7 @@ func newFakeProc(t *testing.T, inspectErr error) *fakeProc {
 	}}}
 	f.tracker = NewTracker(TrackerOptions{
 		Arch: AMD64, Maps: f.maps, Open: fakeOpener{}, Procs: f.procs,
-		Memory: func(int) Memory { return f.mem },
+		Memory: func(interp.Process) Memory { return f.mem },
 		Now:    func() time.Time { return f.now },
 		Inspect: func(r io.ReaderAt, name string, arch Arch) (*Interpreter, error) {
 			if !strings.Contains(name, "libpython") {
@@ -393,8 +393,8 @@ func TestTrackerFork(t *testing.T) {
 	f := newFakeProc(t, nil)
 	f.notify(1)
 	child := &fakeMem{seg: map[uint64][]byte{}} // empty: the child is gone
-	f.tracker.o.Memory = func(pid int) Memory {
-		if pid == 43 {
+	f.tracker.o.Memory = func(p interp.Process) Memory {
+		if p.PID == 43 {
 			return child
 		}
 		return f.mem

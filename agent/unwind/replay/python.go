@@ -18,7 +18,7 @@ import (
 type PythonProcess interface {
 	interp.MapsReader
 	interp.Opener
-	Memory(pid int) python.Memory
+	Memory(interp.Process) python.Memory
 }
 
 // The identity the Tracker is told the process has; any fixed value
@@ -85,7 +85,7 @@ func (p SnapshotPython) OpenMapped(_ int, m python.Mapping) (interp.File, error)
 	return &ImageFile{Image: p.S.FileImage(i), Info: NewFileInfo(f)}, nil
 }
 
-func (p SnapshotPython) Memory(int) python.Memory { return memImage{p.S.MemoryImage()} }
+func (p SnapshotPython) Memory(interp.Process) python.Memory { return memImage{p.S.MemoryImage()} }
 
 type memImage struct{ im *Image }
 

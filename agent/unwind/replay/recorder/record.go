@@ -481,7 +481,7 @@ func (l *live) OpenMapped(_ int, m python.Mapping) (interp.File, error) {
 	return &recFile{File: f, reads: rs}, nil
 }
 
-func (l *live) Memory(int) python.Memory { return recMemory{l} }
+func (l *live) Memory(interp.Process) python.Memory { return recMemory{l} }
 
 type recFile struct {
 	*os.File
