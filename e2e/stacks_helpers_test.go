@@ -317,9 +317,26 @@ func checkQsort(t *testing.T, r jobRun) {
 // checkExceptions: time throwing and catching C++ exceptions (libstdc++'s
 // and libgcc's unwinder; Layer<N>::run inlined into thrower) unwinds to
 // main.
+//
+// Except in one window, which no unwinder that reads the stack can
+// follow: once _Unwind_RaiseException has found the handler, libgcc's
+// uw_install_context_1 copies the landing pad's registers into
+// _Unwind_RaiseException's own save slots, the return-address column
+// included, and __builtin_eh_return's epilogue then restores them. From
+// that copy on, the stack itself says _Unwind_RaiseException was called
+// from catcher's landing pad, with registers that are not the frame's:
+// `_Unwind_RaiseException < catcher < [unknown]`: 45 of 1470 samples
+// (3.1%) in one CI run, and every other sample reached main. Those samples
+// are counted apart, and the rest must reach main.
 func checkExceptions(t *testing.T, r jobRun) {
 	ss := r.logSetUp(t, false)
-	in := where(ss, func(s sample) bool { return s.has("catcher") })
+	all := where(ss, func(s sample) bool { return s.has("catcher") })
+	in := where(all, func(s sample) bool { return !handingOver(s) })
+	t.Logf("under catcher: %d samples, %d in the landing-pad hand-over", total(all), total(all)-total(in))
+	if handover := 1 - float64(total(in))/float64(total(all)); handover > 0.15 {
+		t.Errorf("%.1f%% of the samples under catcher have _Unwind_RaiseException directly under catcher, want < 15%%: not only the hand-over", 100*handover)
+		logTop(t, "samples under catcher", all)
+	}
 	_, reach := shareOf(in, func(s sample) bool {
 		return s.index("main") > s.index("except_rounds") && s.index("except_rounds") > s.index("catcher")
 	})
@@ -333,13 +350,21 @@ func checkExceptions(t *testing.T, r jobRun) {
 	})
 	t.Logf("under catcher: %d samples, %.1f%% reach except_rounds and main, %.1f%% in libgcc_s/libstdc++", total(in), 100*reach, 100*runtime)
 	r.enough(t, "set-up samples under catcher", total(in), 0.3)
-	if reach < 0.98 {
-		t.Errorf("%.1f%% reach main, want >= 98%%", 100*reach)
+	if reach < 0.99 {
+		t.Errorf("%.1f%% reach main, want >= 99%%", 100*reach)
 		logTop(t, "samples under catcher", in)
 	}
 	if runtime < 0.2 {
 		t.Errorf("only %.1f%% of the samples in the exception runtime: the workload does not exercise it", 100*runtime)
 	}
+}
+
+// handingOver: the sample's _Unwind_RaiseException returns straight into
+// catcher, as its stack reads once the landing pad's registers are
+// installed (see checkExceptions).
+func handingOver(s sample) bool {
+	i := s.index("_Unwind_RaiseException")
+	return i >= 0 && i+1 < len(s.frames) && s.frames[i+1].fn == "catcher"
 }
 
 // checkDeep: 300 levels of recursion are cut cleanly at the 127-frame

@@ -11,12 +11,17 @@
  * 3:1. Splitting by work rather than by reading a clock keeps the split
  * independent of how much CPU the process gets, and keeps clock reads and
  * system calls (which would land in the kernel or libc) out of the leaves.
- * A round lasts a few milliseconds, far longer than a call, so the calls
- * themselves do not move the split. Its length is drawn at random (0.2 to
- * 1.8 million hot_b iterations): rounds of one fixed length would beat
+ * A round lasts about a millisecond, far longer than a call, so the calls
+ * themselves do not move the split. Its length is drawn at random (20,000
+ * to 180,000 hot_b iterations): rounds of one fixed length would beat
  * against a fixed sampling period, and a profiler sampling at 97 Hz would
  * then see the same few phases of the round again and again, skewing the
- * split by several points either way.
+ * split by several points either way. And a round is short beside the CPU
+ * time between two samples (10 ms at 97 Hz, 2-3 ms of this process's CPU
+ * on a host where it gets a third of a CPU): with rounds of several
+ * milliseconds, the next sample often fell in the same call as the last,
+ * the samples were not independent, and the split of ~400 samples varied
+ * by twice the binomial error (a 67.5 % run in CI).
  *
  * Build: gcc -O1 -fno-omit-frame-pointer -fno-inline -g -o cpusplit cpusplit.c
  * (frame pointers so a frame-pointer unwinder sees main below hot_a/hot_b).
@@ -25,8 +30,8 @@
 #include <stdlib.h>
 #include <time.h>
 
-#define MIN_ITERS 200000UL
-#define SPAN_ITERS 1600000UL
+#define MIN_ITERS 20000UL
+#define SPAN_ITERS 160000UL
 
 static volatile unsigned long counter;
 
