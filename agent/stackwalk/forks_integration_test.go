@@ -111,13 +111,12 @@ func TestIntegrationForkStorm(t *testing.T) {
 	do("storm", 5000)
 	after := entries(t, w)
 	t.Logf("entries (unwind_procs, interp_procs): %v before, %v after 5000 fork+_exit", before, after)
-	// One unwinder entry of 5000 was left once, in CI beside the other
-	// packages' tests (not seen in any other run): logged to find why.
+	// Exact: a child sampled as it exits is announced, and its tables
+	// were loaded after its exit hook had run, until Walker.sync checked
+	// for that (2 runs of 15 left one entry, under four busy loops).
 	if after != before {
+		t.Errorf("entries %v after 5000 forks that exited, %v before: the exit hook did not free them, or a sync wrote one after it", after, before)
 		logEntries(t, w)
-	}
-	if after[0] > before[0]+2 || after[1] > before[1]+2 {
-		t.Errorf("entries %v after 5000 forks that exited, %v before: the exit hook did not free them", after, before)
 	}
 
 	do("hold", 300)
@@ -131,6 +130,7 @@ func TestIntegrationForkStorm(t *testing.T) {
 	do("release", 0)
 	if e := entries(t, w); e != after {
 		t.Errorf("entries %v once the children exited, %v before", e, after)
+		logEntries(t, w)
 	}
 	// The share is given back: a new child is handed over again.
 	do("hold", 10)

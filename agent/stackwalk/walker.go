@@ -375,6 +375,14 @@ func (w *Walker) sync(id procfs.ID) *procfs.ID {
 	// process's mappings under another's start time.
 	if now, perr := w.o.Proc.ID(id.PID); perr == nil && now == id {
 		changed, err = w.loader.SyncProcess(id.PID, id.Start)
+		// As kindTable.Put: the exit hook frees the entry of a process
+		// that exits after the write, and this the entry of one that had
+		// begun to exit before it (a forked child announced as it exits,
+		// its maps still readable), which would stay until the sweep.
+		if st, serr := w.o.Proc.Stat(id.PID); err == nil && (serr != nil || st.StartTime != id.Start || st.Exiting()) {
+			w.loader.RemoveProcessStarted(id.PID, id.Start)
+			changed, err = false, fmt.Errorf("process %d: %w", id.PID, procfs.ErrGone)
+		}
 	}
 	loaded, first, again := w.life.synced(id, changed, err, time.Now())
 	if first {

@@ -409,6 +409,16 @@ func (l *Loader) RemoveProcess(pid int) {
 	}
 }
 
+// RemoveProcessStarted unloads pid if it is loaded as the process started
+// at startTicks.
+func (l *Loader) RemoveProcessStarted(pid int, startTicks uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p := l.procs[pid]; p != nil && p.start == startTicks {
+		l.dropProcLocked(pid, p)
+	}
+}
+
 func (l *Loader) dropProcLocked(pid int, p *proc) {
 	l.maps.procs.Delete(uint32(pid)) // #nosec G115 -- a pid is below pid_max (at most 2^22)
 	for k := range p.keys {
