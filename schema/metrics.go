@@ -296,14 +296,18 @@ var (
 	AgentELFRefused = counter("agent_elf_refused_total", "", "ELF files a job named that a reader refused before parsing them, by reader (symbolize, unwind, python, gpu_trace) and reason: too_large (a count, extent or table size over the file's real size or a hard cap, decompressed sizes included), panic (the ELF parser panicked).", "reader", "reason")
 	// The user-stack capture (agent/stackwalk): the table unwinder and the
 	// interpreter walks.
-	AgentUnwindMode        = Metric{Name: MetricPrefix + "agent_unwind_mode_info", Type: Gauge, Labels: []string{"mode", "reason"}, Help: "1, labelled with how native user frames are unwound: mode tables (reason none) or frame_pointer, with why: flag (--unwind=fp), arch (not x86-64), no_bpf_loop (the kernel is older than 5.17)."}
-	AgentUnwindWalks       = counter("agent_unwind_walks_total", "", "User stacks walked by the table unwinder, by how the walk ended (end_of_stack, frame_limit, no_row, unsupported, read_error, bad_cfa, loop_limit).", "end")
-	AgentUnwindFrames      = counter("agent_unwind_frames_total", "", "Frames the table unwinder walked, by how: table, frame_pointer (a file without a table), unknown_mapping (code mapped since the process was loaded), evicted_table (over the table budget), signal; and walks of processes not loaded (unloaded_process: frame pointers only) or forked (forked: through the parent's tables).", "how")
-	AgentUnwindTableBytes  = Metric{Name: MetricPrefix + "agent_unwind_table_bytes", Unit: "bytes", Type: Gauge, Help: "Bytes of unwind tables loaded into BPF maps."}
-	AgentUnwindBudget      = Metric{Name: MetricPrefix + "agent_unwind_table_budget_bytes", Unit: "bytes", Type: Gauge, Help: "The bound on unwind table bytes; over it the least recently used tables are evicted."}
-	AgentUnwindProcesses   = Metric{Name: MetricPrefix + "agent_unwind_processes", Type: Gauge, Help: "Processes whose unwind tables are loaded."}
-	AgentUnwindFiles       = counter("agent_unwind_files_total", "", "Mapped files looked at for unwind tables, by result: built, frame_pointer (no unwind information), error (unreadable or malformed: frame pointers), over_budget, open_error, deferred (its job had read its allowance: built at a later sync).", "result")
-	AgentUnwindSyncs       = counter("agent_unwind_syncs_total", "", "Processes loaded (or loaded again) into the unwinder, by result.", "result")
+	AgentUnwindMode       = Metric{Name: MetricPrefix + "agent_unwind_mode_info", Type: Gauge, Labels: []string{"mode", "reason"}, Help: "1, labelled with how native user frames are unwound: mode tables (reason none) or frame_pointer, with why: flag (--unwind=fp), arch (not x86-64), no_bpf_loop (the kernel is older than 5.17)."}
+	AgentUnwindWalks      = counter("agent_unwind_walks_total", "", "User stacks walked by the table unwinder, by how the walk ended (end_of_stack, frame_limit, no_row, unsupported, read_error, bad_cfa, loop_limit).", "end")
+	AgentUnwindFrames     = counter("agent_unwind_frames_total", "", "Frames the table unwinder walked, by how: table, frame_pointer (a file without a table), unknown_mapping (code mapped since the process was loaded), evicted_table (over the table budget), signal; and walks of processes not loaded (unloaded_process: frame pointers only) or forked (forked: through the parent's tables).", "how")
+	AgentUnwindTableBytes = Metric{Name: MetricPrefix + "agent_unwind_table_bytes", Unit: "bytes", Type: Gauge, Help: "Bytes of unwind tables loaded into BPF maps."}
+	AgentUnwindBudget     = Metric{Name: MetricPrefix + "agent_unwind_table_budget_bytes", Unit: "bytes", Type: Gauge, Help: "The bound on unwind table bytes; over it the least recently used tables are evicted."}
+	AgentUnwindProcesses  = Metric{Name: MetricPrefix + "agent_unwind_processes", Type: Gauge, Help: "Processes whose unwind tables are loaded."}
+	AgentUnwindFiles      = counter("agent_unwind_files_total", "", "Mapped files looked at for unwind tables, by result: built, frame_pointer (no unwind information), error (unreadable or malformed: frame pointers), over_budget, open_error, deferred (its job had read its allowance: built at a later sync).", "result")
+	AgentUnwindSyncs      = counter("agent_unwind_syncs_total", "", "Processes loaded (or loaded again) into the unwinder, by result.", "result")
+	// AgentUnwindShareRefused names the job that reached one of its
+	// shares of the unwinder's maps, which every job shares.
+	AgentUnwindShareRefused = Metric{Name: MetricPrefix + "agent_unwind_share_refused_total", Type: Counter, Attributes: []Attribute{JobID}, Labels: []string{"share"},
+		Help: "What the table unwinder refused a job because it had used its share of what all jobs share: processes loaded (share=processes), LPM mapping entries (share=mappings), tables loaded (share=table_bytes: a table build put off). Its processes are unwound by frame pointers meanwhile (slurm_job_id empty: processes in no job)."}
 	AgentStackForksRefused = counter("agent_stack_forks_refused_total", "", "Forked processes not handed their set-up ancestor's unwind or interpreter state at their fork, because it already had 256 live forked descendants: they are set up when first sampled, like any process.")
 	AgentProcessSetup      = Metric{Name: MetricPrefix + "agent_process_setup_seconds", Unit: "seconds", Type: Histogram, Labels: []string{"part"}, Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		Help: "Time from a profiled process's start to the capture being set up for it: its unwind tables loaded (part=unwind_tables), its interpreter found (part=interpreter). Processes started before the agent are not counted; until then its samples lack callers or interpreter frames."}
@@ -371,7 +375,7 @@ var Metrics = []Metric{
 	AgentMemoryBudget, AgentMemoryBudgetUsed, AgentMemoryBudgetEvictions, AgentMemoryBudgetEvictedBytes,
 	AgentMemoryBudgetRefused, AgentJobFileReadsDeferred,
 	AgentUnwindMode, AgentUnwindWalks, AgentUnwindFrames, AgentUnwindTableBytes, AgentUnwindBudget, AgentUnwindProcesses, AgentUnwindFiles,
-	AgentUnwindSyncs, AgentStackForksRefused, AgentProcessSetup, AgentInterpWalks, AgentInterpProcesses, AgentInterpSkipped, AgentInterpFrames, AgentInterpCacheBytes,
+	AgentUnwindSyncs, AgentStackForksRefused, AgentUnwindShareRefused, AgentProcessSetup, AgentInterpWalks, AgentInterpProcesses, AgentInterpSkipped, AgentInterpFrames, AgentInterpCacheBytes,
 	PyroscopePushes, PyroscopePushedBytes, PyroscopePushRetries, PyroscopeDroppedRequests, PyroscopeSpoolRequests, PyroscopeSpoolBytes,
 	PyroscopeTooOldProfiles, PyroscopeHeldRequests, PyroscopeClockSkew,
 	RemoteWriteRequestsSent, RemoteWriteSamplesSent, RemoteWriteSentBytes, RemoteWriteRetries, RemoteWriteDroppedRequests,

@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -414,6 +415,15 @@ func (b *Budget) Held(owner string) int64 {
 // Owner keys. A job's processes share one; processes in no job are charged
 // per user, so that forking does not buy a process more room.
 func JobOwner(jobID string) string { return "job " + jobID }
+
+// OwnerJob is the job id of a JobOwner key, "" for any other owner.
+func OwnerJob(owner string) string {
+	id, _ := strings.CutPrefix(owner, "job ")
+	if id == owner {
+		return ""
+	}
+	return id
+}
 
 // UserOwner is the owner of a user's processes in no job.
 func UserOwner(uid int) string { return "uid " + strconv.Itoa(uid) }

@@ -37,7 +37,9 @@ func MemoryOf(p interp.Process) Memory {
 
 var _ pagedMemory = processMemory{}
 
-func (m processMemory) ReadAt(p []byte, addr uint64) error { return ProcessMemory(m.pid).ReadAt(p, addr) }
+func (m processMemory) ReadAt(p []byte, addr uint64) error {
+	return ProcessMemory(m.pid).ReadAt(p, addr)
+}
 
 // pager opens the pidfd, the pagemap and then checks the start time: both
 // descriptors were opened while the pid was this process's.

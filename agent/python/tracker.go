@@ -20,10 +20,10 @@ import (
 
 // TrackerOptions configures a Tracker. Zero values select the defaults.
 type TrackerOptions struct {
-	Arch   Arch              // required
-	Maps   interp.MapsReader // required
-	Open   interp.Opener     // required
-	Procs  interp.Table      // required
+	Arch  Arch              // required
+	Maps  interp.MapsReader // required
+	Open  interp.Opener     // required
+	Procs interp.Table      // required
 	// Memory reads a process's memory; default MemoryOf.
 	Memory func(interp.Process) Memory
 	// Ready is told of each process once it is set up; nil: nobody.

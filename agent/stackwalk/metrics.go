@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/slurmscope/slurmscope/agent/bpf"
+	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/promschema"
 	"github.com/slurmscope/slurmscope/agent/unwind"
 	"github.com/slurmscope/slurmscope/schema"
@@ -12,6 +13,7 @@ import (
 var metricDefs = []schema.Metric{
 	schema.AgentUnwindMode, schema.AgentUnwindWalks, schema.AgentUnwindFrames, schema.AgentUnwindTableBytes, schema.AgentUnwindBudget,
 	schema.AgentUnwindProcesses, schema.AgentUnwindFiles, schema.AgentUnwindSyncs, schema.AgentStackForksRefused,
+	schema.AgentUnwindShareRefused,
 }
 
 // collector reads the unwinder's and the lifecycle's counters at each
@@ -55,6 +57,9 @@ func (w *Walker) readMetrics(emit func(m schema.Metric, v float64, labels ...str
 		for res, n := range map[string]uint64{"built": built, "frame_pointer": st.FramePointerFiles, "error": st.BuildErrors,
 			"over_budget": st.TablesOverBudget, "open_error": st.OpenErrors, "deferred": st.BuildsDeferred} {
 			emit(schema.AgentUnwindFiles, float64(n), res)
+		}
+		for k, n := range l.ShareRefusals() {
+			emit(schema.AgentUnwindShareRefused, float64(n), budget.OwnerJob(k.Owner), string(k.Share))
 		}
 		m := w.life.counters()
 		syncs, errs := m.syncs, m.syncErrors

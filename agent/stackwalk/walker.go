@@ -181,7 +181,7 @@ func (w *Walker) init() error {
 	}
 	mapped := procfs.Mapped{FS: w.o.Proc, Work: w.o.Work, Owner: w.o.Owner}
 	if w.tables {
-		if w.loader, err = unwind.NewLoader(unwind.Options{Maps: mapped, Opener: mapped, MaxTableBytes: w.o.MaxTableBytes}); err != nil {
+		if w.loader, err = unwind.NewLoader(unwind.Options{Maps: mapped, Opener: mapped, MaxTableBytes: w.o.MaxTableBytes, Owner: w.o.Owner}); err != nil {
 			return fmt.Errorf("stack walker: %w", err)
 		}
 	}

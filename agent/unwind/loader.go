@@ -20,6 +20,9 @@ import (
 	"github.com/slurmscope/slurmscope/agent/unwind/cfi"
 )
 
+// ErrJobShare: the process's job has loaded its share of processes.
+var ErrJobShare = errors.New("the job's share of the unwinder is used")
+
 // DefaultMaxTableBytes is the default budget of table memory in BPF maps:
 // the tables of a node running a typical training job's libraries, with
 // room for a few jobs. Tables take 140 to 230 KiB per MiB of .text
@@ -41,9 +44,21 @@ type Options struct {
 	// from the others (default 8192).
 	MaxMappingsPerProcess int
 	MaxProcesses          int // default 32768
-	Limits                cfi.Limits
-	Maps                  MapsReader // required (agent/stackwalk: procfs)
-	Opener                FileOpener // required (agent/stackwalk: procfs.FS.Open)
+	// Owner names a process's job (the memory budget's owner key), for the
+	// per-job shares below; nil: no shares. It must not do I/O.
+	Owner func(procfs.ID) string
+	// A job's shares of what every job's processes share: table bytes it
+	// loads (default MaxTableBytes/4), LPM entries (default
+	// MaxMappings/8) and processes (default MaxProcesses/8). A job over a
+	// share loses only its own unwinding (frame pointers, counted in
+	// ShareRefusals); a table the job cannot load is built again at a
+	// later sync of one of its processes, once it has room.
+	MaxTableBytesPerJob int64
+	MaxMappingsPerJob   int
+	MaxProcessesPerJob  int
+	Limits              cfi.Limits
+	Maps                MapsReader // required (agent/stackwalk: procfs)
+	Opener              FileOpener // required (agent/stackwalk: procfs.FS.Open)
 	// NoVDSO leaves the vDSO to frame pointers instead of reading the
 	// agent's own (the same image in every 64-bit process of this kernel).
 	NoVDSO bool
@@ -68,6 +83,15 @@ func (o Options) withDefaults() Options {
 	// A BPF map's size is a u32; far below that the kernel refuses the
 	// memory anyway.
 	o.MaxTables, o.MaxMappings, o.MaxProcesses = min(o.MaxTables, maxMapEntries), min(o.MaxMappings, maxMapEntries), min(o.MaxProcesses, maxMapEntries)
+	if o.MaxTableBytesPerJob <= 0 {
+		o.MaxTableBytesPerJob = o.MaxTableBytes / 4
+	}
+	if o.MaxMappingsPerJob <= 0 {
+		o.MaxMappingsPerJob = o.MaxMappings / 8
+	}
+	if o.MaxProcessesPerJob <= 0 {
+		o.MaxProcessesPerJob = max(o.MaxProcesses/8, 1)
+	}
 	return o
 }
 
@@ -97,12 +121,36 @@ type file struct {
 	bytes    int64
 	lruElem  *list.Element // in Loader.lru while loaded
 	needLoad bool          // evicted, or never loaded: load when next built
+	owner    string        // the job whose share its loaded bytes count in
 }
 
 type proc struct {
 	start uint64
+	owner string
 	files map[fileID]bool
 	keys  map[[mappingKeySize]byte]bool
+}
+
+// jobUse is what one job's processes hold of the shared maps.
+type jobUse struct {
+	procs, mappings int
+	bytes           int64
+}
+
+// Share names what a job's share bounds, for ShareRefusals.
+type Share string
+
+// The shares.
+const (
+	ShareProcesses Share = "processes"
+	ShareMappings  Share = "mappings"
+	ShareTables    Share = "table_bytes"
+)
+
+// ShareKey is a job (an Options.Owner key) and one of its shares.
+type ShareKey struct {
+	Owner string
+	Share Share
 }
 
 // Loader builds the unwind tables of processes' mapped files, loads them
@@ -119,6 +167,8 @@ type Loader struct {
 	free     []uint32
 	next     uint32
 	procs    map[int]*proc
+	jobs     map[string]*jobUse
+	refused  map[ShareKey]uint64
 	stats    Stats
 	vdso     *cfi.Table // built once; nil until then
 	vdsoSize int64
@@ -155,6 +205,7 @@ func NewLoader(o Options) (*Loader, error) {
 	}
 	return &Loader{
 		opts: o, maps: m, files: map[fileID]*file{}, lru: list.New(), procs: map[int]*proc{}, flights: map[fileID]*flight{},
+		jobs: map[string]*jobUse{}, refused: map[ShareKey]uint64{},
 		stats: Stats{TableBudgetBytes: o.MaxTableBytes},
 	}, nil
 }
@@ -174,6 +225,41 @@ func (l *Loader) Stats() Stats {
 	s.Files = len(l.files)
 	s.Tables = l.lru.Len()
 	return s
+}
+
+// ShareRefusals returns, by job and share, what was refused because the
+// job had used its share: processes not loaded, LPM entries not written,
+// tables not loaded. Monotonic, ready for a _total metric.
+func (l *Loader) ShareRefusals() map[ShareKey]uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[ShareKey]uint64, len(l.refused))
+	for k, v := range l.refused {
+		out[k] = v
+	}
+	return out
+}
+
+// job returns owner's use, made on first use; dropJobLocked deletes it
+// once it holds nothing.
+func (l *Loader) job(owner string) *jobUse {
+	j := l.jobs[owner]
+	if j == nil {
+		j = &jobUse{}
+		l.jobs[owner] = j
+	}
+	return j
+}
+
+func (l *Loader) dropJobLocked(owner string) {
+	if j := l.jobs[owner]; j != nil && j.procs <= 0 && j.mappings <= 0 && j.bytes <= 0 {
+		delete(l.jobs, owner)
+	}
+}
+
+// refuse counts n of owner's share refused. With no Owner, no shares.
+func (l *Loader) refuse(owner string, share Share, n int) {
+	l.refused[ShareKey{owner, share}] += uint64(n) // #nosec G115 -- a count, not negative
 }
 
 // UnknownFrames returns, for each loaded process whose walks met frames in
@@ -239,6 +325,10 @@ type entry struct {
 // was asked for code no table covers (JIT), and asking again soon is
 // wasted.
 func (l *Loader) SyncProcess(pid int, startTicks uint64) (changed bool, err error) {
+	owner := ""
+	if l.opts.Owner != nil {
+		owner = l.opts.Owner(procfs.ID{PID: pid, Start: startTicks})
+	}
 	ms, err := l.opts.Maps.Mappings(pid)
 	if err != nil {
 		l.count(func(s *Stats) { s.MapsErrors++ })
@@ -259,7 +349,7 @@ func (l *Loader) SyncProcess(pid int, startTicks uint64) (changed bool, err erro
 			return
 		}
 		seen[id] = true
-		if b := l.prepare(id, build, &led); b != nil {
+		if b := l.prepare(id, owner, build, &led); b != nil {
 			builds = append(builds, b)
 		}
 	}
@@ -310,8 +400,14 @@ func (l *Loader) SyncProcess(pid int, startTicks uint64) (changed bool, err erro
 			l.stats.ProcessesDiscarded++
 			return false, fmt.Errorf("unwind: %d processes loaded already", len(l.procs))
 		}
-		p = &proc{start: startTicks, files: map[fileID]bool{}, keys: map[[mappingKeySize]byte]bool{}}
+		if l.opts.Owner != nil && l.job(owner).procs >= l.opts.MaxProcessesPerJob {
+			l.stats.ProcessesDiscarded++
+			l.refuse(owner, ShareProcesses, 1)
+			return false, fmt.Errorf("unwind: %w: %s has %d processes loaded", ErrJobShare, owner, l.jobs[owner].procs)
+		}
+		p = &proc{start: startTicks, owner: owner, files: map[fileID]bool{}, keys: map[[mappingKeySize]byte]bool{}}
 		l.procs[pid] = p
+		l.job(p.owner).procs++
 		changed = true
 	}
 	// Files the process no longer maps go first, so that their bytes are
@@ -324,7 +420,7 @@ func (l *Loader) SyncProcess(pid int, startTicks uint64) (changed bool, err erro
 		}
 	}
 	for _, b := range builds {
-		l.install(b)
+		l.install(b, p.owner)
 	}
 	files := map[fileID]bool{}
 	var entries []entry
@@ -368,10 +464,20 @@ func (l *Loader) SyncProcess(pid int, startTicks uint64) (changed bool, err erro
 	}
 	p.files = files
 
+	// The process's entries count in its job's share in place of those
+	// it had.
+	allowed := l.opts.MaxMappingsPerProcess
+	j := l.job(p.owner)
+	if l.opts.Owner != nil {
+		allowed = min(allowed, max(l.opts.MaxMappingsPerJob-(j.mappings-len(p.keys)), 0))
+	}
 	keys := map[[mappingKeySize]byte]bool{}
 	for i, e := range entries {
-		if i >= l.opts.MaxMappingsPerProcess {
+		if i >= allowed {
 			l.stats.MappingsDropped += uint64(len(entries) - i) // #nosec G115 -- i < len(entries)
+			if i < l.opts.MaxMappingsPerProcess {
+				l.refuse(p.owner, ShareMappings, min(len(entries), l.opts.MaxMappingsPerProcess)-i)
+			}
 			break
 		}
 		if err := l.maps.mappings.Update(e.key[:], e.val[:], ebpf.UpdateAny); err != nil {
@@ -388,6 +494,7 @@ func (l *Loader) SyncProcess(pid int, startTicks uint64) (changed bool, err erro
 		}
 	}
 	l.stats.MappingEntries += len(keys) - len(p.keys)
+	j.mappings += len(keys) - len(p.keys)
 	p.keys = keys
 	l.bumpGen()
 	var pv [procValSize]byte // its own mappings (no alias), unknown frames 0
@@ -428,6 +535,11 @@ func (l *Loader) dropProcLocked(pid int, p *proc) {
 	for id := range p.files {
 		l.decref(id)
 	}
+	if j := l.jobs[p.owner]; j != nil {
+		j.procs--
+		j.mappings -= len(p.keys)
+		l.dropJobLocked(p.owner)
+	}
 	delete(l.procs, pid)
 	l.bumpGen()
 }
@@ -443,11 +555,18 @@ func (l *Loader) count(fn func(*Stats)) {
 // is making of it; led gets the files this sync builds. It returns nil
 // when the file is known and loaded (or known to need frame pointers).
 // The caller hands what it got to land.
-func (l *Loader) prepare(id fileID, build func() (*cfi.Table, error), led *[]fileID) *built {
+func (l *Loader) prepare(id fileID, owner string, build func() (*cfi.Table, error), led *[]fileID) *built {
 	l.mu.Lock()
 	if f := l.files[id]; f != nil && !(f.needLoad && !f.fp) {
 		l.mu.Unlock()
 		return nil
+	}
+	// A job that has loaded its share of table bytes builds nothing more
+	// until it has room: the file waits, as one over the read allowance.
+	if j := l.jobs[owner]; l.opts.Owner != nil && j != nil && j.bytes >= l.opts.MaxTableBytesPerJob {
+		l.refuse(owner, ShareTables, 1)
+		l.mu.Unlock()
+		return &built{id: id, later: true, users: 1}
 	}
 	if fl := l.flights[id]; fl != nil {
 		l.mu.Unlock()
@@ -560,7 +679,7 @@ func fillInner(elems []uint64) (*ebpf.Map, error) {
 
 // install records a built table and loads it, evicting least recently
 // used tables over the budget. Called with the lock held.
-func (l *Loader) install(b *built) {
+func (l *Loader) install(b *built, owner string) {
 	f := l.files[b.id]
 	if f == nil {
 		f = &file{id: b.id, needLoad: true}
@@ -590,6 +709,13 @@ func (l *Loader) install(b *built) {
 		}
 		return
 	}
+	if j := l.job(owner); l.opts.Owner != nil && j.bytes+b.bytes > l.opts.MaxTableBytesPerJob {
+		// Over the job's share: frame pointers for this job's processes
+		// until a later sync finds room. needLoad stays.
+		l.refuse(owner, ShareTables, 1)
+		l.dropJobLocked(owner)
+		return
+	}
 	for l.stats.TableBytes+b.bytes > l.opts.MaxTableBytes && l.lru.Len() > 0 {
 		l.evict(l.lru.Back().Value.(*file))
 		l.stats.TablesEvicted++
@@ -598,9 +724,10 @@ func (l *Loader) install(b *built) {
 		l.stats.BuildErrors++
 		return
 	}
-	f.loaded, f.needLoad, f.bytes = true, false, b.bytes
+	f.loaded, f.needLoad, f.bytes, f.owner = true, false, b.bytes, owner
 	f.lruElem = l.lru.PushFront(f)
 	l.stats.TableBytes += b.bytes
+	l.job(owner).bytes += b.bytes
 }
 
 // evict unloads a table but keeps the file (and its slot, which mappings
@@ -613,6 +740,10 @@ func (l *Loader) evict(f *file) {
 	l.lru.Remove(f.lruElem)
 	f.lruElem, f.loaded, f.needLoad = nil, false, true
 	l.stats.TableBytes -= f.bytes
+	if j := l.jobs[f.owner]; j != nil {
+		j.bytes -= f.bytes
+		l.dropJobLocked(f.owner)
+	}
 	f.bytes = 0
 }
 

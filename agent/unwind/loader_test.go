@@ -291,3 +291,94 @@ func TestLoaderDefersBuildsOverTheAllowance(t *testing.T) {
 		t.Errorf("after the allowance refilled: %+v; first sync %+v: want more tables, no more errors", last, first)
 	}
 }
+
+// TestLoaderJobShares: a job that has loaded its share of processes, LPM
+// entries or table bytes is refused more, counted by job, while another
+// job still loads its own; the share comes back as its processes go.
+func TestLoaderJobShares(t *testing.T) {
+	testenv.RequireIntegration(t, testenv.Root)
+	libc := "/usr/lib/x86_64-linux-gnu/libc.so.6"
+	cxx := "/usr/lib/x86_64-linux-gnu/libstdc++.so.6"
+	owners := map[int]string{}
+	fp := &fakeProcs{maps: map[int][]Mapping{}}
+	// Every process maps one of the two libraries and 40 pages of
+	// anonymous code: 41 LPM entries.
+	proc := func(pid int, owner, lib string) {
+		ms := []Mapping{libMapping(t, lib, 0x7f0000000000)}
+		for i := range 40 {
+			base := 0x7f1000000000 + uint64(i)*0x3000
+			ms = append(ms, Mapping{Start: base, End: base + 0x1000, Perms: "r-xp"})
+		}
+		fp.maps[pid] = ms
+		owners[pid] = owner
+	}
+	l, err := NewLoader(Options{Maps: fp, Opener: fp, NoVDSO: true,
+		Owner:               func(id procfs.ID) string { return owners[id.PID] },
+		MaxProcessesPerJob:  3,
+		MaxMappingsPerJob:   100,
+		MaxTableBytesPerJob: 250 << 10, // libc's table (~190 KB) or libstdc++'s, not both
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	entries := func(pid int) int {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return len(l.procs[pid].keys)
+	}
+	proc(1, "job a", libc)
+	proc(2, "job a", libc)
+	proc(3, "job a", cxx)
+	proc(4, "job a", libc)
+	proc(10, "job b", cxx)
+	for _, pid := range []int{1, 2, 3} {
+		if _, err := l.SyncProcess(pid, 1); err != nil {
+			t.Fatalf("process %d of job a: %v", pid, err)
+		}
+	}
+	// Mappings: 41, 41 and the 18 left of a's 100; tables: libc's
+	// loaded, libstdc++'s over a's share.
+	if e1, e2, e3 := entries(1), entries(2), entries(3); e1 != 41 || e2 != 41 || e3 != 18 {
+		t.Errorf("job a's LPM entries: %d, %d, %d; want 41, 41 and the 18 left of its 100", e1, e2, e3)
+	}
+	if _, err := l.SyncProcess(4, 1); !errors.Is(err, ErrJobShare) {
+		t.Errorf("a fourth process of job a: %v, want ErrJobShare", err)
+	}
+	// Job b is not held back by a: its process, entries and table load.
+	if _, err := l.SyncProcess(10, 1); err != nil {
+		t.Fatal(err)
+	}
+	if entries(10) != 41 {
+		t.Errorf("job b's process has %d LPM entries, want all its 41", entries(10))
+	}
+	s := l.Stats()
+	if s.Tables != 2 || s.Processes != 4 {
+		t.Errorf("tables %d (want libc's for a, libstdc++'s for b), processes %d", s.Tables, s.Processes)
+	}
+	got := l.ShareRefusals()
+	if got[ShareKey{"job a", ShareProcesses}] != 1 || got[ShareKey{"job a", ShareMappings}] == 0 || got[ShareKey{"job a", ShareTables}] == 0 {
+		t.Errorf("refusals %v: want job a's processes, mappings and table bytes", got)
+	}
+	for k := range got {
+		if k.Owner != "job a" {
+			t.Errorf("job b refused %v", k)
+		}
+	}
+	// a's processes go: its share comes back, and its fourth loads in full.
+	for _, pid := range []int{1, 2, 3} {
+		l.RemoveProcess(pid)
+	}
+	if _, err := l.SyncProcess(4, 1); err != nil || entries(4) != 41 {
+		t.Errorf("job a's process once the others went: %v, %d entries", err, entries(4))
+	}
+	l.RemoveProcess(4)
+	l.RemoveProcess(10)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.jobs) != 0 {
+		for o, j := range l.jobs {
+			t.Errorf("job %q still holds %+v with no process loaded", o, *j)
+		}
+	}
+}
