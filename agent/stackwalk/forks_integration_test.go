@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -19,15 +22,18 @@ import (
 )
 
 // forker is a Python program that, once told on stdin, forks: "storm N"
-// forks N children that _exit at once, one after the other; "hold N" forks
-// N children that wait for stdin to close. It prints "done" after each.
+// forks N children that _exit at once, one after the other; "spawn N" runs
+// /bin/true N times (fork, exec); "hold N" forks N children that wait for
+// stdin to close. It prints "done" after each.
 const forker = `import os, sys
 print("ready", flush=True)
 held = []
 for line in sys.stdin:
     cmd, n = line.split()
     for _ in range(int(n)):
-        if cmd == "storm":
+        if cmd == "spawn":
+            os.spawnv(os.P_WAIT, "/bin/true", ["true"])
+        elif cmd == "storm":
             pid = os.fork()
             if pid == 0:
                 os._exit(0)
@@ -127,15 +133,32 @@ func TestIntegrationForkStorm(t *testing.T) {
 		t.Errorf("300 live children: entries %v (before %v), refused %d; want 256 more of each and %d refused (44 per table)",
 			held, after, refused, 2*(300-256))
 	}
+	// A rescan finds the held children: they are unwound through the
+	// forker's tables, and not loaded on their own (which took away the
+	// entry that gives the forker's share back at their exit).
+	kids, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", cmd.Process.Pid, cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range strings.Fields(string(kids)) {
+		pid, _ := strconv.Atoi(f)
+		if id, err := procfs.New("").ID(pid); err == nil {
+			w.AttachProcess(id)
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // the syncers
 	do("release", 0)
 	if e := entries(t, w); e != after {
 		t.Errorf("entries %v once the children exited, %v before", e, after)
 		logEntries(t, w)
 	}
-	// The share is given back: a new child is handed over again.
-	do("hold", 10)
-	if e := entries(t, w); e[1] != after[1]+10 {
-		t.Errorf("after the release, 10 new children: interp entries %d, want %d", e[1], after[1]+10)
+	// Children that exec give their place back at the exec.
+	do("spawn", 300)
+	// The share is given back in full: 300 new children, 256 handed over.
+	do("hold", 300)
+	if e, r := entries(t, w), forksRefused(t, w); e[0] != after[0]+256 || e[1] != after[1]+256 || r != 2*refused {
+		t.Errorf("after the release, 300 rescanned and 300 spawned: 300 new children got entries %v (want %v + 256), refused %d (want %d)",
+			e, after, r-refused, refused)
 	}
 	do("release", 0)
 }

@@ -134,25 +134,46 @@ var _ interp.Table = kindTable{}
 // of a process whose last thread exits after the write, and Put the entry
 // of one that exited before it (a short child set up as it exits, a
 // zombie), so that neither stays in the shared table.
+//
+// An entry the fork hook gave the same process keeps its origin and its
+// count of forks: the exit hook gives the origin's place back through it,
+// and a forked Python that execs another Python (subprocess.run) would
+// otherwise keep that place for good.
 func (t kindTable) Put(p interp.Process, data []byte) error {
 	v := bpf.InterpProc{StartBoottime: p.StartNs, Mm: p.MM, Kind: t.kind, Group: t.group(p)}
 	if len(data) > len(v.Data) {
 		return fmt.Errorf("interpreter data of %d bytes, the table holds %d", len(data), len(v.Data))
 	}
 	copy(v.Data[:], data)
+	var old bpf.InterpProc
+	if t.m.Lookup(p.PID, &old) == nil && old.StartBoottime == p.StartNs {
+		v.Origin, v.Forks = old.Origin, old.Forks
+	}
 	if err := t.m.Put(p.PID, v); err != nil {
 		return err
 	}
 	// An exiting process (PF_EXITING, a zombie) has run, or is running,
-	// its exit hook.
+	// its exit hook: the entry goes, whatever it holds.
 	if st, err := t.proc.Stat(int(p.PID)); err != nil || st.StartTime != p.ID().Start || st.Exiting() {
-		t.Delete(p.PID)
+		t.remove(p.PID)
 		return fmt.Errorf("process %d: %w", p.PID, procfs.ErrGone)
 	}
 	return nil
 }
 
+// Delete drops pid's entry, unless the fork hook made it: that one holds
+// a place of its origin's share, which only the exec and exit hooks give
+// back (they free it, or clear its origin). Left, it names an image no
+// sample runs until then.
 func (t kindTable) Delete(pid uint32) error {
+	var old bpf.InterpProc
+	if t.m.Lookup(pid, &old) == nil && old.Origin != 0 {
+		return nil
+	}
+	return t.remove(pid)
+}
+
+func (t kindTable) remove(pid uint32) error {
 	if err := t.m.Delete(pid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return err
 	}

@@ -12,10 +12,9 @@
 //     go (stack_exit), so that forks that never exec do not fill the
 //     shared tables.
 //   - sched_process_exec: the process's mappings are gone, and its
-//     unwind_procs entry with them (its start time does not change, so the
-//     unwinder could not tell); its next sample announces it, and user space
-//     loads the new image. interp_procs needs nothing: its entry names the
-//     old mm.
+//     unwind_procs entry with them, and a forked process gives its place
+//     back to its origin (stack_exec); its next sample announces it, and
+//     user space loads the new image.
 //
 // The maps are agent/stackwalk's, shared with the probes. (The build
 // constraint above keeps the go tool from taking this file for a cgo
@@ -49,13 +48,7 @@ int on_exit(struct bpf_raw_tracepoint_args *ctx)
 SEC("raw_tp/sched_process_exec")
 int on_exec(struct bpf_raw_tracepoint_args *ctx)
 {
-#if defined(__TARGET_ARCH_x86)
-	struct task_struct *task = (struct task_struct *)ctx->args[0];
-	__u32 tgid = BPF_CORE_READ(task, tgid);
-
-	if (stack_tables)
-		bpf_map_delete_elem(&unwind_procs, &tgid);
-#endif
+	stack_exec((struct task_struct *)ctx->args[0]);
 	return 0;
 }
 

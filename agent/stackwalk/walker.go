@@ -298,7 +298,8 @@ func (w *Walker) AttachProcess(id procfs.ID) (source.Attach, error) {
 	if w.loader == nil && w.interps == nil {
 		return source.AttachDone, nil
 	}
-	loaded := w.loader != nil && w.loader.Loaded(id.PID, id.Start)
+	// A forked child is unwound through its origin's tables.
+	loaded := w.loader != nil && (w.loader.Loaded(id.PID, id.Start) || w.loader.Aliased(id.PID, id.Start))
 	sync, replay := w.life.attach(id, loaded, time.Now())
 	if sync {
 		w.enqueue(id)
@@ -372,17 +373,25 @@ func (w *Walker) sync(id procfs.ID) *procfs.ID {
 	var changed bool
 	err := errStale
 	// The pid may have been reused since it was queued: never load one
-	// process's mappings under another's start time.
-	if now, perr := w.o.Proc.ID(id.PID); perr == nil && now == id {
+	// process's mappings under another's start time. Nor one that has
+	// begun to exit: a fork storm's children are sampled and announced as
+	// they exit, hundreds a second, and would each cost a read of their
+	// maps and files.
+	running := func() bool {
+		st, err := w.o.Proc.Stat(id.PID)
+		return err == nil && st.StartTime == id.Start && !st.Exiting()
+	}
+	if running() {
 		changed, err = w.loader.SyncProcess(id.PID, id.Start)
 		// As kindTable.Put: the exit hook frees the entry of a process
-		// that exits after the write, and this the entry of one that had
-		// begun to exit before it (a forked child announced as it exits,
-		// its maps still readable), which would stay until the sweep.
-		if st, serr := w.o.Proc.Stat(id.PID); err == nil && (serr != nil || st.StartTime != id.Start || st.Exiting()) {
+		// that exits after the write, and this the entry of one that
+		// began to exit before it, which would stay until the sweep.
+		if err == nil && !running() {
 			w.loader.RemoveProcessStarted(id.PID, id.Start)
 			changed, err = false, fmt.Errorf("process %d: %w", id.PID, procfs.ErrGone)
 		}
+	} else if now, perr := w.o.Proc.ID(id.PID); perr == nil && now == id {
+		err = fmt.Errorf("process %d: %w", id.PID, procfs.ErrGone) // exiting: counted, not loaded
 	}
 	loaded, first, again := w.life.synced(id, changed, err, time.Now())
 	if first {

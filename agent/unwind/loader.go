@@ -293,6 +293,16 @@ func (l *Loader) Loaded(pid int, startTicks uint64) bool {
 	return p != nil && p.start == startTicks
 }
 
+// Aliased reports whether pid, as the process started at startTicks, has
+// the entry its fork gave it: its origin's tables (stack.h, stack_fork).
+func (l *Loader) Aliased(pid int, startTicks uint64) bool {
+	var v [procValSize]byte
+	if err := l.maps.procs.Lookup(uint32(pid), &v); err != nil { // #nosec G115 -- a pid is below pid_max (at most 2^22)
+		return false
+	}
+	return binary.LittleEndian.Uint64(v[0:]) == startTicks && binary.LittleEndian.Uint32(v[8:]) != 0
+}
+
 // Counters reads the BPF side's counters.
 func (l *Loader) Counters() (Counters, error) { return readCounters(l.maps.stats) }
 
@@ -325,6 +335,13 @@ type entry struct {
 // was asked for code no table covers (JIT), and asking again soon is
 // wasted.
 func (l *Loader) SyncProcess(pid int, startTicks uint64) (changed bool, err error) {
+	// A forked child that has not exec'd unwinds through the tables of the
+	// process it was forked from. Loading its own would cost a read of
+	// every file it maps and take away the entry that gives its origin's
+	// share of forks back at its exit.
+	if l.Aliased(pid, startTicks) {
+		return false, nil
+	}
 	owner := ""
 	if l.opts.Owner != nil {
 		owner = l.opts.Owner(procfs.ID{PID: pid, Start: startTicks})
@@ -498,8 +515,16 @@ func (l *Loader) SyncProcess(pid int, startTicks uint64) (changed bool, err erro
 	p.keys = keys
 	l.bumpGen()
 	var pv [procValSize]byte // its own mappings (no alias), unknown frames 0
+	key := uint32(pid)       // #nosec G115 -- a pid is below pid_max (at most 2^22)
+	// A reload keeps the count of its live forked children, which their
+	// exits take back from.
+	if l.maps.procs.Lookup(key, &pv) != nil || binary.LittleEndian.Uint64(pv[0:]) != startTicks || binary.LittleEndian.Uint32(pv[8:]) != 0 {
+		pv = [procValSize]byte{}
+	}
+	forks := binary.LittleEndian.Uint32(pv[24:])
+	pv = [procValSize]byte{}
 	binary.LittleEndian.PutUint64(pv[:], startTicks)
-	key := uint32(pid) // #nosec G115 -- a pid is below pid_max (at most 2^22)
+	binary.LittleEndian.PutUint32(pv[24:], forks)
 	if err := l.maps.procs.Update(key, pv[:], ebpf.UpdateAny); err != nil {
 		return changed, fmt.Errorf("unwind: process %d: %w", pid, err)
 	}

@@ -432,4 +432,45 @@ static __always_inline void stack_exit(struct task_struct *task)
 	bpf_map_delete_elem(&interp_procs, &tgid);
 }
 
+// stack_exec forgets the image a process ran before its exec
+// (sched_process_exec): its unwind_procs entry goes (its mappings are gone,
+// and its start time does not change, so the unwinder could not tell), and
+// a forked entry's place goes back to its origin, in both tables: the
+// process no longer runs its origin's image, and a process that spawns
+// many programs (a shell loop, subprocess.run) would otherwise use up its
+// share for good. The interp_procs entry stays (it names the old mm, which
+// no sample matches) until user space sets the new image up.
+static __always_inline void stack_exec(struct task_struct *task)
+{
+	__u32 tgid = BPF_CORE_READ(task, tgid);
+	__u64 start = BPF_CORE_READ(task, group_leader, start_boottime);
+
+#if defined(__TARGET_ARCH_x86)
+	if (stack_tables) {
+		struct unwind_proc *up = bpf_map_lookup_elem(&unwind_procs, &tgid);
+
+		if (up && up->alias_tgid && up->start_ticks == start / UNWIND_NSEC_PER_TICK) {
+			__u32 origin = up->alias_tgid;
+			struct unwind_proc *o = bpf_map_lookup_elem(&unwind_procs, &origin);
+
+			if (o && o->start_ticks == up->alias_start_ticks)
+				stack_drop_fork(&o->forks);
+		}
+		bpf_map_delete_elem(&unwind_procs, &tgid);
+	}
+#endif
+	if (!stack_interpreters)
+		return;
+	struct interp_proc *p = bpf_map_lookup_elem(&interp_procs, &tgid);
+
+	if (!p || p->start_boottime != start || !p->origin)
+		return;
+	__u32 origin = p->origin;
+	struct interp_proc *o = bpf_map_lookup_elem(&interp_procs, &origin);
+
+	if (o)
+		stack_drop_fork(&o->forks);
+	p->origin = 0;
+}
+
 #endif // SLURMSCOPE_STACK_H
