@@ -193,6 +193,7 @@ func TestHostileJobs(t *testing.T) {
 
 	t.Run("PythonMemoryOnFUSE", func(t *testing.T) { testPythonMemoryOnFUSE(t, s) })
 	t.Run("ForgedDebugOffsets", func(t *testing.T) { testForgedDebugOffsets(t, s) })
+	t.Run("SharedTables", func(t *testing.T) { testSharedTables(t, s) })
 
 	t.Run("ForgedGPURecords", func(t *testing.T) {
 		// The marker functions are exported: a job that loads the
@@ -250,8 +251,11 @@ func (s *hostileSetup) start(t *testing.T, agentArgs ...string) *hostileRun {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		h.innocentJob.Remove()
-		h.attackerJob.Remove()
+		// What is left in them (a fork storm's children) goes first.
+		for _, j := range []*simjob.Job{h.innocentJob, h.attackerJob} {
+			os.WriteFile(filepath.Join(j.Leaf, "cgroup.kill"), []byte("1"), 0)
+			j.Remove()
+		}
 	})
 	h.out = filepath.Join(t.TempDir(), "profiles")
 	if h.cg, err = memcg.Create(fmt.Sprintf("slurmscope-hostile-%d", os.Getpid()), s.memoryMax); err != nil {

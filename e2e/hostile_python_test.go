@@ -113,6 +113,7 @@ func (h *hostileRun) waitCounted(name, match string) {
 	deadline := time.Now().Add(60 * time.Second)
 	for h.counter(name, match) == 0 {
 		if time.Now().After(deadline) {
+			h.ag.logMetrics(h.t, "slurmscope_agent_unwind")
 			h.ag.logMetrics(h.t, "slurmscope_agent_interpreter")
 			h.t.Fatalf("slurmscope_%s{%s} still 0 after 60 s: the attack was not seen", name, match)
 		}

@@ -29,6 +29,9 @@
  *                               nfunc: the Go pclntab claims 100 million
  *                               functions), then exit
  *   hostile map FILE...         map each FILE executable, then spin
+ *   hostile mappings N          map N executable pages apart from each
+ *                               other (N mappings, each an LPM entry of the
+ *                               unwinder), then run 20 ms in every 200
  *   hostile gpu LIB victim      dlopen the injection library LIB: announce
  *                               and launch victim_kernel, report its
  *                               records (1 ms of GPU time each), in a loop
@@ -52,6 +55,7 @@
 #include <unistd.h>
 
 #define JIT_ADDR 0x7e0000000000UL
+#define MAPPINGS_ADDR 0x7d0000000000UL
 #define GIB (1UL << 30)
 
 static void die(const char *what)
@@ -67,6 +71,18 @@ __attribute__((noinline)) void innocent_spin(void)
 	for (;;)
 		for (unsigned long i = 0; i < (1UL << 20); i++)
 			sink += i ^ (sink >> 3);
+}
+
+/* burst runs ms of CPU time. */
+__attribute__((noinline)) void burst(long ms)
+{
+	struct timespec t0, t;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+	do {
+		for (unsigned long i = 0; i < (1UL << 16); i++)
+			sink += i ^ (sink >> 3);
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+	} while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < ms);
 }
 
 static void ready(void)
@@ -311,6 +327,18 @@ int main(int argc, char **argv)
 		}
 		ready();
 		innocent_spin();
+	} else if (!strcmp(mode, "mappings") && argc >= 3) {
+		unsigned long n = strtoul(argv[2], NULL, 10);
+		for (unsigned long i = 0; i < n; i++) {
+			void *at = (void *)(MAPPINGS_ADDR + i * 2 * 4096);
+			if (mmap(at, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) == MAP_FAILED)
+				die("mmap");
+		}
+		ready();
+		for (;;) {
+			burst(20);
+			usleep(180000);
+		}
 	} else if (!strcmp(mode, "gpu") && argc >= 4) {
 		gpu(argv[2], argv[3]);
 	} else {
