@@ -297,7 +297,8 @@ func (l *Loader) Loaded(pid int, startTicks uint64) bool {
 // the entry its fork gave it: its origin's tables (stack.h, stack_fork).
 func (l *Loader) Aliased(pid int, startTicks uint64) bool {
 	var v [procValSize]byte
-	if err := l.maps.procs.Lookup(uint32(pid), &v); err != nil { // #nosec G115 -- a pid is below pid_max (at most 2^22)
+	key := uint32(pid) // #nosec G115 -- a pid is below pid_max (at most 2^22)
+	if err := l.maps.procs.Lookup(key, &v); err != nil {
 		return false
 	}
 	return binary.LittleEndian.Uint64(v[0:]) == startTicks && binary.LittleEndian.Uint32(v[8:]) != 0
