@@ -414,7 +414,11 @@ func (t *Tracker) evict(p *proc) {
 		if big == nil {
 			return
 		}
-		t.evictOldest(big)
+		// From the biggest until under the bound: one scan for what one
+		// code object's bytes put over it, not one per entry evicted.
+		for t.bytes > t.o.MaxCodeBytes && big.lru.l.Len() > 0 {
+			t.evictOldest(big)
+		}
 	}
 }
 

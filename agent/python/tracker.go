@@ -152,7 +152,7 @@ type proc struct {
 	// objects made before the fork sit at the same addresses in both, and
 	// the parent's memory still holds them once a short-lived child is gone.
 	parent   *proc
-	children int
+	children map[*proc]bool // its forked children that point at it
 }
 
 type fileKey struct {
@@ -276,7 +276,10 @@ func (t *Tracker) Fork(child, parent interp.Process) bool {
 	c := &proc{pid: child.PID, start: child.StartNs, mm: child.MM, state: stateReady, owner: par.owner,
 		in: par.in, runtime: par.runtime, codeType: par.codeType, file: par.file, ranges: par.ranges,
 		mem: t.o.Memory(child), parent: par}
-	par.children++
+	if par.children == nil {
+		par.children = map[*proc]bool{}
+	}
+	par.children[c] = true
 	t.procs[child.PID] = c
 	t.meterOf(c.owner).procs++
 	t.stats.Forked++
@@ -342,19 +345,15 @@ func (t *Tracker) dropLocked(p *proc) {
 		}
 	}
 	if par := p.parent; par != nil {
-		par.children--
+		delete(par.children, p)
 		p.parent = nil
 	}
-	if p.children > 0 {
-		// Forked children point at it: they lose the link (their own
-		// state stays).
-		for _, q := range t.procs {
-			if q.parent == p {
-				q.parent = nil
-			}
-		}
-		p.children = 0
+	// Forked children point at it: they lose the link (their own state
+	// stays).
+	for q := range p.children {
+		q.parent = nil
 	}
+	p.children = nil
 }
 
 // freeCodes drops a process's code cache.
