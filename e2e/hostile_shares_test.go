@@ -53,6 +53,19 @@ while True:
     fs[r.randrange(200)](r.randrange(1, 12), r)
 `
 
+// deepHugeCode recurses 60 deep through functions whose code objects
+// have line tables of tens of KiB (thousands of lines before the call),
+// so that each of its stacks is costly to resolve.
+const deepHugeCode = `body = "\n".join(f"    x{j} = {j}" for j in range(4000))
+fs = []
+for i in range(8):
+    exec(f"def deep{i}(d):\n{body}\n    if d == 0:\n        return sum(range(100))\n    return fs[d % 8](d - 1)", globals())
+    fs.append(globals()[f"deep{i}"])
+print("ready", flush=True)
+while True:
+    fs[0](60)
+`
+
 // lateInnocent is the innocent job's Python process started once the
 // attack is under way: it must be set up like any.
 const lateInnocent = `def late_innocent():
@@ -63,12 +76,14 @@ late_innocent()
 `
 
 // testSharedTables is TestHostileJobs/SharedTables: one job attacks the
-// kernel tables every job shares. Its Python fork storm (3000
+// kernel tables every job shares, and the agent's time. Its Python fork storm (3000
 // fork+_exit and 300 held children a round, without end) would fill the
 // process tables with entries for children that never exec; two Python
 // processes through ever new stacks would fill the interpreter stacks
 // map; nine processes of 8300 executable mappings each would fill the
-// unwinder's LPM map. The innocent job of another user beside it keeps its
+// unwinder's LPM map; one recurses 60 deep through functions with line
+// tables of tens of KiB, whose resolution once cost 17 ms a stack. The
+// innocent job of another user beside it keeps its
 // Python frames interval after interval, a Python process it starts
 // during the attack is set up, /metrics answers within 2 s throughout, and
 // only the attacker's job is refused: forks past its set-up process's
@@ -94,6 +109,7 @@ func testSharedTables(t *testing.T, s *hostileSetup) {
 	h.spawnPython(h.attackerJob, s.attacker, py, "-c", forkStorm)
 	h.spawnPython(h.attackerJob, s.attacker, py, "-c", manyPythonStacks)
 	h.spawnPython(h.attackerJob, s.attacker, py, "-c", manyPythonStacks)
+	h.spawnPython(h.attackerJob, s.attacker, py, "-c", deepHugeCode)
 	for range 9 {
 		h.attack("mappings", "8300")
 	}
@@ -124,9 +140,10 @@ func testSharedTables(t *testing.T, s *hostileSetup) {
 	if n := h.counter("agent_cpu_maps_full_total", innocent); n != 0 {
 		t.Errorf("the innocent job is named for %v full sampler maps", n)
 	}
-	t.Logf("forks refused %v, interpreter stacks over the share %v, attacker's LPM entries refused %v",
+	t.Logf("forks refused %v, interpreter stacks over the share %v, attacker's LPM entries refused %v, frames over the resolution budget %v",
 		h.counter("agent_stack_forks_refused_total", ""), h.counter("agent_cpu_samples_lost_total", `reason="interpreter_share"`),
-		h.counter("agent_unwind_share_refused_total", `slurm_job_id="`+h.attackerJob.ID+`"`))
+		h.counter("agent_unwind_share_refused_total", `slurm_job_id="`+h.attackerJob.ID+`"`),
+		h.counter("agent_interpreter_frames_total", `result="cpu_budget"`))
 	h.stop()
 	st := h.ag.cmd.ProcessState
 	t.Logf("agent CPU %v user, %v system over the run", st.UserTime().Round(time.Millisecond), st.SystemTime().Round(time.Millisecond))
