@@ -308,7 +308,7 @@ var (
 	// shares of the unwinder's maps, which every job shares.
 	AgentUnwindShareRefused = Metric{Name: MetricPrefix + "agent_unwind_share_refused_total", Type: Counter, Attributes: []Attribute{JobID}, Labels: []string{"share"},
 		Help: "What the table unwinder refused a job because it had used its share of what all jobs share: processes loaded (share=processes), LPM mapping entries (share=mappings), tables loaded (share=table_bytes: a table build put off). Its processes are unwound by frame pointers meanwhile (slurm_job_id empty: processes in no job)."}
-	AgentStackForksRefused = counter("agent_stack_forks_refused_total", "", "Forked processes not handed their set-up ancestor's unwind or interpreter state at their fork, because it already had 256 live forked descendants: they are set up when first sampled, like any process.")
+	AgentStackForksRefused = counter("agent_stack_forks_refused_total", "", "Forked processes not handed their set-up ancestor's unwind or interpreter state at their fork, by the share that was used: process (the ancestor had 256 live forked descendants) or job (its job had 4096 in the table): they are set up when first sampled, like any process.", "share")
 	AgentProcessSetup      = Metric{Name: MetricPrefix + "agent_process_setup_seconds", Unit: "seconds", Type: Histogram, Labels: []string{"part"}, Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		Help: "Time from a profiled process's start to the capture being set up for it: its unwind tables loaded (part=unwind_tables), its interpreter found (part=interpreter). Processes started before the agent are not counted; until then its samples lack callers or interpreter frames."}
 	// Interpreter frames (agent/interp, one implementation per

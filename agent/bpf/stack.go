@@ -27,6 +27,9 @@ const (
 	// StackStatForkShare indexes stack_stats: forks refused their
 	// origin's state (STACK_FORK_SHARE).
 	StackStatForkShare = uint32(stackStackStatSTACK_STAT_FORK_SHARE)
+	// StackStatForkJobShare: forks refused because their job had its
+	// share (stack_fork_job_share) of live handed-over forks.
+	StackStatForkJobShare = uint32(stackStackStatSTACK_STAT_FORK_JOB_SHARE)
 
 	InterpOK         = stackInterpStatusINTERP_STATUS_OK
 	InterpNone       = stackInterpStatusINTERP_STATUS_NONE

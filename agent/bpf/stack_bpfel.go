@@ -87,8 +87,9 @@ const (
 type stackStackStat uint32
 
 const (
-	stackStackStatSTACK_STAT_FORK_SHARE stackStackStat = 0
-	stackStackStatSTACK_STAT_MAX        stackStackStat = 1
+	stackStackStatSTACK_STAT_FORK_SHARE     stackStackStat = 0
+	stackStackStatSTACK_STAT_FORK_JOB_SHARE stackStackStat = 1
+	stackStackStatSTACK_STAT_MAX            stackStackStat = 2
 )
 
 type stackUnwindStack struct {
@@ -108,10 +109,12 @@ const (
 	stackMapPyFrameScratch     = "py_frame_scratch"
 	stackMapPyThreads          = "py_threads"
 	stackMapStackEvents        = "stack_events"
+	stackMapStackForkJobs      = "stack_fork_jobs"
 	stackMapStackFpScratch     = "stack_fp_scratch"
 	stackMapStackInterpScratch = "stack_interp_scratch"
 	stackMapStackSeen          = "stack_seen"
 	stackMapStackStats         = "stack_stats"
+	stackVarStackForkJobShare  = "stack_fork_job_share"
 	stackVarStackInterpreters  = "stack_interpreters"
 	stackVarStackTables        = "stack_tables"
 	stackVarUnusedEvent        = "unused_event"
@@ -177,6 +180,7 @@ type stackMapSpecs struct {
 	PyFrameScratch     *ebpf.MapSpec `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.MapSpec `ebpf:"py_threads"`
 	StackEvents        *ebpf.MapSpec `ebpf:"stack_events"`
+	StackForkJobs      *ebpf.MapSpec `ebpf:"stack_fork_jobs"`
 	StackFpScratch     *ebpf.MapSpec `ebpf:"stack_fp_scratch"`
 	StackInterpScratch *ebpf.MapSpec `ebpf:"stack_interp_scratch"`
 	StackSeen          *ebpf.MapSpec `ebpf:"stack_seen"`
@@ -187,6 +191,7 @@ type stackMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type stackVariableSpecs struct {
+	StackForkJobShare  *ebpf.VariableSpec `ebpf:"stack_fork_job_share"`
 	StackInterpreters  *ebpf.VariableSpec `ebpf:"stack_interpreters"`
 	StackTables        *ebpf.VariableSpec `ebpf:"stack_tables"`
 	UnusedEvent        *ebpf.VariableSpec `ebpf:"unused_event"`
@@ -224,6 +229,7 @@ type stackMaps struct {
 	PyFrameScratch     *ebpf.Map `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.Map `ebpf:"py_threads"`
 	StackEvents        *ebpf.Map `ebpf:"stack_events"`
+	StackForkJobs      *ebpf.Map `ebpf:"stack_fork_jobs"`
 	StackFpScratch     *ebpf.Map `ebpf:"stack_fp_scratch"`
 	StackInterpScratch *ebpf.Map `ebpf:"stack_interp_scratch"`
 	StackSeen          *ebpf.Map `ebpf:"stack_seen"`
@@ -236,6 +242,7 @@ func (m *stackMaps) Close() error {
 		m.PyFrameScratch,
 		m.PyThreads,
 		m.StackEvents,
+		m.StackForkJobs,
 		m.StackFpScratch,
 		m.StackInterpScratch,
 		m.StackSeen,
@@ -247,6 +254,7 @@ func (m *stackMaps) Close() error {
 //
 // It can be passed to loadStackObjects or ebpf.CollectionSpec.LoadAndAssign.
 type stackVariables struct {
+	StackForkJobShare  *ebpf.Variable `ebpf:"stack_fork_job_share"`
 	StackInterpreters  *ebpf.Variable `ebpf:"stack_interpreters"`
 	StackTables        *ebpf.Variable `ebpf:"stack_tables"`
 	UnusedEvent        *ebpf.Variable `ebpf:"unused_event"`

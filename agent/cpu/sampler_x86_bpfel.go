@@ -64,6 +64,7 @@ const (
 	samplerMapPyFrameScratch     = "py_frame_scratch"
 	samplerMapPyThreads          = "py_threads"
 	samplerMapStackEvents        = "stack_events"
+	samplerMapStackForkJobs      = "stack_fork_jobs"
 	samplerMapStackFpScratch     = "stack_fp_scratch"
 	samplerMapStackInterpScratch = "stack_interp_scratch"
 	samplerMapStackSeen          = "stack_seen"
@@ -82,6 +83,7 @@ const (
 	samplerProgSampleCpu         = "sample_cpu"
 	samplerVarExcludeTgid        = "exclude_tgid"
 	samplerVarInterpShare        = "interp_share"
+	samplerVarStackForkJobShare  = "stack_fork_job_share"
 	samplerVarStackHashSeed      = "stack_hash_seed"
 	samplerVarStackInterpreters  = "stack_interpreters"
 	samplerVarStackTables        = "stack_tables"
@@ -151,6 +153,7 @@ type samplerMapSpecs struct {
 	PyFrameScratch     *ebpf.MapSpec `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.MapSpec `ebpf:"py_threads"`
 	StackEvents        *ebpf.MapSpec `ebpf:"stack_events"`
+	StackForkJobs      *ebpf.MapSpec `ebpf:"stack_fork_jobs"`
 	StackFpScratch     *ebpf.MapSpec `ebpf:"stack_fp_scratch"`
 	StackInterpScratch *ebpf.MapSpec `ebpf:"stack_interp_scratch"`
 	StackSeen          *ebpf.MapSpec `ebpf:"stack_seen"`
@@ -174,6 +177,7 @@ type samplerMapSpecs struct {
 type samplerVariableSpecs struct {
 	ExcludeTgid       *ebpf.VariableSpec `ebpf:"exclude_tgid"`
 	InterpShare       *ebpf.VariableSpec `ebpf:"interp_share"`
+	StackForkJobShare *ebpf.VariableSpec `ebpf:"stack_fork_job_share"`
 	StackHashSeed     *ebpf.VariableSpec `ebpf:"stack_hash_seed"`
 	StackInterpreters *ebpf.VariableSpec `ebpf:"stack_interpreters"`
 	StackTables       *ebpf.VariableSpec `ebpf:"stack_tables"`
@@ -214,6 +218,7 @@ type samplerMaps struct {
 	PyFrameScratch     *ebpf.Map `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.Map `ebpf:"py_threads"`
 	StackEvents        *ebpf.Map `ebpf:"stack_events"`
+	StackForkJobs      *ebpf.Map `ebpf:"stack_fork_jobs"`
 	StackFpScratch     *ebpf.Map `ebpf:"stack_fp_scratch"`
 	StackInterpScratch *ebpf.Map `ebpf:"stack_interp_scratch"`
 	StackSeen          *ebpf.Map `ebpf:"stack_seen"`
@@ -247,6 +252,7 @@ func (m *samplerMaps) Close() error {
 		m.PyFrameScratch,
 		m.PyThreads,
 		m.StackEvents,
+		m.StackForkJobs,
 		m.StackFpScratch,
 		m.StackInterpScratch,
 		m.StackSeen,
@@ -271,6 +277,7 @@ func (m *samplerMaps) Close() error {
 type samplerVariables struct {
 	ExcludeTgid       *ebpf.Variable `ebpf:"exclude_tgid"`
 	InterpShare       *ebpf.Variable `ebpf:"interp_share"`
+	StackForkJobShare *ebpf.Variable `ebpf:"stack_fork_job_share"`
 	StackHashSeed     *ebpf.Variable `ebpf:"stack_hash_seed"`
 	StackInterpreters *ebpf.Variable `ebpf:"stack_interpreters"`
 	StackTables       *ebpf.Variable `ebpf:"stack_tables"`

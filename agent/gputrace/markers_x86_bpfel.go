@@ -111,6 +111,7 @@ const (
 	markersMapPyFrameScratch     = "py_frame_scratch"
 	markersMapPyThreads          = "py_threads"
 	markersMapStackEvents        = "stack_events"
+	markersMapStackForkJobs      = "stack_fork_jobs"
 	markersMapStackFpScratch     = "stack_fp_scratch"
 	markersMapStackInterpScratch = "stack_interp_scratch"
 	markersMapStackSeen          = "stack_seen"
@@ -128,6 +129,7 @@ const (
 	markersProgKernelName        = "kernel_name"
 	markersProgKernelRecords     = "kernel_records"
 	markersVarExcludeTgid        = "exclude_tgid"
+	markersVarStackForkJobShare  = "stack_fork_job_share"
 	markersVarStackInterpreters  = "stack_interpreters"
 	markersVarStackTables        = "stack_tables"
 	markersVarUnusedKind         = "unused_kind"
@@ -195,6 +197,7 @@ type markersMapSpecs struct {
 	PyFrameScratch     *ebpf.MapSpec `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.MapSpec `ebpf:"py_threads"`
 	StackEvents        *ebpf.MapSpec `ebpf:"stack_events"`
+	StackForkJobs      *ebpf.MapSpec `ebpf:"stack_fork_jobs"`
 	StackFpScratch     *ebpf.MapSpec `ebpf:"stack_fp_scratch"`
 	StackInterpScratch *ebpf.MapSpec `ebpf:"stack_interp_scratch"`
 	StackSeen          *ebpf.MapSpec `ebpf:"stack_seen"`
@@ -215,6 +218,7 @@ type markersMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type markersVariableSpecs struct {
 	ExcludeTgid       *ebpf.VariableSpec `ebpf:"exclude_tgid"`
+	StackForkJobShare *ebpf.VariableSpec `ebpf:"stack_fork_job_share"`
 	StackInterpreters *ebpf.VariableSpec `ebpf:"stack_interpreters"`
 	StackTables       *ebpf.VariableSpec `ebpf:"stack_tables"`
 	UnusedKind        *ebpf.VariableSpec `ebpf:"unused_kind"`
@@ -251,6 +255,7 @@ type markersMaps struct {
 	PyFrameScratch     *ebpf.Map `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.Map `ebpf:"py_threads"`
 	StackEvents        *ebpf.Map `ebpf:"stack_events"`
+	StackForkJobs      *ebpf.Map `ebpf:"stack_fork_jobs"`
 	StackFpScratch     *ebpf.Map `ebpf:"stack_fp_scratch"`
 	StackInterpScratch *ebpf.Map `ebpf:"stack_interp_scratch"`
 	StackSeen          *ebpf.Map `ebpf:"stack_seen"`
@@ -273,6 +278,7 @@ func (m *markersMaps) Close() error {
 		m.PyFrameScratch,
 		m.PyThreads,
 		m.StackEvents,
+		m.StackForkJobs,
 		m.StackFpScratch,
 		m.StackInterpScratch,
 		m.StackSeen,
@@ -294,6 +300,7 @@ func (m *markersMaps) Close() error {
 // It can be passed to loadMarkersObjects or ebpf.CollectionSpec.LoadAndAssign.
 type markersVariables struct {
 	ExcludeTgid       *ebpf.Variable `ebpf:"exclude_tgid"`
+	StackForkJobShare *ebpf.Variable `ebpf:"stack_fork_job_share"`
 	StackInterpreters *ebpf.Variable `ebpf:"stack_interpreters"`
 	StackTables       *ebpf.Variable `ebpf:"stack_tables"`
 	UnusedKind        *ebpf.Variable `ebpf:"unused_kind"`

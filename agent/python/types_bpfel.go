@@ -59,10 +59,12 @@ const (
 	typesMapPyFrameScratch     = "py_frame_scratch"
 	typesMapPyThreads          = "py_threads"
 	typesMapStackEvents        = "stack_events"
+	typesMapStackForkJobs      = "stack_fork_jobs"
 	typesMapStackFpScratch     = "stack_fp_scratch"
 	typesMapStackInterpScratch = "stack_interp_scratch"
 	typesMapStackSeen          = "stack_seen"
 	typesMapStackStats         = "stack_stats"
+	typesVarStackForkJobShare  = "stack_fork_job_share"
 	typesVarStackInterpreters  = "stack_interpreters"
 	typesVarStackTables        = "stack_tables"
 	typesVarUnusedBuf          = "unused_buf"
@@ -123,6 +125,7 @@ type typesMapSpecs struct {
 	PyFrameScratch     *ebpf.MapSpec `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.MapSpec `ebpf:"py_threads"`
 	StackEvents        *ebpf.MapSpec `ebpf:"stack_events"`
+	StackForkJobs      *ebpf.MapSpec `ebpf:"stack_fork_jobs"`
 	StackFpScratch     *ebpf.MapSpec `ebpf:"stack_fp_scratch"`
 	StackInterpScratch *ebpf.MapSpec `ebpf:"stack_interp_scratch"`
 	StackSeen          *ebpf.MapSpec `ebpf:"stack_seen"`
@@ -133,6 +136,7 @@ type typesMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type typesVariableSpecs struct {
+	StackForkJobShare *ebpf.VariableSpec `ebpf:"stack_fork_job_share"`
 	StackInterpreters *ebpf.VariableSpec `ebpf:"stack_interpreters"`
 	StackTables       *ebpf.VariableSpec `ebpf:"stack_tables"`
 	UnusedBuf         *ebpf.VariableSpec `ebpf:"unused_buf"`
@@ -165,6 +169,7 @@ type typesMaps struct {
 	PyFrameScratch     *ebpf.Map `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.Map `ebpf:"py_threads"`
 	StackEvents        *ebpf.Map `ebpf:"stack_events"`
+	StackForkJobs      *ebpf.Map `ebpf:"stack_fork_jobs"`
 	StackFpScratch     *ebpf.Map `ebpf:"stack_fp_scratch"`
 	StackInterpScratch *ebpf.Map `ebpf:"stack_interp_scratch"`
 	StackSeen          *ebpf.Map `ebpf:"stack_seen"`
@@ -177,6 +182,7 @@ func (m *typesMaps) Close() error {
 		m.PyFrameScratch,
 		m.PyThreads,
 		m.StackEvents,
+		m.StackForkJobs,
 		m.StackFpScratch,
 		m.StackInterpScratch,
 		m.StackSeen,
@@ -188,6 +194,7 @@ func (m *typesMaps) Close() error {
 //
 // It can be passed to loadTypesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type typesVariables struct {
+	StackForkJobShare *ebpf.Variable `ebpf:"stack_fork_job_share"`
 	StackInterpreters *ebpf.Variable `ebpf:"stack_interpreters"`
 	StackTables       *ebpf.Variable `ebpf:"stack_tables"`
 	UnusedBuf         *ebpf.Variable `ebpf:"unused_buf"`

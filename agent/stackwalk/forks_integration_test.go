@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -204,10 +205,31 @@ func logEntries(t *testing.T, w *Walker) {
 	})
 }
 
+// hasUnwindEntry reports whether pid has an unwind_procs entry of its own
+// (no alias), for the process that runs now.
+func hasUnwindEntry(t *testing.T, w *Walker, pid int) bool {
+	t.Helper()
+	u, err := w.loader.ProcessEntries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range u {
+		if e.PID == pid && e.AliasPID == 0 && e.StartTicks == mustStart(t, pid) {
+			return true
+		}
+	}
+	return false
+}
+
 func forksRefused(t *testing.T, w *Walker) uint64 {
 	t.Helper()
+	return stackStat(t, w, bpf.StackStatForkShare)
+}
+
+func stackStat(t *testing.T, w *Walker, idx uint32) uint64 {
+	t.Helper()
 	var perCPU []uint64
-	if err := w.shared["stack_stats"].Lookup(bpf.StackStatForkShare, &perCPU); err != nil {
+	if err := w.shared["stack_stats"].Lookup(idx, &perCPU); err != nil {
 		t.Fatal(err)
 	}
 	var n uint64
@@ -215,4 +237,97 @@ func forksRefused(t *testing.T, w *Walker) uint64 {
 		n += v
 	}
 	return n
+}
+
+// TestIntegrationForkJobShare: two set-up processes of one job hold 200
+// forked children each; the job's share (300 here) is handed over, the
+// rest refused and counted as the job's, and the share comes back as the
+// children exit.
+func TestIntegrationForkJobShare(t *testing.T) {
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF, testenv.Tools("python3.11"))
+	var mu sync.Mutex
+	forkers := map[int]bool{}
+	owner := func(id procfs.ID) string {
+		mu.Lock()
+		defer mu.Unlock()
+		if forkers[id.PID] {
+			return "job 7"
+		}
+		return ""
+	}
+	w, err := New(Options{Tables: true, Interpreters: []interp.Interpreter{python.CPython{}}, Owner: owner, ForkJobShare: 300,
+		Profiled: func(id procfs.ID) bool { return owner(id) != "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	s, err := cpu.New(cpu.Options{SampleRate: 499, Stacks: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	type forkerProc struct {
+		pid int
+		in  io.Writer
+		out *bufio.Scanner
+	}
+	start := func() *forkerProc {
+		cmd := exec.Command("python3.11", "-c", forker)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		in, _ := cmd.StdinPipe()
+		outp, _ := cmd.StdoutPipe()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
+		mu.Lock()
+		forkers[cmd.Process.Pid] = true
+		mu.Unlock()
+		f := &forkerProc{pid: cmd.Process.Pid, in: in, out: bufio.NewScanner(outp)}
+		if !f.out.Scan() || f.out.Text() != "ready" {
+			t.Fatal("the forker did not start")
+		}
+		return f
+	}
+	do := func(f *forkerProc, cmd string, n int) {
+		t.Helper()
+		if _, err := io.WriteString(f.in, fmt.Sprintf("%s %d\n", cmd, n)); err != nil {
+			t.Fatal(err)
+		}
+		if !f.out.Scan() || f.out.Text() != "done" {
+			t.Fatalf("forker said %q, want done", f.out.Text())
+		}
+	}
+	a, b := start(), start()
+	deadline := time.Now().Add(30 * time.Second)
+	for _, f := range []*forkerProc{a, b} {
+		// Its own entry in the kernel's table (python3.11 may be pyenv's
+		// shim, loaded before it exec'd the interpreter).
+		for !hasUnwindEntry(t, w, f.pid) || !hasInterpEntry(w, f.pid) {
+			if time.Now().After(deadline) {
+				t.Fatal("the forkers were never set up")
+			}
+			do(f, "storm", 20)
+		}
+	}
+	before := entries(t, w)
+	do(a, "hold", 200)
+	do(b, "hold", 200)
+	held, job, proc := entries(t, w), stackStat(t, w, bpf.StackStatForkJobShare), forksRefused(t, w)
+	t.Logf("two processes of one job holding 200 children each: entries %v (before %v), refused %d for the job, %d for a process", held, before, job, proc)
+	if held[0] != before[0]+300 || held[1] != before[1]+300 || job != 2*100 || proc != 0 {
+		t.Errorf("entries %v (before %v), refused %d for the job and %d for a process; want 300 more of each, 200 (100 a table) for the job", held, before, job, proc)
+	}
+	do(a, "release", 0)
+	do(b, "release", 0)
+	if e := entries(t, w); e != before {
+		t.Errorf("entries %v once the children exited, %v before", e, before)
+	}
+	// The job's share came back: b holds 250, all handed over.
+	do(b, "hold", 250)
+	if e, j := entries(t, w), stackStat(t, w, bpf.StackStatForkJobShare); e[0] != before[0]+250 || e[1] != before[1]+250 || j != job {
+		t.Errorf("after the release, 250 children: entries %v (before %v), job refusals %d (was %d)", e, before, j, job)
+	}
+	do(b, "release", 0)
 }

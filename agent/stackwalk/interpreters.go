@@ -115,11 +115,15 @@ type kindTable struct {
 
 // group is the job group of an entry (interp_proc.group): the owner's
 // hash, never 0, which means none.
-func (t kindTable) group(p interp.Process) uint32 {
-	if t.owner == nil {
+func (t kindTable) group(p interp.Process) uint32 { return jobGroup(t.owner, p.ID()) }
+
+// jobGroup is the job group of process id (interp_proc.group,
+// unwind_proc.group): its owner's hash, never 0, which means none.
+func jobGroup(owner func(procfs.ID) string, id procfs.ID) uint32 {
+	if owner == nil {
 		return 0
 	}
-	o := t.owner(p.ID())
+	o := owner(id)
 	if o == "" {
 		return 0
 	}

@@ -30,12 +30,14 @@ func (w *Walker) readMetrics(emit func(m schema.Metric, v float64, labels ...str
 	}
 	if m := w.shared["stack_stats"]; m != nil {
 		var perCPU []uint64
-		if err := m.Lookup(uint32(bpf.StackStatForkShare), &perCPU); err == nil {
-			var n uint64
-			for _, v := range perCPU {
-				n += v
+		for share, idx := range map[string]uint32{"process": bpf.StackStatForkShare, "job": bpf.StackStatForkJobShare} {
+			if err := m.Lookup(idx, &perCPU); err == nil {
+				var n uint64
+				for _, v := range perCPU {
+					n += v
+				}
+				emit(schema.AgentStackForksRefused, float64(n), share)
 			}
-			emit(schema.AgentStackForksRefused, float64(n))
 		}
 	}
 	if l := w.loader; l != nil {

@@ -20,6 +20,7 @@ const (
 	procsMapPyFrameScratch     = "py_frame_scratch"
 	procsMapPyThreads          = "py_threads"
 	procsMapStackEvents        = "stack_events"
+	procsMapStackForkJobs      = "stack_fork_jobs"
 	procsMapStackFpScratch     = "stack_fp_scratch"
 	procsMapStackInterpScratch = "stack_interp_scratch"
 	procsMapStackSeen          = "stack_seen"
@@ -34,6 +35,7 @@ const (
 	procsProgOnExec            = "on_exec"
 	procsProgOnExit            = "on_exit"
 	procsProgOnFork            = "on_fork"
+	procsVarStackForkJobShare  = "stack_fork_job_share"
 	procsVarStackInterpreters  = "stack_interpreters"
 	procsVarStackTables        = "stack_tables"
 )
@@ -93,6 +95,7 @@ type procsMapSpecs struct {
 	PyFrameScratch     *ebpf.MapSpec `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.MapSpec `ebpf:"py_threads"`
 	StackEvents        *ebpf.MapSpec `ebpf:"stack_events"`
+	StackForkJobs      *ebpf.MapSpec `ebpf:"stack_fork_jobs"`
 	StackFpScratch     *ebpf.MapSpec `ebpf:"stack_fp_scratch"`
 	StackInterpScratch *ebpf.MapSpec `ebpf:"stack_interp_scratch"`
 	StackSeen          *ebpf.MapSpec `ebpf:"stack_seen"`
@@ -110,6 +113,7 @@ type procsMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type procsVariableSpecs struct {
+	StackForkJobShare *ebpf.VariableSpec `ebpf:"stack_fork_job_share"`
 	StackInterpreters *ebpf.VariableSpec `ebpf:"stack_interpreters"`
 	StackTables       *ebpf.VariableSpec `ebpf:"stack_tables"`
 }
@@ -138,6 +142,7 @@ type procsMaps struct {
 	PyFrameScratch     *ebpf.Map `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.Map `ebpf:"py_threads"`
 	StackEvents        *ebpf.Map `ebpf:"stack_events"`
+	StackForkJobs      *ebpf.Map `ebpf:"stack_fork_jobs"`
 	StackFpScratch     *ebpf.Map `ebpf:"stack_fp_scratch"`
 	StackInterpScratch *ebpf.Map `ebpf:"stack_interp_scratch"`
 	StackSeen          *ebpf.Map `ebpf:"stack_seen"`
@@ -157,6 +162,7 @@ func (m *procsMaps) Close() error {
 		m.PyFrameScratch,
 		m.PyThreads,
 		m.StackEvents,
+		m.StackForkJobs,
 		m.StackFpScratch,
 		m.StackInterpScratch,
 		m.StackSeen,
@@ -175,6 +181,7 @@ func (m *procsMaps) Close() error {
 //
 // It can be passed to loadProcsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type procsVariables struct {
+	StackForkJobShare *ebpf.Variable `ebpf:"stack_fork_job_share"`
 	StackInterpreters *ebpf.Variable `ebpf:"stack_interpreters"`
 	StackTables       *ebpf.Variable `ebpf:"stack_tables"`
 }

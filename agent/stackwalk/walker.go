@@ -53,6 +53,10 @@ type Options struct {
 	// interpreters' locks: a cache lookup, no I/O.
 	Work  *budget.Work
 	Owner func(procfs.ID) string
+	// ForkJobShare bounds, with Owner, one job's live forked processes
+	// handed their origin's state at their fork, per table (default
+	// DefaultForkJobShare); the rest are set up when first sampled.
+	ForkJobShare int
 	// Remapped, when set, is told of each load of a process's tables: the
 	// first, and each again because its mappings changed (code mapped
 	// since, or an exec), so that the symbolizer reads the mappings the
@@ -112,6 +116,10 @@ const (
 	sweepTick = 2 * time.Second      // exited processes
 )
 
+// DefaultForkJobShare is an eighth of the process tables' 32768 entries:
+// sixteen processes of one job each forking 256 children fill it.
+const DefaultForkJobShare = 4096
+
 // New creates the shared maps, loads the fork and exec hooks and starts the
 // Walker's goroutines. It needs CAP_BPF and CAP_PERFMON (or root).
 func New(o Options) (*Walker, error) {
@@ -121,6 +129,10 @@ func New(o Options) (*Walker, error) {
 	if o.ExitGrace <= 0 {
 		o.ExitGrace = 2 * time.Minute
 	}
+	if o.ForkJobShare <= 0 {
+		o.ForkJobShare = DefaultForkJobShare
+	}
+	o.ForkJobShare = min(o.ForkJobShare, 1<<20)
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
@@ -181,7 +193,8 @@ func (w *Walker) init() error {
 	}
 	mapped := procfs.Mapped{FS: w.o.Proc, Work: w.o.Work, Owner: w.o.Owner}
 	if w.tables {
-		if w.loader, err = unwind.NewLoader(unwind.Options{Maps: mapped, Opener: mapped, MaxTableBytes: w.o.MaxTableBytes, Owner: w.o.Owner}); err != nil {
+		if w.loader, err = unwind.NewLoader(unwind.Options{Maps: mapped, Opener: mapped, MaxTableBytes: w.o.MaxTableBytes, Owner: w.o.Owner,
+			Group: w.group}); err != nil {
 			return fmt.Errorf("stack walker: %w", err)
 		}
 	}
@@ -230,7 +243,10 @@ func (w *Walker) interpOwner() func(interp.Process) string {
 // constants it is loaded with (set them, as agent/bpf.LoadWith does) and
 // the shared maps to load it with (ebpf.CollectionOptions.MapReplacements).
 func (w *Walker) Prepare(spec *ebpf.CollectionSpec) (map[string]any, map[string]*ebpf.Map, error) {
-	consts := map[string]any{"stack_tables": uint32(0), "stack_interpreters": uint32(0)}
+	consts := map[string]any{"stack_tables": uint32(0), "stack_interpreters": uint32(0), "stack_fork_job_share": uint32(0)}
+	if w.o.Owner != nil {
+		consts["stack_fork_job_share"] = uint32(w.o.ForkJobShare) // #nosec G115 -- defaulted and bounded in New
+	}
 	if w.tables {
 		consts["stack_tables"] = uint32(1)
 	}
@@ -260,6 +276,9 @@ func (w *Walker) Prepare(spec *ebpf.CollectionSpec) (map[string]any, map[string]
 	}
 	return consts, repl, nil
 }
+
+// group is a process's job group in the BPF tables; 0 without Owner.
+func (w *Walker) group(id procfs.ID) uint32 { return jobGroup(w.o.Owner, id) }
 
 // Tables reports whether native frames are unwound from tables.
 func (w *Walker) Tables() bool { return w.tables }

@@ -47,6 +47,9 @@ type Options struct {
 	// Owner names a process's job (the memory budget's owner key), for the
 	// per-job shares below; nil: no shares. It must not do I/O.
 	Owner func(procfs.ID) string
+	// Group is a process's job group, written into its entry, which its
+	// forked children copy (stack.h bounds a group's forks); nil: 0.
+	Group func(procfs.ID) uint32
 	// A job's shares of what every job's processes share: table bytes it
 	// loads (default MaxTableBytes/4), LPM entries (default
 	// MaxMappings/8) and processes (default MaxProcesses/8). A job over a
@@ -526,6 +529,9 @@ func (l *Loader) SyncProcess(pid int, startTicks uint64) (changed bool, err erro
 	pv = [procValSize]byte{}
 	binary.LittleEndian.PutUint64(pv[:], startTicks)
 	binary.LittleEndian.PutUint32(pv[24:], forks)
+	if l.opts.Group != nil {
+		binary.LittleEndian.PutUint32(pv[28:], l.opts.Group(procfs.ID{PID: pid, Start: startTicks}))
+	}
 	if err := l.maps.procs.Update(key, pv[:], ebpf.UpdateAny); err != nil {
 		return changed, fmt.Errorf("unwind: process %d: %w", pid, err)
 	}

@@ -42,6 +42,7 @@
 // Set by the loader (agent/stackwalk, Walker.Prepare).
 volatile const __u32 stack_tables = 0;       // 1: table unwinder (x86-64 only)
 volatile const __u32 stack_interpreters = 0; // bit 1 << kind: that interpreter's walk is on
+volatile const __u32 stack_fork_job_share = 0; // live forks one job group is handed, per table; 0: no bound
 
 // How often a process that is not (yet) known is announced again.
 #define STACK_ANNOUNCE_NS 1000000000ULL
@@ -95,6 +96,7 @@ struct {
 // Counters of the capture's own hooks; read by agent/stackwalk.
 enum stack_stat {
 	STACK_STAT_FORK_SHARE = 0, // forks not handed their origin's state: it had STACK_FORK_SHARE live
+	STACK_STAT_FORK_JOB_SHARE, // forks not handed their origin's state: its job had stack_fork_job_share live
 	STACK_STAT_MAX,
 };
 
@@ -108,6 +110,61 @@ struct {
 static __always_inline void stack_stat(__u32 idx)
 {
 	stat_inc(&stack_stats, idx);
+}
+
+// The live forked descendants handed over, by job group and table
+// (STACK_JOB_KEY). Least recently used groups go first: a job's count
+// lost so starts again from zero.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u64);
+	__type(value, __u32);
+} stack_fork_jobs SEC(".maps");
+
+enum stack_fork_table {
+	STACK_FORK_UNWIND = 0,
+	STACK_FORK_INTERP = 1,
+};
+
+#define STACK_JOB_KEY(group, table) (((__u64)(table) << 32) | (group))
+
+// stack_job_take counts one more live fork of group in table, unless the
+// group has its share (counted): then it reports 0. No group, or no
+// bound: always 1.
+static __always_inline int stack_job_take(__u32 group, __u32 table)
+{
+	if (!stack_fork_job_share || !group)
+		return 1;
+	__u64 key = STACK_JOB_KEY(group, table);
+	__u32 *n = bpf_map_lookup_elem(&stack_fork_jobs, &key);
+
+	if (!n) {
+		__u32 zero = 0;
+
+		bpf_map_update_elem(&stack_fork_jobs, &key, &zero, BPF_NOEXIST);
+		n = bpf_map_lookup_elem(&stack_fork_jobs, &key);
+		if (!n)
+			return 0;
+	}
+	if (*n >= stack_fork_job_share) {
+		stack_stat(STACK_STAT_FORK_JOB_SHARE);
+		return 0;
+	}
+	__sync_fetch_and_add(n, 1);
+	return 1;
+}
+
+// stack_job_give gives one of group's places in table back.
+static __always_inline void stack_job_give(__u32 group, __u32 table)
+{
+	if (!stack_fork_job_share || !group)
+		return;
+	__u64 key = STACK_JOB_KEY(group, table);
+	__u32 *n = bpf_map_lookup_elem(&stack_fork_jobs, &key);
+
+	if (n && *n > 0)
+		__sync_fetch_and_add(n, -1);
 }
 
 // Where bpf_get_stack writes: 1 KiB is too much for the 512-byte BPF
@@ -330,8 +387,13 @@ static __always_inline void stack_fork(struct task_struct *parent, struct task_s
 			};
 
 			if (o && o->forks < STACK_FORK_SHARE) {
-				if (bpf_map_update_elem(&unwind_procs, &tgid, &c, 0) == 0)
-					__sync_fetch_and_add(&o->forks, 1);
+				c.group = o->group;
+				if (stack_job_take(c.group, STACK_FORK_UNWIND)) {
+					if (bpf_map_update_elem(&unwind_procs, &tgid, &c, 0) == 0)
+						__sync_fetch_and_add(&o->forks, 1);
+					else
+						stack_job_give(c.group, STACK_FORK_UNWIND);
+				}
 			} else {
 				stack_stat(STACK_STAT_FORK_SHARE);
 			}
@@ -357,8 +419,12 @@ static __always_inline void stack_fork(struct task_struct *parent, struct task_s
 	c.mm = interp_task_mm(child);
 	c.origin = origin;
 	c.forks = 0;
-	if (!c.mm || bpf_map_update_elem(&interp_procs, &tgid, &c, 0))
+	if (!c.mm || !stack_job_take(c.group, STACK_FORK_INTERP))
 		return;
+	if (bpf_map_update_elem(&interp_procs, &tgid, &c, 0)) {
+		stack_job_give(c.group, STACK_FORK_INTERP);
+		return;
+	}
 	__sync_fetch_and_add(&o->forks, 1);
 	struct stack_event ev = { .tgid = tgid, .parent_tgid = ptgid, .start_boottime = cstart, .mm = c.mm,
 				  .parent_start_boottime = pstart, .flags = STACK_EVENT_FORK, .kind = c.kind };
@@ -411,6 +477,7 @@ static __always_inline void stack_exit(struct task_struct *task)
 
 				if (o && o->start_ticks == up->alias_start_ticks)
 					stack_drop_fork(&o->forks);
+				stack_job_give(up->group, STACK_FORK_UNWIND);
 			}
 			bpf_map_delete_elem(&unwind_procs, &tgid);
 		}
@@ -428,6 +495,7 @@ static __always_inline void stack_exit(struct task_struct *task)
 
 		if (o)
 			stack_drop_fork(&o->forks);
+		stack_job_give(p->group, STACK_FORK_INTERP);
 	}
 	bpf_map_delete_elem(&interp_procs, &tgid);
 }
@@ -455,6 +523,7 @@ static __always_inline void stack_exec(struct task_struct *task)
 
 			if (o && o->start_ticks == up->alias_start_ticks)
 				stack_drop_fork(&o->forks);
+			stack_job_give(up->group, STACK_FORK_UNWIND);
 		}
 		bpf_map_delete_elem(&unwind_procs, &tgid);
 	}
@@ -470,6 +539,7 @@ static __always_inline void stack_exec(struct task_struct *task)
 
 	if (o)
 		stack_drop_fork(&o->forks);
+	stack_job_give(p->group, STACK_FORK_INTERP);
 	p->origin = 0;
 }
 

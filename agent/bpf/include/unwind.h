@@ -174,14 +174,16 @@ struct unwind_mapping {
 // else. unknown counts the frames of this process that fell in no loaded
 // mapping (code mapped since it was loaded): user space loads it again when
 // that grows. forks counts, in a loaded process's entry, the live forked
-// descendants that alias it (stack.h's fork hook bounds it).
+// descendants that alias it (stack.h's fork hook bounds it). group is the
+// process's job group (as interp_proc's), which a forked child's entry
+// copies from its origin: the fork hook bounds a job's forks too.
 struct unwind_proc {
 	__u64 start_ticks;
 	__u32 alias_tgid; // 0: the process's own mappings
 	__u32 unknown;    // added to atomically by every walk
 	__u64 alias_start_ticks;
 	__u32 forks; // added to atomically by the fork and exit hooks
-	__u32 pad;
+	__u32 group; // user space's id of the process's job; 0: none
 };
 
 // NSEC_PER_SEC / USER_HZ: how the kernel turns start_boottime into ticks

@@ -83,7 +83,7 @@ type probeUnwindProc struct {
 	Unknown         uint32
 	AliasStartTicks uint64
 	Forks           uint32
-	Pad             uint32
+	Group           uint32
 }
 
 type probeUnwindRow struct {

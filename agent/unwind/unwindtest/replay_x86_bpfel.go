@@ -52,7 +52,7 @@ type replayUnwindProc struct {
 	Unknown         uint32
 	AliasStartTicks uint64
 	Forks           uint32
-	Pad             uint32
+	Group           uint32
 }
 
 type replayUnwindScratch struct {
