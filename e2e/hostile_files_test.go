@@ -147,7 +147,6 @@ func TestHostileJobs(t *testing.T) {
 		}
 		h.stop()
 		ps := h.ag.cmd.ProcessState
-		t.Logf("agent CPU %.2f s (user %.2f s, system %.2f s)", (ps.UserTime() + ps.SystemTime()).Seconds(), ps.UserTime().Seconds(), ps.SystemTime().Seconds())
 		// Refused before anything is read, the files cost nothing: the
 		// agent stays near its idle size, far under stop's bound.
 		if rss := int64(ps.SysUsage().(*syscall.Rusage).Maxrss) << 10; rss > s.memoryMax/4 {
@@ -322,7 +321,15 @@ func (h *hostileRun) run() {
 		h.startAgent()
 	}
 	deadline := time.Now().Add(90 * time.Second)
+	// /metrics answers throughout: scraped once a second.
+	var slowest time.Duration
+	nextScrape := time.Now()
+	defer func() { h.t.Logf("/metrics answered in %v at the slowest", slowest.Round(time.Millisecond)) }()
 	for h.intervalsWith(h.innocentJob, "process_cpu", innocentFunction) < 4 {
+		if time.Now().After(nextScrape) {
+			slowest = max(slowest, h.scrapeWithin(2*time.Second))
+			nextScrape = time.Now().Add(time.Second)
+		}
 		if time.Now().After(deadline) {
 			h.ag.logMetrics(h.t, "slurmscope_agent")
 			// Its goroutines, into its log (printed as the test fails).
@@ -367,8 +374,10 @@ func (h *hostileRun) stop() {
 	h.t.Helper()
 	h.ag.logMetrics(h.t, "slurmscope_agent_")
 	h.ag.cmd.Process.Signal(syscall.SIGTERM)
+	termAt := time.Now()
 	select {
 	case <-h.ag.done:
+		h.t.Logf("the agent exited %v after SIGTERM", time.Since(termAt).Round(time.Millisecond))
 	case <-time.After(30 * time.Second):
 		// Its goroutines, into its log (printed as the test fails).
 		h.ag.cmd.Process.Signal(syscall.SIGQUIT)
@@ -391,10 +400,11 @@ func (h *hostileRun) stop() {
 	}
 	// The shell that joined the cgroup exec'd the agent: its rusage is
 	// the agent's.
-	rss := int64(h.ag.cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss) << 10
+	ps := h.ag.cmd.ProcessState
+	rss := int64(ps.SysUsage().(*syscall.Rusage).Maxrss) << 10
 	peak, _ := h.cg.Peak()
-	h.t.Logf("agent peak RSS %.1f MiB, cgroup peak %.1f MiB (page cache included), limit %d MiB",
-		float64(rss)/(1<<20), float64(peak)/(1<<20), h.s.memoryMax>>20)
+	h.t.Logf("agent peak RSS %.1f MiB, cgroup peak %.1f MiB (page cache included), limit %d MiB; CPU user %.2f s, system %.2f s",
+		float64(rss)/(1<<20), float64(peak)/(1<<20), h.s.memoryMax>>20, ps.UserTime().Seconds(), ps.SystemTime().Seconds())
 	if rss > h.s.memoryMax*3/4 {
 		h.t.Errorf("agent peak RSS %d MiB, over 3/4 of its memory limit (%d MiB)", rss>>20, h.s.memoryMax>>20)
 	}

@@ -100,11 +100,7 @@ func testPythonMemoryOnFUSE(t *testing.T, s *hostileSetup) {
 	if reads := strings.Count(string(b), "not answered"); reads != 0 {
 		t.Errorf("the attacker's FUSE daemon got %d reads: something faulted its file in\n%s", reads, b)
 	}
-	stopAt := time.Now()
 	h.stop()
-	st := h.ag.cmd.ProcessState
-	t.Logf("agent stopped %v after SIGTERM; CPU %v user, %v system over the run",
-		time.Since(stopAt).Round(time.Millisecond), st.UserTime().Round(time.Millisecond), st.SystemTime().Round(time.Millisecond))
 }
 
 // waitCounted waits up to 60 s for slurmscope_<name>{match} to count.

@@ -145,6 +145,4 @@ func testSharedTables(t *testing.T, s *hostileSetup) {
 		h.counter("agent_unwind_share_refused_total", `slurm_job_id="`+h.attackerJob.ID+`"`),
 		h.counter("agent_interpreter_frames_total", `result="cpu_budget"`))
 	h.stop()
-	st := h.ag.cmd.ProcessState
-	t.Logf("agent CPU %v user, %v system over the run", st.UserTime().Round(time.Millisecond), st.SystemTime().Round(time.Millisecond))
 }
