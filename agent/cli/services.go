@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -145,6 +146,7 @@ const DefaultMetricsAddr = "127.0.0.1:9810"
 type metricsServer struct {
 	addr      string
 	webConfig string
+	pprof     bool
 }
 
 var _ service.Kind = (*metricsServer)(nil)
@@ -153,6 +155,7 @@ func (k *metricsServer) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&k.addr, "metrics-addr", DefaultMetricsAddr,
 		"address for /metrics; empty disables it. It names every user's jobs: serve it beyond this host (e.g. :9810) only behind --web.config.file's TLS and basic auth")
 	fs.StringVar(&k.webConfig, "web.config.file", "", "exporter-toolkit web config (TLS, basic auth) for --metrics-addr")
+	fs.BoolVar(&k.pprof, "debug.pprof", false, "also serve the agent's own Go profiles under /debug/pprof/ on --metrics-addr (to find where the agent's time goes)")
 }
 
 func (k *metricsServer) Check() error { return nil }
@@ -174,7 +177,11 @@ func (k *metricsServer) Open(env service.Env) (service.Service, error) {
 	if k.webConfig == "" && !loopback(ln.Addr()) {
 		env.Log.Warn("serving /metrics beyond this host without --web.config.file: anyone who reaches it sees every user's jobs", "addr", ln.Addr().String())
 	}
-	srv := &http.Server{Handler: metricsMux(env.Gatherer, env.Reg), ReadHeaderTimeout: 10 * time.Second}
+	mux := metricsMux(env.Gatherer, env.Reg)
+	if k.pprof {
+		servePprof(mux)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	return &serving{env: env, ln: ln, srv: srv, webConfig: k.webConfig}, nil
 }
 
@@ -215,6 +222,16 @@ func (s *serving) Close() error {
 func loopback(a net.Addr) bool {
 	t, ok := a.(*net.TCPAddr)
 	return ok && t.IP.IsLoopback()
+}
+
+// servePprof adds the Go runtime's profiles: what a CPU profile of the
+// agent on a real load needs, off unless asked for.
+func servePprof(mux *http.ServeMux) {
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 }
 
 // metricsMux serves g's metrics; reg takes the handler's own.

@@ -14,13 +14,28 @@
 //
 // --load picks the busy processes: go (a Go spinner, frame pointers), c
 // (a C split built -O2 -fomit-frame-pointer: the .eh_frame unwinder's
-// case) or python (split.py under --python, Python frames); --procs how
-// many (default one per CPU) and --agent-flags extra agent flags, so that
-// the same load runs with and without a feature side by side:
+// case), python (split.py under --python, Python frames), torch (a
+// PyTorch CPU training loop, one thread: Debian's python3-torch) or churn
+// (--churn-rate /bin/true and --churn-python `python3 -c pass` a second
+// beside one busy C process: shell pipelines, workflow managers); --procs
+// how many busy processes (default one per CPU) and --agent-flags extra
+// agent flags, so that the same load runs with and without a feature side
+// by side:
 //
 //	go run ./tools/bench/agent --load c --agent-flags=--unwind=fp
 //	go run ./tools/bench/agent --load c
 //	go run ./tools/bench/agent --load python --procs 32
+//
+// --vs runs another profiler alone on the same load after the agent and
+// prints both side by side as ratios: CPU share (steady and whole run),
+// CPU per new process (--load churn), peak RSS and BPF time per sample,
+// the latter from the kernel's stats of each tool's own BPF programs.
+// Give the agent --all-processes when the other profiles every process:
+//
+//	go run ./tools/bench/agent --load churn --agent-flags=--all-processes --vs '/path/to/other-profiler -flags'
+//
+// --agent-cpu-profile writes the agent's own Go CPU profile of the steady
+// state (served with --debug.pprof), for where its time goes.
 //
 // Besides the whole run it prints the steady state: the agent's CPU after
 // the first quarter of the run or the first drain, whichever is later,
@@ -33,6 +48,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"os"
@@ -44,6 +60,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/slurmscope/slurmscope/internal/testenv/simjob"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -51,21 +69,34 @@ import (
 const loadEnv = "SLURMSCOPE_BENCH_LOAD"
 
 func main() {
-	if os.Getenv(loadEnv) == "1" {
+	switch os.Getenv(loadEnv) {
+	case "1":
 		spin()
+	case "churn":
+		churn()
 	}
 	duration := flag.Duration("duration", 60*time.Second, "how long to profile")
 	interval := flag.Duration("interval", 15*time.Second, "the agent's --upload-interval")
 	rate := flag.Int("sample-rate", 97, "the agent's --sample-rate")
 	beside := flag.String("beside", "", "a shell command to run in the job beside the load (e.g. a go build)")
+	vs := flag.String("vs", "", "another profiler's command line, run alone on the same load after the agent and measured the same way; prints both and their ratios")
 	var o loadOpts
-	flag.StringVar(&o.kind, "load", "go", "busy processes: go, c (built -O2 -fomit-frame-pointer) or python")
-	flag.IntVar(&o.procs, "procs", runtime.NumCPU(), "how many busy processes")
+	flag.StringVar(&o.kind, "load", "go", "busy processes: go, c (built -O2 -fomit-frame-pointer), python, torch (a PyTorch CPU training loop) or churn (short processes beside one busy C process)")
+	flag.IntVar(&o.procs, "procs", 0, "how many busy processes (default one per CPU; 1 with --load churn)")
+	flag.IntVar(&o.churnRate, "churn-rate", 200, "--load churn: /bin/true processes started a second")
+	flag.IntVar(&o.churnPython, "churn-python", 1, "--load churn: python3 -c processes started a second")
 	flag.StringVar(&o.python, "python", "/usr/bin/python3.11", "the interpreter of --load python")
 	agentFlags := flag.String("agent-flags", "", "extra flags for the agent, space-separated (e.g. --unwind=fp)")
+	flag.StringVar(&o.cpuProfile, "agent-cpu-profile", "", "write the agent's own Go CPU profile of the steady state to this file (go tool pprof reads it)")
 	flag.Parse()
+	if o.procs == 0 {
+		o.procs = runtime.NumCPU()
+		if o.kind == "churn" {
+			o.procs = 1
+		}
+	}
 	o.agentFlags = strings.Fields(*agentFlags)
-	if err := bench(*duration, *interval, *rate, *beside, o); err != nil {
+	if err := bench(config{duration: *duration, interval: *interval, rate: *rate, beside: *beside, vs: *vs}, o); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -84,11 +115,56 @@ func spin() {
 	}
 }
 
+// churnEnv carries the churn driver's settings: rate, Python rate, count file.
+const churnEnv = "SLURMSCOPE_BENCH_CHURN"
+
+// churn starts short processes at a steady rate until killed: rate
+// /bin/true a second and pyRate `python3 -c pass` a second, each waited
+// for, writing how many it has started to a file every 100 ms. It waits
+// for a line on stdin first, so that it is in the job's cgroup before its
+// first child.
+func churn() {
+	var rate, pyRate int
+	var count string
+	fmt.Sscanf(os.Getenv(churnEnv), "%d %d %s", &rate, &pyRate, &count)
+	bufio.NewReader(os.Stdin).ReadString('\n')
+	started := 0
+	tick := time.NewTicker(time.Second / time.Duration(max(rate, 1)))
+	lastPy, lastWrite := time.Now(), time.Now()
+	for range tick.C {
+		if rate > 0 && exec.Command("/bin/true").Run() == nil {
+			started++
+		}
+		if pyRate > 0 && time.Since(lastPy) >= time.Second/time.Duration(pyRate) {
+			lastPy = time.Now()
+			c := exec.Command("python3", "-c", "pass")
+			if c.Start() == nil {
+				started++
+				go c.Wait()
+			}
+		}
+		if time.Since(lastWrite) >= 100*time.Millisecond {
+			lastWrite = time.Now()
+			os.WriteFile(count+".tmp", []byte(strconv.Itoa(started)), 0o644)
+			os.Rename(count+".tmp", count)
+		}
+	}
+}
+
+// readCount is what the churn driver has started so far (0 without one).
+func readCount(path string) int {
+	b, _ := os.ReadFile(path)
+	n, _ := strconv.Atoi(string(b))
+	return n
+}
+
 // loadOpts say what the profiled job runs.
 type loadOpts struct {
-	kind, python string
-	procs        int
-	agentFlags   []string
+	kind, python           string
+	procs                  int
+	churnRate, churnPython int
+	agentFlags             []string
+	cpuProfile             string
 }
 
 // command returns how to start one busy process of the load.
@@ -98,7 +174,7 @@ func (o loadOpts) command(work, self string) (*exec.Cmd, error) {
 		c := exec.Command(self)
 		c.Env = append(os.Environ(), loadEnv+"=1")
 		return c, nil
-	case "c":
+	case "c", "churn":
 		bin := filepath.Join(work, "unwindc")
 		if _, err := os.Stat(bin); err != nil {
 			cc := exec.Command("gcc", "-O2", "-fomit-frame-pointer", "-g", "-o", bin, "internal/testenv/workloads/unwindc.c")
@@ -109,11 +185,27 @@ func (o loadOpts) command(work, self string) (*exec.Cmd, error) {
 		return exec.Command(bin, "split", "1000000"), nil
 	case "python":
 		return exec.Command(o.python, "internal/testenv/workloads/python/split.py", "1000000"), nil
+	case "torch":
+		if out, err := exec.Command(o.python, "-c", "import torch").CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("--load torch needs PyTorch for %s (Debian: apt-get install python3-torch): %v\n%s", o.python, err, out)
+		}
+		return exec.Command(o.python, "internal/testenv/workloads/python/torch_train.py", "1000000"), nil
 	}
-	return nil, fmt.Errorf("--load %q: want go, c or python", o.kind)
+	return nil, fmt.Errorf("--load %q: want go, c, python, torch or churn", o.kind)
 }
 
-func bench(duration, interval time.Duration, rate int, beside string, o loadOpts) error {
+// config is one bench run.
+type config struct {
+	duration, interval time.Duration
+	rate               int
+	beside             string
+	// vs is another profiler's command line, run alone on the same load
+	// after the agent, measured the same way (its BPF programs' stats,
+	// its CPU and RSS); "" runs the agent only.
+	vs string
+}
+
+func bench(c config, o loadOpts) error {
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (eBPF, cgroups)")
 	}
@@ -168,110 +260,322 @@ func bench(duration, interval time.Duration, rate int, beside string, o loadOpts
 		}
 	}
 
-	out := filepath.Join(work, "out")
-	metricsAddr := "127.0.0.1:19810"
-	args := append([]string{"run", "--output-dir", out, "--upload-interval", interval.String(),
-		"--sample-rate", strconv.Itoa(rate), "--metrics-addr", metricsAddr, "--node-name", "bench", "--slurm-cgroup-v2-parent", job.Parent}, o.agentFlags...)
-	a := exec.Command(agent, args...)
-	a.Stderr = os.Stderr
-	busy0, err := busyCPU()
-	if err != nil {
-		return err
+	counted := filepath.Join(work, "churn.count")
+	if o.kind == "churn" {
+		d := exec.Command(self)
+		d.Env = append(os.Environ(), loadEnv+"=churn", fmt.Sprintf("%s=%d %d %s", churnEnv, o.churnRate, o.churnPython, counted),
+			"SLURM_JOB_ID="+jobID, "SLURM_JOB_NAME=bench-churn")
+		go1, err := d.StdinPipe()
+		if err != nil {
+			return err
+		}
+		if err := d.Start(); err != nil {
+			return err
+		}
+		loads = append(loads, d)
+		if err := job.Add(d.Process.Pid); err != nil {
+			return fmt.Errorf("moving the churn driver into the job cgroup: %w", err)
+		}
+		go1.Write([]byte("go\n"))
 	}
-	if err := a.Start(); err != nil {
-		return err
-	}
-	var besideErr chan error
-	if beside != "" {
-		b := exec.Command("sh", "-c", beside)
+
+	if c.beside != "" {
+		b := exec.Command("sh", "-c", c.beside)
 		b.Env = append(os.Environ(), "SLURM_JOB_ID="+jobID, "SLURM_JOB_NAME=bench-beside")
 		b.Stdout, b.Stderr = os.Stderr, os.Stderr
 		b.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		// In the job from its first instruction: sh moves itself, then
 		// execs the command, so every process it starts is in the job.
-		b.Args = []string{"sh", "-c", "echo $$ > " + filepath.Join(job.Leaf, "cgroup.procs") + " && exec sh -c \"$0\"", beside}
+		b.Args = []string{"sh", "-c", "echo $$ > " + filepath.Join(job.Leaf, "cgroup.procs") + " && exec sh -c \"$0\"", c.beside}
 		if err := b.Start(); err != nil {
 			return err
 		}
-		besideErr = make(chan error, 1)
+		besideErr := make(chan error, 1)
 		go func() { besideErr <- b.Wait() }()
 		// Its own process group, so that what is still running at the end
 		// goes with it.
 		defer syscall.Kill(-b.Process.Pid, syscall.SIGKILL)
+		defer func() {
+			select {
+			case err := <-besideErr:
+				fmt.Printf("beside: %q finished (%v)\n", c.beside, err)
+			default:
+				fmt.Printf("beside: %q still running at the end\n", c.beside)
+			}
+		}()
 	}
-	// The steady state leaves out start-up: the first quarter, or up to
-	// a second after the first drain's profile is written when that is
-	// later (the kernel's symbols, the first symbolisation of every file
-	// and the table builds happen by then). The first drain comes an
-	// interval after the agent is set up, which takes seconds on a slow
-	// machine: it is watched for, not assumed.
+
+	out := filepath.Join(work, "out")
+	metricsAddr := "127.0.0.1:19810"
+	args := append([]string{"run", "--output-dir", out, "--upload-interval", c.interval.String(),
+		"--sample-rate", strconv.Itoa(c.rate), "--metrics-addr", metricsAddr, "--node-name", "bench", "--slurm-cgroup-v2-parent", job.Parent}, o.agentFlags...)
+	if o.cpuProfile != "" {
+		args = append(args, "--debug.pprof")
+	}
+	fmt.Printf("load: %d busy %s processes in simulated job %s, %d Hz, %v interval, agent flags %q\n", o.procs, o.kind, jobID, c.rate, c.interval, o.agentFlags)
+	ours := tool{name: "slurmscope", argv: append([]string{agent}, args...), out: out, metricsAddr: metricsAddr, cpuProfile: o.cpuProfile}
+	r, err := measure(ours, c.duration, counted, work)
+	if err != nil {
+		return err
+	}
+	r.report(c, o.kind == "python")
+	if c.vs == "" {
+		return nil
+	}
+	other, err := measure(tool{name: "other", argv: []string{"sh", "-c", "exec " + c.vs}}, c.duration, counted, work)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\nother profiler: %s\n", c.vs)
+	compare(r, other)
+	return nil
+}
+
+// tool is a profiler to measure: the agent, or another one to compare.
+type tool struct {
+	name string
+	argv []string
+	// The agent's: its output dir (the first profile written ends
+	// start-up), its /metrics and where its own CPU profile goes.
+	out, metricsAddr, cpuProfile string
+}
+
+// result is what measure found of one profiler on the load.
+type result struct {
+	name                  string
+	cpu, steadyCPU        time.Duration // the profiler's
+	busy, steadyBusy      time.Duration // the machine's, the profiler's included
+	warm                  time.Duration // start-up left out of the steady state
+	newProcs              int           // the churn driver's, in the steady state
+	steadyFor             time.Duration
+	peakRSS               int64
+	samples, bpfPerSample float64 // perf_event programs: runs, ns a run
+	otherBPF              time.Duration
+	metrics               map[string]float64 // the agent's /metrics at the end
+	intervals             float64
+}
+
+// measure runs t on the load for d. The steady state leaves out start-up:
+// the first quarter, or for the agent up to a second after its first
+// drain's profile is written when that is later (the kernel's symbols,
+// the first symbolisation of every file and the table builds happen by
+// then); the first drain comes an interval after the agent is set up,
+// which takes seconds on a slow machine: it is watched for, not assumed.
+// The BPF figures are the stats of the programs loaded after t started:
+// nothing else may load BPF programs meanwhile.
+func measure(t tool, d time.Duration, counted, work string) (*result, error) {
+	firstID := lastProgramID()
+	cmd := exec.Command(t.argv[0], t.argv[1:]...)
+	logPath := filepath.Join(work, t.name+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	busy0, err := busyCPU()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%s: %w", t.name, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	fail := func(err error) (*result, error) {
+		cmd.Process.Kill()
+		<-exited
+		log, _ := os.ReadFile(logPath)
+		return nil, fmt.Errorf("%s: %w\n%s", t.name, err, tail(log, 4000))
+	}
 	t0 := time.Now()
-	warm := duration / 4
-	for time.Since(t0) < duration*3/4 {
-		if wroteProfile(out) { // not a scrape: that costs the agent CPU
+	warm := d / 4
+	for t.out != "" && time.Since(t0) < d*3/4 {
+		if wroteProfile(t.out) { // not a scrape: that costs the agent CPU
 			warm = max(warm, time.Since(t0)+time.Second)
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	time.Sleep(warm - time.Since(t0))
-	agentMid, busyMid := procCPU(a.Process.Pid), mustBusy()
-	time.Sleep(duration - warm)
-	agentEnd, busyEnd := procCPU(a.Process.Pid), mustBusy()
-	if besideErr != nil {
-		select {
-		case err := <-besideErr:
-			fmt.Printf("beside: %q finished (%v)\n", beside, err)
-		default:
-			fmt.Printf("beside: %q still running at the end\n", beside)
+	select {
+	case err := <-exited:
+		return fail(fmt.Errorf("exited during start-up: %v", err))
+	case <-time.After(warm - time.Since(t0)):
+	}
+	cpuMid, busyMid, newMid, bpfMid := procCPU(cmd.Process.Pid), mustBusy(), readCount(counted), programStats(firstID)
+	var profErr chan error
+	if t.cpuProfile != "" {
+		profErr = make(chan error, 1)
+		secs := max(1, int((d-warm).Seconds())-1)
+		go func() {
+			profErr <- fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", t.metricsAddr, secs), t.cpuProfile)
+		}()
+	}
+	select {
+	case err := <-exited:
+		return fail(fmt.Errorf("exited during the run: %v", err))
+	case <-time.After(d - warm):
+	}
+	cpuEnd, busyEnd, newEnd, bpfEnd := procCPU(cmd.Process.Pid), mustBusy(), readCount(counted), programStats(firstID)
+	r := &result{name: t.name, warm: warm, steadyFor: d - warm, steadyCPU: cpuEnd - cpuMid, steadyBusy: busyEnd - busyMid, newProcs: newEnd - newMid}
+	if profErr != nil {
+		if err := <-profErr; err != nil {
+			fmt.Fprintln(os.Stderr, "bench: the agent's CPU profile:", err)
+		} else {
+			fmt.Printf("agent CPU profile of the steady state: %s (go tool pprof -top %s)\n", t.cpuProfile, t.cpuProfile)
 		}
 	}
-	metrics, merr := scrape("http://" + metricsAddr + "/metrics")
-	a.Process.Signal(syscall.SIGTERM)
-	werr := a.Wait()
+	if t.metricsAddr != "" {
+		if r.metrics, err = scrape("http://" + t.metricsAddr + "/metrics"); err != nil {
+			return fail(fmt.Errorf("scraping the agent: %w", err))
+		}
+	}
+	// The steady state's BPF cost: that of start-up (the first
+	// symbolisation's page faults, the tables' first loads) is left out.
+	runs, runtime := bpfEnd.perf.runs-bpfMid.perf.runs, bpfEnd.perf.runtime-bpfMid.perf.runtime
+	r.samples = float64(bpfEnd.perf.runs)
+	if runs > 0 {
+		r.bpfPerSample = float64(runtime.Nanoseconds()) / float64(runs)
+	}
+	r.otherBPF = bpfEnd.other.runtime - bpfMid.other.runtime
+	cmd.Process.Signal(syscall.SIGTERM)
+	var werr error
+	select {
+	case werr = <-exited:
+	case <-time.After(30 * time.Second):
+		return fail(errors.New("still running 30 s after SIGTERM"))
+	}
 	busy1, _ := busyCPU()
-	if merr != nil {
-		return fmt.Errorf("scraping the agent: %w", merr)
+	if werr != nil && t.metricsAddr != "" {
+		return nil, fmt.Errorf("%s: %w", t.name, werr)
 	}
-	if werr != nil {
-		return fmt.Errorf("agent: %w", werr)
-	}
+	r.busy = busy1 - busy0
+	r.cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	r.peakRSS = cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
+	return r, nil
+}
 
-	ru := a.ProcessState.SysUsage().(*syscall.Rusage)
-	agentCPU := a.ProcessState.UserTime() + a.ProcessState.SystemTime()
-	profiled := busy1 - busy0
-	bpfNs := metrics[schema.AgentBPFRunTime.Name] * 1e9
-	bpfRuns := metrics[schema.AgentBPFRuns.Name]
-	intervals := float64(duration) / float64(interval)
-	fmt.Printf("load: %d busy %s processes in simulated job %s for %v, %d Hz, %v interval, agent flags %q\n", o.procs, o.kind, jobID, duration, rate, interval, o.agentFlags)
+func (r *result) share() float64       { return 100 * r.cpu.Seconds() / r.busy.Seconds() }
+func (r *result) steadyShare() float64 { return 100 * r.steadyCPU.Seconds() / r.steadyBusy.Seconds() }
+
+// perNewProcess is all of the steady CPU over the processes the churn
+// driver started: an upper bound, the busy process's sampling included.
+func (r *result) perNewProcess() float64 {
+	if r.newProcs == 0 {
+		return 0
+	}
+	return float64(r.steadyCPU.Microseconds()) / float64(r.newProcs)
+}
+
+func (r *result) report(c config, python bool) {
+	m := r.metrics
+	intervals := float64(c.duration) / float64(c.interval)
 	fmt.Printf("agent CPU time:          %v (%.3f%% of the %.1fs of CPU time profiled)\n",
-		agentCPU.Round(time.Millisecond), 100*agentCPU.Seconds()/profiled.Seconds(), profiled.Seconds())
-	if steady := busyEnd - busyMid; steady > 0 && agentEnd > 0 {
-		fmt.Printf("agent CPU, steady state: %v (%.3f%% of the %.1fs profiled after the first %v; targets: native <= 0.3%%, Python <= 0.5%%)\n",
-			(agentEnd - agentMid).Round(time.Millisecond), 100*(agentEnd-agentMid).Seconds()/steady.Seconds(), steady.Seconds(), warm.Round(100*time.Millisecond))
+		r.cpu.Round(time.Millisecond), r.share(), r.busy.Seconds())
+	fmt.Printf("agent CPU, steady state: %v (%.3f%% of the %.1fs profiled after the first %v; targets: native <= 0.3%%, Python <= 0.5%%)\n",
+		r.steadyCPU.Round(time.Millisecond), r.steadyShare(), r.steadyBusy.Seconds(), r.warm.Round(100*time.Millisecond))
+	if r.newProcs > 0 {
+		fmt.Printf("agent CPU per new process: %.0f us (steady: %v over %d processes started, %.0f a second; the busy process's sampling included)\n",
+			r.perNewProcess(), r.steadyCPU.Round(time.Millisecond), r.newProcs, float64(r.newProcs)/r.steadyFor.Seconds())
 	}
-	if bpfRuns > 0 {
-		fmt.Printf("BPF run time per sample: %.2f us over %.0f samples (target with the unwinder <= 12 us; a Python sample <= 2x a native one)\n", bpfNs/bpfRuns/1e3, bpfRuns)
+	if runs := m[schema.AgentBPFRuns.Name]; runs > 0 {
+		fmt.Printf("BPF run time per sample: %.2f us over %.0f samples (the whole run; target with the unwinder <= 12 us; a Python sample <= 2x a native one)\n",
+			m[schema.AgentBPFRunTime.Name]*1e6/runs, runs)
 	}
-	fmt.Printf("agent peak RSS:          %.1f MiB (target <= 100 MiB)\n", float64(ru.Maxrss)/1024)
-	fmt.Printf("unwind table memory:     %.1f KiB (the tables loaded into BPF maps at the end)\n", metrics[schema.AgentUnwindTableBytes.Name]/1024)
+	fmt.Printf("BPF, steady state:       %.2f us per sample; %v in the other programs (fork, exec, exit hooks)\n", r.bpfPerSample/1e3, r.otherBPF.Round(time.Microsecond))
+	fmt.Printf("agent peak RSS:          %.1f MiB (target <= 100 MiB)\n", float64(r.peakRSS)/(1<<20))
+	fmt.Printf("unwind table memory:     %.1f KiB (the tables loaded into BPF maps at the end)\n", m[schema.AgentUnwindTableBytes.Name]/1024)
 	fmt.Printf("profile bytes/interval:  %.0f (gzipped pprof, all jobs; %.0f bytes in %.1f intervals)\n",
-		metrics[schema.AgentProfileBytes.Name]/intervals, metrics[schema.AgentProfileBytes.Name], intervals)
-	fmt.Printf("samples: %.0f taken, %.0f unattributed\n", metrics[schema.AgentCPUSamples.Name], metrics[schema.AgentCPUSamplesUnattributed.Name])
+		m[schema.AgentProfileBytes.Name]/intervals, m[schema.AgentProfileBytes.Name], intervals)
+	fmt.Printf("samples: %.0f taken, %.0f unattributed\n", m[schema.AgentCPUSamples.Name], m[schema.AgentCPUSamplesUnattributed.Name])
 	// How soon after its start each process the load started was set up
 	// (agent_process_setup_seconds: processes started before the agent
 	// are not timed).
 	for _, part := range []string{"unwind_tables", "interpreter"} {
 		sel := `{part="` + part + `"}`
-		if n := metrics[schema.AgentProcessSetup.Name+"_count"+sel]; n > 0 {
-			fmt.Printf("set-up time, %-13s %.1f ms mean over %.0f processes\n", part+":", 1e3*metrics[schema.AgentProcessSetup.Name+"_sum"+sel]/n, n)
+		if n := m[schema.AgentProcessSetup.Name+"_count"+sel]; n > 0 {
+			fmt.Printf("set-up time, %-13s %.1f ms mean over %.0f processes\n", part+":", 1e3*m[schema.AgentProcessSetup.Name+"_sum"+sel]/n, n)
 		}
 	}
-	if o.kind == "python" {
+	if python {
 		// The Python walk ran: the frames it found, all results together.
-		fmt.Printf("python: %.0f processes set up, %.0f frames\n", metrics[schema.AgentInterpProcesses.Name], metrics[schema.AgentInterpFrames.Name])
+		fmt.Printf("python: %.0f processes set up, %.0f frames\n", m[schema.AgentInterpProcesses.Name], m[schema.AgentInterpFrames.Name])
 	}
-	return nil
+}
+
+// compare prints the agent's figures beside another profiler's, as
+// ratios (agent / other: under 1 is the agent doing better).
+func compare(a, b *result) {
+	row := func(what string, x, y float64, unit string) {
+		ratio := "-"
+		if y > 0 {
+			ratio = fmt.Sprintf("%.2f", x/y)
+		}
+		fmt.Printf("%-28s %12.3f %12.3f  %s  %s\n", what, x, y, ratio, unit)
+	}
+	fmt.Printf("%-28s %12s %12s  %s\n", "", "slurmscope", "other", "ratio")
+	row("CPU share, steady", a.steadyShare(), b.steadyShare(), "% of the CPU profiled")
+	row("CPU share, whole run", a.share(), b.share(), "%")
+	if a.newProcs > 0 || b.newProcs > 0 {
+		row("CPU per new process", a.perNewProcess(), b.perNewProcess(), "us, steady, all CPU over new processes")
+	}
+	row("peak RSS", float64(a.peakRSS)/(1<<20), float64(b.peakRSS)/(1<<20), "MiB")
+	row("BPF time per sample", a.bpfPerSample/1e3, b.bpfPerSample/1e3, "us, perf_event programs, steady")
+	row("samples", a.samples, b.samples, "perf_event program runs, whole run")
+	row("other BPF time", a.otherBPF.Seconds()*1e3, b.otherBPF.Seconds()*1e3, "ms, the other programs, steady")
+}
+
+// bpfStats sums the run counts and run times of BPF programs.
+type bpfStats struct {
+	runs    uint64
+	runtime time.Duration
+}
+
+// programStats sums the stats of the programs with IDs above first: the
+// perf_event ones (the samplers: one run a sample) and the rest.
+func programStats(first ebpf.ProgramID) (s struct{ perf, other bpfStats }) {
+	for id := first; ; {
+		next, err := ebpf.ProgramGetNextID(id)
+		if err != nil {
+			return s
+		}
+		id = next
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			continue
+		}
+		info, ierr := p.Info()
+		st, serr := p.Stats()
+		p.Close()
+		if ierr != nil || serr != nil {
+			continue
+		}
+		to := &s.other
+		if info.Type == ebpf.PerfEvent {
+			to = &s.perf
+		}
+		to.runs += st.RunCount
+		to.runtime += st.Runtime
+	}
+}
+
+// lastProgramID is the highest BPF program ID loaded now.
+func lastProgramID() ebpf.ProgramID {
+	var id ebpf.ProgramID
+	for {
+		next, err := ebpf.ProgramGetNextID(id)
+		if err != nil {
+			return id
+		}
+		id = next
+	}
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
 }
 
 func enableBPFStats() (func(), error) {
@@ -344,6 +648,23 @@ func wroteProfile(dir string) bool {
 		return nil
 	})
 	return found
+}
+
+// fetch writes what url answers to path.
+func fetch(url, path string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
 }
 
 func scrape(url string) (map[string]float64, error) {
