@@ -324,7 +324,7 @@ func (h *hostileRun) run() {
 	// /metrics answers throughout: scraped once a second.
 	var slowest time.Duration
 	nextScrape := time.Now()
-	defer func() { h.t.Logf("/metrics answered in %v at the slowest", slowest.Round(time.Millisecond)) }()
+	defer func() { h.t.Logf("/metrics answered in %v at the slowest", slowest.Round(10*time.Microsecond)) }()
 	for h.intervalsWith(h.innocentJob, "process_cpu", innocentFunction) < 4 {
 		if time.Now().After(nextScrape) {
 			slowest = max(slowest, h.scrapeWithin(2*time.Second))

@@ -31,7 +31,10 @@
  *   hostile map FILE...         map each FILE executable, then spin
  *   hostile mappings N          map N executable pages apart from each
  *                               other (N mappings, each an LPM entry of the
- *                               unwinder), then run 20 ms in every 200
+ *                               unwinder), then run 20 ms in every 200,
+ *                               in code in the last page (x86-64): a
+ *                               process read before its last mapping
+ *                               meets unknown code and is read again
  *   hostile gpu LIB victim      dlopen the injection library LIB: announce
  *                               and launch victim_kernel, report its
  *                               records (1 ms of GPU time each), in a loop
@@ -81,6 +84,20 @@ __attribute__((noinline)) void burst(long ms)
 	do {
 		for (unsigned long i = 0; i < (1UL << 16); i++)
 			sink += i ^ (sink >> 3);
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+	} while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < ms);
+}
+
+/* spin_code: mov ecx, 0x100000; 1: dec ecx; jnz 1b; ret */
+static const unsigned char spin_code[] = { 0xb9, 0x00, 0x00, 0x10, 0x00, 0xff, 0xc9, 0x75, 0xfc, 0xc3 };
+
+/* burst_in runs ms of CPU time in code (spin_code). */
+static void burst_in(void (*code)(void), long ms)
+{
+	struct timespec t0, t;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+	do {
+		code();
 		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
 	} while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < ms);
 }
@@ -329,14 +346,19 @@ int main(int argc, char **argv)
 		innocent_spin();
 	} else if (!strcmp(mode, "mappings") && argc >= 3) {
 		unsigned long n = strtoul(argv[2], NULL, 10);
+		void *last = NULL;
 		for (unsigned long i = 0; i < n; i++) {
 			void *at = (void *)(MAPPINGS_ADDR + i * 2 * 4096);
-			if (mmap(at, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) == MAP_FAILED)
+			int prot = PROT_READ | PROT_EXEC | (i == n - 1 ? PROT_WRITE : 0);
+			if ((last = mmap(at, 4096, prot, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0)) == MAP_FAILED)
 				die("mmap");
 		}
+		if (!last)
+			die("mappings: N");
+		memcpy(last, spin_code, sizeof(spin_code));
 		ready();
 		for (;;) {
-			burst(20);
+			burst_in((void (*)(void))last, 20);
 			usleep(180000);
 		}
 	} else if (!strcmp(mode, "gpu") && argc >= 4) {
