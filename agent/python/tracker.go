@@ -369,6 +369,11 @@ func (t *Tracker) skip(p *proc, now time.Time, reason string) {
 	// A process is often first seen mid-exec or before the dynamic linker
 	// has mapped libpython: look again soon, a few times, then rarely.
 	p.quick++
+	if reason == "exited" {
+		// Gone: nothing to look at again (a short process sampled once,
+		// most of a pipeline's).
+		p.quick = quickRechecks + 1
+	}
 	p.state, p.next = stateNone, now.Add(recheckNone)
 	if p.quick <= quickRechecks {
 		p.next = now.Add(quickFirst << (2 * (p.quick - 1)))
@@ -554,6 +559,9 @@ func (t *Tracker) discover(pid uint32, s *setup) {
 	}
 	if err != nil {
 		s.skip = "maps"
+		if errors.Is(err, procfs.ErrGone) {
+			s.skip = "exited"
+		}
 		return
 	}
 	var firstErr error

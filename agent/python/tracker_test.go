@@ -76,12 +76,16 @@ func (f fakeProcs) Delete(tgid uint32) error { delete(f, tgid); return nil }
 type fakeMaps struct {
 	maps  map[int][]Mapping
 	reads int
+	gone  bool // a pid without maps has exited (procfs.ErrGone)
 }
 
 func (f *fakeMaps) Maps(pid int) ([]Mapping, error) {
 	f.reads++
 	if m, ok := f.maps[pid]; ok {
 		return m, nil
+	}
+	if f.gone {
+		return nil, fmt.Errorf("maps of %d: %w", pid, procfs.ErrGone)
 	}
 	return nil, fs.ErrNotExist
 }
@@ -253,6 +257,27 @@ func TestTrackerQuickRecheck(t *testing.T) {
 	f.tracker.Retry()
 	if _, ok := f.procs[42]; !ok {
 		t.Fatalf("not set up on the quick recheck: %+v", f.tracker.Stats())
+	}
+}
+
+// A process gone by the time it is looked at (a short process of a
+// pipeline, sampled once) is not looked at again: its maps are read once.
+func TestTrackerForgetsAGoneProcess(t *testing.T) {
+	f := newFakeProc(t, nil)
+	delete(f.maps.maps, 42)
+	f.maps.gone = true
+	f.notify(1)
+	for range 5 {
+		f.now = f.now.Add(time.Second)
+		if f.tracker.Retry() {
+			t.Error("Retry still has a process pending after it was found gone")
+		}
+	}
+	if f.maps.reads != 1 {
+		t.Errorf("the maps of a gone process were read %d times, want once", f.maps.reads)
+	}
+	if n := f.tracker.Stats().Skipped["exited"]; n != 1 {
+		t.Errorf("skipped as exited: %d, want 1", n)
 	}
 }
 

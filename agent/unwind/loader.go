@@ -37,8 +37,15 @@ type Options struct {
 	// even of files still mapped: their frames are unwound by frame
 	// pointers, and counted (Counters.FramesEvictedTable).
 	MaxTableBytes int64
-	MaxTables     int // files with a table at once (default 4096)
-	MaxMappings   int // LPM entries in all (default 512Ki)
+	// IdleTableBytes keeps, within MaxTableBytes, the tables of files no
+	// loaded process maps any more, loaded and charged to no job, up to
+	// this many bytes (default MaxTableBytes/4; negative: none): the next
+	// process that maps the file (a pipeline's next tool, a workflow's
+	// next python3) is unwound through it at once, without a rebuild.
+	// They go first when room is needed.
+	IdleTableBytes int64
+	MaxTables      int // files with a table at once (default 4096)
+	MaxMappings    int // LPM entries in all (default 512Ki)
 	// MaxMappingsPerProcess bounds one process's LPM entries, so that a
 	// process with thousands of executable mappings cannot take the map
 	// from the others (default 8192).
@@ -73,6 +80,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxTables <= 0 {
 		o.MaxTables = 4096
+	}
+	if o.IdleTableBytes == 0 {
+		o.IdleTableBytes = o.MaxTableBytes / 4
 	}
 	if o.MaxMappings <= 0 {
 		o.MaxMappings = 512 << 10
@@ -123,6 +133,7 @@ type file struct {
 	loaded   bool
 	bytes    int64
 	lruElem  *list.Element // in Loader.lru while loaded
+	idleElem *list.Element // in Loader.idle while no process maps it
 	needLoad bool          // evicted, or never loaded: load when next built
 	owner    string        // the job whose share its loaded bytes count in
 }
@@ -167,6 +178,8 @@ type Loader struct {
 	mu       sync.Mutex
 	files    map[fileID]*file
 	lru      *list.List // loaded files, front = most recently used
+	idle     *list.List // loaded files no process maps, front = newest
+	idleB    int64      // their bytes
 	free     []uint32
 	next     uint32
 	procs    map[int]*proc
@@ -207,7 +220,7 @@ func NewLoader(o Options) (*Loader, error) {
 		return nil, err
 	}
 	return &Loader{
-		opts: o, maps: m, files: map[fileID]*file{}, lru: list.New(), procs: map[int]*proc{}, flights: map[fileID]*flight{},
+		opts: o, maps: m, files: map[fileID]*file{}, lru: list.New(), idle: list.New(), procs: map[int]*proc{}, flights: map[fileID]*flight{},
 		jobs: map[string]*jobUse{}, refused: map[ShareKey]uint64{},
 		stats: Stats{TableBudgetBytes: o.MaxTableBytes},
 	}, nil
@@ -227,6 +240,7 @@ func (l *Loader) Stats() Stats {
 	s.Processes = len(l.procs)
 	s.Files = len(l.files)
 	s.Tables = l.lru.Len()
+	s.IdleTables, s.IdleTableBytes = l.idle.Len(), l.idleB
 	return s
 }
 
@@ -457,6 +471,7 @@ func (l *Loader) SyncProcess(pid int, startTicks uint64) (changed bool, err erro
 				if !p.files[t.id] {
 					f.refs++
 					changed = true
+					l.reuse(f, p.owner)
 				}
 			}
 			if f.loaded {
@@ -749,6 +764,10 @@ func (l *Loader) install(b *built, owner string) {
 		return
 	}
 	for l.stats.TableBytes+b.bytes > l.opts.MaxTableBytes && l.lru.Len() > 0 {
+		if l.idle.Len() > 0 {
+			l.drop(l.idle.Back().Value.(*file))
+			continue
+		}
 		l.evict(l.lru.Back().Value.(*file))
 		l.stats.TablesEvicted++
 	}
@@ -772,7 +791,7 @@ func (l *Loader) evict(f *file) {
 	l.lru.Remove(f.lruElem)
 	f.lruElem, f.loaded, f.needLoad = nil, false, true
 	l.stats.TableBytes -= f.bytes
-	if j := l.jobs[f.owner]; j != nil {
+	if j := l.jobs[f.owner]; j != nil && f.idleElem == nil {
 		j.bytes -= f.bytes
 		l.dropJobLocked(f.owner)
 	}
@@ -787,14 +806,53 @@ func (l *Loader) decref(id fileID) {
 	if f.refs--; f.refs > 0 {
 		return
 	}
+	if !f.loaded || f.bytes > l.opts.IdleTableBytes {
+		l.drop(f)
+		return
+	}
+	// Kept loaded, idle: its job's share no longer holds it.
+	if j := l.jobs[f.owner]; j != nil {
+		j.bytes -= f.bytes
+		l.dropJobLocked(f.owner)
+	}
+	f.idleElem = l.idle.PushFront(f)
+	l.idleB += f.bytes
+	for l.idleB > l.opts.IdleTableBytes {
+		l.drop(l.idle.Back().Value.(*file))
+	}
+}
+
+// reuse takes an idle file back for a process of owner's, whose job's
+// share holds it from now on.
+func (l *Loader) reuse(f *file, owner string) {
+	if f.idleElem == nil {
+		return
+	}
+	l.idle.Remove(f.idleElem)
+	f.idleElem = nil
+	l.idleB -= f.bytes
+	l.stats.IdleReused++
+	f.owner = owner
+	l.job(owner).bytes += f.bytes
+}
+
+// drop forgets a file no process maps: its table unloaded, its slot free.
+func (l *Loader) drop(f *file) {
+	if f.idleElem != nil {
+		l.idleB -= f.bytes
+	}
 	if f.loaded {
 		l.evict(f)
 		l.stats.TablesUnloaded++
 	}
+	if f.idleElem != nil {
+		l.idle.Remove(f.idleElem)
+		f.idleElem = nil
+	}
 	if f.hasSlot {
 		l.free = append(l.free, f.slot)
 	}
-	delete(l.files, id)
+	delete(l.files, f.id)
 }
 
 // vdsoTable builds the table of the agent's own vDSO, once, and returns

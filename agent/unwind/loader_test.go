@@ -98,7 +98,9 @@ func TestLoaderLifecycle(t *testing.T) {
 		101: {libMapping(t, libc, 0x7f3000000000), libMapping(t, cxx, 0x7f4000000000)},
 	}}
 	// A budget that holds libc's table (~190 KB) or libstdc++'s, not both.
-	l, err := NewLoader(Options{MaxTableBytes: 300 << 10, Maps: fp, Opener: fp, NoVDSO: true})
+	// No idle tables: the last process's removal unloads (see
+	// TestLoaderKeepsIdleTables).
+	l, err := NewLoader(Options{MaxTableBytes: 300 << 10, IdleTableBytes: -1, Maps: fp, Opener: fp, NoVDSO: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +209,7 @@ func TestLoaderConcurrent(t *testing.T) {
 			fp.maps[pid] = []Mapping{libMapping(t, cxx, 0x7f0000000000), libMapping(t, libc, 0x7f1000000000)}
 		}
 	}
-	l, err := NewLoader(Options{Maps: &lockedProcs{f: fp}, Opener: &lockedProcs{f: fp}, NoVDSO: true})
+	l, err := NewLoader(Options{IdleTableBytes: -1, Maps: &lockedProcs{f: fp}, Opener: &lockedProcs{f: fp}, NoVDSO: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,5 +382,88 @@ func TestLoaderJobShares(t *testing.T) {
 		for o, j := range l.jobs {
 			t.Errorf("job %q still holds %+v with no process loaded", o, *j)
 		}
+	}
+}
+
+// TestLoaderKeepsIdleTables: the table of a file no process maps any
+// more stays loaded, charged to no job, and the next process that maps
+// the file uses it without a build; idle tables go first when a new one
+// needs room, and past Options.IdleTableBytes.
+func TestLoaderKeepsIdleTables(t *testing.T) {
+	testenv.RequireIntegration(t, testenv.Root)
+	libc := "/usr/lib/x86_64-linux-gnu/libc.so.6"
+	cxx := "/usr/lib/x86_64-linux-gnu/libstdc++.so.6"
+	fp := &fakeProcs{maps: map[int][]Mapping{
+		100: {libMapping(t, libc, 0x7f0000000000)},
+		101: {libMapping(t, libc, 0x7f3000000000)},
+		102: {libMapping(t, cxx, 0x7f4000000000)},
+	}}
+	owners := map[int]string{100: "job a", 101: "job b", 102: "job b"}
+	// libc's table (~190 KB) or libstdc++'s, not both; libc's fits idle.
+	l, err := NewLoader(Options{MaxTableBytes: 300 << 10, MaxTableBytesPerJob: 300 << 10, IdleTableBytes: 250 << 10, Maps: fp, Opener: fp, NoVDSO: true,
+		Owner: func(id procfs.ID) string { return owners[id.PID] }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	jobBytes := func(owner string) int64 {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if j := l.jobs[owner]; j != nil {
+			return j.bytes
+		}
+		return 0
+	}
+	if _, err := l.SyncProcess(100, 1); err != nil {
+		t.Fatal(err)
+	}
+	libcBytes := l.Stats().TableBytes
+	l.RemoveProcess(100)
+	s := l.Stats()
+	if s.Tables != 1 || s.IdleTables != 1 || s.IdleTableBytes != libcBytes || s.TablesUnloaded != 0 || s.Processes != 0 {
+		t.Fatalf("after the last process mapping libc went: %+v, want its table loaded, idle", s)
+	}
+	if b := jobBytes("job a"); b != 0 {
+		t.Errorf("job a's share still holds %d bytes of an idle table", b)
+	}
+	// Another job's process maps libc: no build, the table is its job's.
+	if _, err := l.SyncProcess(101, 1); err != nil {
+		t.Fatal(err)
+	}
+	s = l.Stats()
+	if s.TablesBuilt != 1 || s.IdleReused != 1 || s.IdleTables != 0 || s.Tables != 1 {
+		t.Fatalf("a new process mapping libc: %+v, want the idle table reused, not built again", s)
+	}
+	if b := jobBytes("job b"); b != libcBytes {
+		t.Errorf("job b's share holds %d bytes, want libc's %d", b, libcBytes)
+	}
+	var pv [procValSize]byte
+	if err := l.maps.procs.Lookup(uint32(101), &pv); err != nil {
+		t.Fatalf("the process reusing the table has no entry: %v", err)
+	}
+	// Idle again; libstdc++'s table needs the room: libc's goes, as an
+	// unload (no process lost its table), not an eviction.
+	l.RemoveProcess(101)
+	if _, err := l.SyncProcess(102, 1); err != nil {
+		t.Fatal(err)
+	}
+	s = l.Stats()
+	if s.Tables != 1 || s.IdleTables != 0 || s.TablesUnloaded != 1 || s.TablesEvicted != 0 || s.TableBytes > s.TableBudgetBytes {
+		t.Fatalf("after libstdc++'s table needed the room: %+v", s)
+	}
+	// Past IdleTableBytes: libstdc++'s table (larger than the 250 KiB
+	// kept idle? then it goes at once) or libc's and it (the oldest goes).
+	l.RemoveProcess(102)
+	s = l.Stats()
+	if s.IdleTableBytes > 250<<10 {
+		t.Fatalf("idle tables hold %d bytes, over the 250 KiB kept", s.IdleTableBytes)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.jobs) != 0 {
+		t.Errorf("jobs %v hold shares with no process loaded", l.jobs)
+	}
+	if len(l.files) != l.idle.Len() {
+		t.Errorf("%d files known, %d idle: the others should be gone", len(l.files), l.idle.Len())
 	}
 }

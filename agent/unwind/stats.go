@@ -101,7 +101,9 @@ type Stats struct {
 	TableBytes       int64 // gauge: bytes of tables loaded into BPF
 	TableBudgetBytes int64 // gauge: Options.MaxTableBytes
 	Tables           int   // gauge: tables loaded
-	Files            int   // gauge: files mapped by loaded processes
+	Files            int   // gauge: files mapped by loaded processes, and idle ones
+	IdleTables       int   // gauge: tables kept loaded that no process maps (Options.IdleTableBytes)
+	IdleTableBytes   int64 // gauge: their bytes (within TableBytes)
 	Processes        int   // gauge: processes loaded
 	MappingEntries   int   // gauge: LPM entries
 
@@ -112,6 +114,7 @@ type Stats struct {
 	FramePointerFiles  uint64  // files without unwind information (frame pointers by design)
 	TablesEvicted      uint64  // loaded tables evicted for the budget
 	TablesUnloaded     uint64  // tables unloaded because no process maps them any more
+	IdleReused         uint64  // idle tables a new process mapped: builds saved
 	TablesOverBudget   uint64  // tables larger than the whole budget, never loaded
 	OpenErrors         uint64  // mapped files that could not be opened
 	MapsErrors         uint64  // processes whose maps could not be read

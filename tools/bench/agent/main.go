@@ -128,6 +128,12 @@ func churn() {
 	var count string
 	fmt.Sscanf(os.Getenv(churnEnv), "%d %d %s", &rate, &pyRate, &count)
 	bufio.NewReader(os.Stdin).ReadString('\n')
+	// The system's python3: not a version manager's shim, which would
+	// start a shell and more for each.
+	py := "/usr/bin/python3"
+	if _, err := os.Stat(py); err != nil {
+		py = "python3"
+	}
 	started := 0
 	tick := time.NewTicker(time.Second / time.Duration(max(rate, 1)))
 	lastPy, lastWrite := time.Now(), time.Now()
@@ -137,7 +143,7 @@ func churn() {
 		}
 		if pyRate > 0 && time.Since(lastPy) >= time.Second/time.Duration(pyRate) {
 			lastPy = time.Now()
-			c := exec.Command("python3", "-c", "pass")
+			c := exec.Command(py, "-c", "pass")
 			if c.Start() == nil {
 				started++
 				go c.Wait()
