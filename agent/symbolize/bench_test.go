@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"reflect"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -56,4 +57,50 @@ func BenchmarkUserCached32(b *testing.B) {
 	for b.Loop() {
 		s.User(procfs.ID{PID: pid}, addrs)
 	}
+}
+
+// BenchmarkSymbolTable loads the symbols of a large C++ library (LLVM's,
+// as clang installs it; a stand-in for libtorch_cpu's hundreds of
+// thousands of names) and reports what the table holds per symbol on the
+// heap, and what a lookup costs.
+func BenchmarkSymbolTable(b *testing.B) {
+	path := "/usr/lib/x86_64-linux-gnu/libLLVM-14.so.1"
+	f, err := os.Open(path)
+	if err != nil {
+		b.Skip(err)
+	}
+	defer f.Close()
+	fi, _ := f.Stat()
+	ef, err := elfReader.Open(f, fi.Size(), elfLimits)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	t, err := loadSymbols(ef, f, func(int64) error { return nil })
+	if err != nil {
+		b.Fatal(err)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	n := t.len()
+	addrs := make([]uint64, 0, 1024)
+	for i := 0; i < n && len(addrs) < cap(addrs); i += max(1, n/cap(addrs)) {
+		if _, ok := t.lookup(t.addrAt(i)); ok { // not data (NOTYPE symbols past the code)
+			addrs = append(addrs, t.addrAt(i))
+		}
+	}
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if _, ok := t.lookup(addrs[i%len(addrs)]); !ok {
+			b.Fatal("a symbol's address did not resolve")
+		}
+	}
+	// After the loop: ResetTimer drops reported metrics.
+	b.ReportMetric(float64(n), "symbols")
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(n), "heap-B/symbol")
+	b.ReportMetric(float64(t.size())/float64(n), "charged-B/symbol")
+	b.ReportMetric((float64(after.HeapObjects)-float64(before.HeapObjects))/float64(n), "objects/symbol")
+	runtime.KeepAlive(t)
 }

@@ -26,8 +26,8 @@ func FuzzOpenELF(f *testing.F) {
 				}
 			}
 		}
-		for _, s := range obj.syms.syms {
-			obj.resolve(s.addr)
+		for i := range obj.syms.len() {
+			obj.resolve(obj.syms.addrAt(i))
 		}
 	})
 }
@@ -108,8 +108,8 @@ func FuzzLyingELFOnDisk(f *testing.F) {
 				t.Errorf("parsed a file whose %s claims %d bytes at %d (file %d bytes)", sec.Name, sec.Size, sec.Offset, fi.Size())
 			}
 		}
-		for _, s := range obj.syms.syms {
-			obj.resolve(s.addr)
+		for i := range obj.syms.len() {
+			obj.resolve(obj.syms.addrAt(i))
 		}
 	})
 }

@@ -219,10 +219,8 @@ func scanForPclntab(r io.ReaderAt, loads []loadSeg, pr ptrReader) (off, n, vaddr
 // runtime.text symbol if present, else the moduledata that points at the
 // pclntab (direct pointer, or a RELATIVE relocation in PIE), else .text.
 func goTextStart(f *elf.File, r io.ReaderAt, loads []loadSeg, syms *symTable, pr ptrReader, pcln []byte, pclnAddr uint64) (uint64, bool, error) {
-	for _, s := range syms.syms {
-		if s.name == "runtime.text" {
-			return s.addr, true, nil
-		}
+	if addr, ok := syms.find("runtime.text"); ok {
+		return addr, true, nil
 	}
 	funcnameAddr := pclnAddr + pr.word(pcln[8+3*8:])
 	text, ok, err := moduledataText(f, r, loads, pr, pclnAddr, funcnameAddr)

@@ -4,27 +4,48 @@ import (
 	"bytes"
 	"debug/elf"
 	"io"
+	"math"
 	"slices"
-	"strings"
+
+	"github.com/klauspost/compress/s2"
 )
 
-// symbol is one function-like ELF symbol.
-type symbol struct {
-	addr, size uint64
-	name       string
-}
-
-// symTable is a sorted, deduplicated table of function symbols.
+// symTable is a sorted, deduplicated table of function symbols, compact:
+// what libtorch_cpu's hundreds of thousands of C++ names cost must not be
+// a Go string and a slice header each. Addresses and sizes are arrays
+// (no pointers for the collector to scan); the names are NUL-terminated
+// in address order, compressed in blocks of namesPerBlock, and a block is
+// decompressed on a lookup (the file's results cache keeps what was
+// found).
 type symTable struct {
-	syms []symbol
+	addrs []uint64
+	sizes []uint32 // clamped: a function is far below 4 GiB
+	// names holds the compressed blocks back to back; block i starts at
+	// blocks[i] and ends at blocks[i+1] (or the end).
+	names  []byte
+	blocks []uint32
 	// execEnd bounds lookups for zero-sized symbols: the highest end address
 	// of any executable segment, so a trailing size-0 symbol does not claim
 	// the rest of the address space.
 	execEnd uint64
 }
 
-// symbolBytes is what one kept symbol costs, besides its name.
-const symbolBytes = 40
+// namesPerBlock trades a lookup's decompression (a few KiB) against the
+// compression ratio.
+const namesPerBlock = 32
+
+// symbolBytes is what one kept symbol costs, besides its (compressed) name.
+const symbolBytes = 12
+
+// rawSym is a symbol while the table is built: its name still in the
+// string table it was read from.
+type rawSym struct {
+	addr, size uint64
+	name       []byte
+}
+
+// rawSymBytes is what one symbol costs while the table is built.
+const rawSymBytes = 40
 
 // loadSymbols merges .symtab and .dynsym. A binary stripped of .symtab still
 // has .dynsym for its exported functions. The tables are streamed, not read
@@ -39,17 +60,28 @@ func loadSymbols(f *elf.File, r io.ReaderAt, grow func(int64) error) (symTable, 
 			t.execEnd = p.Vaddr + p.Memsz
 		}
 	}
+	var raw []rawSym
+	var held int64 // charged while building: string tables and raw symbols
+	defer func() { grow(-held) }()
 	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
 		for _, sec := range f.Sections {
 			if sec.Type != typ {
 				continue
 			}
-			if err := readSymbolSection(f, r, sec, &t, grow); err != nil {
-				return t, err
+			if err := readSymbolSection(f, r, sec, &raw, &held, grow); err != nil {
+				return symTable{}, err
 			}
 		}
 	}
-	slices.SortFunc(t.syms, func(a, b symbol) int {
+	t = buildTable(raw, t.execEnd)
+	return t, grow(t.size())
+}
+
+// buildTable sorts raw by address, keeps one symbol per address (the
+// largest, then the first name) and packs them.
+func buildTable(raw []rawSym, execEnd uint64) symTable {
+	t := symTable{execEnd: execEnd}
+	slices.SortFunc(raw, func(a, b rawSym) int {
 		switch {
 		case a.addr != b.addr:
 			if a.addr < b.addr {
@@ -62,17 +94,30 @@ func loadSymbols(f *elf.File, r io.ReaderAt, grow func(int64) error) (symTable, 
 			}
 			return 1
 		}
-		return strings.Compare(a.name, b.name)
+		return bytes.Compare(a.name, b.name)
 	})
-	t.syms = slices.CompactFunc(t.syms, func(a, b symbol) bool { return a.addr == b.addr })
-	t.syms = slices.Clip(t.syms)
-	return t, nil
+	raw = slices.CompactFunc(raw, func(a, b rawSym) bool { return a.addr == b.addr })
+	t.addrs = make([]uint64, len(raw))
+	t.sizes = make([]uint32, len(raw))
+	var block []byte
+	for i, s := range raw {
+		t.addrs[i] = s.addr
+		t.sizes[i] = uint32(min(s.size, math.MaxUint32)) // #nosec G115 -- clamped
+		block = append(append(block, s.name...), 0)
+		if (i+1)%namesPerBlock == 0 || i == len(raw)-1 {
+			t.blocks = append(t.blocks, uint32(len(t.names))) // #nosec G115 -- names are bounded by the string tables' caps, far below 4 GiB
+			t.names = append(t.names, s2.EncodeBetter(nil, block)...)
+			block = block[:0]
+		}
+	}
+	t.names = slices.Clip(t.names)
+	return t
 }
 
 // symChunk is how many symbol entries are read at a time.
 const symChunk = 4096
 
-func readSymbolSection(f *elf.File, r io.ReaderAt, sec *elf.Section, t *symTable, grow func(int64) error) error {
+func readSymbolSection(f *elf.File, r io.ReaderAt, sec *elf.Section, raw *[]rawSym, held *int64, grow func(int64) error) error {
 	entSize := uint64(elf.Sym64Size)
 	if f.Class == elf.ELFCLASS32 {
 		entSize = elf.Sym32Size
@@ -89,7 +134,7 @@ func readSymbolSection(f *elf.File, r io.ReaderAt, sec *elf.Section, t *symTable
 	if err := grow(strSize); err != nil {
 		return err
 	}
-	defer grow(-strSize)
+	*held += strSize
 	strtab := make([]byte, strSec.Size)
 	strOff := int64(strSec.Offset) // #nosec G115 -- elfcheck held the section inside the file
 	if _, err := r.ReadAt(strtab, strOff); err != nil {
@@ -98,14 +143,14 @@ func readSymbolSection(f *elf.File, r io.ReaderAt, sec *elf.Section, t *symTable
 	n := sec.Size / entSize
 	buf := make([]byte, symChunk*entSize)
 	var kept int64
-	for i := uint64(1); i < n && len(t.syms) < maxSymbols; { // entry 0 is all zeros
+	for i := uint64(1); i < n && len(*raw) < maxSymbols; { // entry 0 is all zeros
 		c := min(n-i, symChunk)
 		b := buf[:c*entSize]
 		at := int64(sec.Offset + i*entSize) // #nosec G115 -- i < n: inside the section, which elfcheck held inside the file
 		if _, err := r.ReadAt(b, at); err != nil {
 			return err
 		}
-		for ; len(b) > 0 && len(t.syms) < maxSymbols; b = b[entSize:] {
+		for ; len(b) > 0 && len(*raw) < maxSymbols; b = b[entSize:] {
 			var nameOff uint32
 			var info byte
 			var shndx uint16
@@ -131,18 +176,23 @@ func readSymbolSection(f *elf.File, r io.ReaderAt, sec *elf.Section, t *symTable
 			if len(name) == 0 || name[0] == '$' || len(name) > 1 && name[0] == '.' && name[1] == 'L' {
 				continue
 			}
-			t.syms = append(t.syms, symbol{addr: value, size: size, name: string(name)})
-			kept += symbolBytes + int64(len(name))
+			*raw = append(*raw, rawSym{addr: value, size: size, name: name})
+			kept += rawSymBytes
 			if kept >= 1<<20 {
 				if err := grow(kept); err != nil {
 					return err
 				}
+				*held += kept
 				kept = 0
 			}
 		}
 		i += c
 	}
-	return grow(kept)
+	if err := grow(kept); err != nil {
+		return err
+	}
+	*held += kept
+	return nil
 }
 
 // cString is the NUL-terminated string at off in tab; empty when off is
@@ -161,41 +211,72 @@ func cString(tab []byte, off uint32) []byte {
 // lookup returns the symbol covering addr. A sized symbol covers exactly its
 // range; a zero-sized one (hand-written assembly) extends to the next symbol.
 func (t *symTable) lookup(addr uint64) (string, bool) {
-	i, found := slices.BinarySearchFunc(t.syms, addr, func(s symbol, a uint64) int {
-		switch {
-		case s.addr < a:
-			return -1
-		case s.addr > a:
-			return 1
-		}
-		return 0
-	})
+	i, found := slices.BinarySearch(t.addrs, addr)
 	if !found {
 		i-- // the last symbol starting below addr
 	}
 	if i < 0 {
 		return "", false
 	}
-	s := &t.syms[i]
-	if s.size > 0 {
-		if addr-s.addr < s.size {
-			return s.name, true
+	if size := uint64(t.sizes[i]); size > 0 {
+		if addr-t.addrs[i] < size {
+			return t.name(i), true
 		}
 		return "", false
 	}
-	if i+1 < len(t.syms) && addr >= t.syms[i+1].addr {
+	if i+1 < len(t.addrs) && addr >= t.addrs[i+1] {
 		return "", false
 	}
 	if addr >= t.execEnd {
 		return "", false
 	}
-	return s.name, true
+	return t.name(i), true
 }
 
-func (t *symTable) size() int64 {
-	n := int64(len(t.syms)) * symbolBytes
-	for _, s := range t.syms {
-		n += int64(len(s.name))
+// name decompresses symbol i's block and returns its name.
+func (t *symTable) name(i int) string {
+	b := i / namesPerBlock
+	end := len(t.names)
+	if b+1 < len(t.blocks) {
+		end = int(t.blocks[b+1])
 	}
-	return n
+	block, err := s2.Decode(nil, t.names[t.blocks[b]:end])
+	if err != nil {
+		return "" // never: the agent compressed it
+	}
+	for range i % namesPerBlock {
+		block = block[bytes.IndexByte(block, 0)+1:]
+	}
+	return string(block[:bytes.IndexByte(block, 0)])
+}
+
+// find returns the address of the symbol called name (once per Go binary:
+// runtime.text), scanning every block.
+func (t *symTable) find(name string) (uint64, bool) {
+	for b := range t.blocks {
+		end := len(t.names)
+		if b+1 < len(t.blocks) {
+			end = int(t.blocks[b+1])
+		}
+		block, err := s2.Decode(nil, t.names[t.blocks[b]:end])
+		if err != nil {
+			return 0, false
+		}
+		for i := b * namesPerBlock; len(block) > 0; i++ {
+			n := bytes.IndexByte(block, 0)
+			if string(block[:n]) == name {
+				return t.addrs[i], true
+			}
+			block = block[n+1:]
+		}
+	}
+	return 0, false
+}
+
+func (t *symTable) len() int            { return len(t.addrs) }
+func (t *symTable) addrAt(i int) uint64 { return t.addrs[i] }
+
+// size is what the table holds.
+func (t *symTable) size() int64 {
+	return int64(len(t.addrs))*symbolBytes + int64(len(t.names)) + int64(len(t.blocks))*4
 }
