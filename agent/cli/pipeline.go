@@ -107,6 +107,10 @@ func newProfiler(f runFlags, senv service.Env) (*profiler, error) {
 		return nil, nil
 	}
 	stacks.started(reg, log)
+	// What loading the programs took (their specs, the kernel's types:
+	// tens of MiB) goes back to the system now, not when the scavenger
+	// gets to it.
+	debug.FreeOSMemory()
 	sinks, sinkNames, err := p.openSinks(f, senv)
 	if err != nil {
 		p.close()

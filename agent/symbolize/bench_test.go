@@ -60,11 +60,13 @@ func BenchmarkUserCached32(b *testing.B) {
 }
 
 // BenchmarkSymbolTable loads the symbols of a large C++ library (LLVM's,
-// as clang installs it; a stand-in for libtorch_cpu's hundreds of
-// thousands of names) and reports what the table holds per symbol on the
+// as clang installs it, or $SLURMSCOPE_BENCH_ELF) and reports what the table holds per symbol on the
 // heap, and what a lookup costs.
 func BenchmarkSymbolTable(b *testing.B) {
 	path := "/usr/lib/x86_64-linux-gnu/libLLVM-14.so.1"
+	if p := os.Getenv("SLURMSCOPE_BENCH_ELF"); p != "" {
+		path = p // e.g. Debian's libtorch_cpu.so.1.13
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		b.Skip(err)

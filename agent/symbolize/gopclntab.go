@@ -10,7 +10,8 @@ import (
 
 // goTable resolves addresses through a Go pclntab.
 type goTable struct {
-	tab  *gosym.Table
+	pcln *pclnTable   // Go 1.18+: read in place
+	tab  *gosym.Table // older formats
 	size int64
 }
 
@@ -27,7 +28,7 @@ var pclntabMagics = [][]byte{
 const maxGoFuncs = 2 << 20
 
 // goFuncBytes is what debug/gosym holds per function (its Func and Sym and
-// their slices), measured by BenchmarkGoTableBytes.
+// their slices) for the formats before Go 1.18, which it reads.
 const goFuncBytes = 240
 
 // loadGoTable finds and parses the Go pclntab, or returns nil. The section
@@ -82,8 +83,10 @@ func loadGoTable(f *elf.File, r io.ReaderAt, loads []loadSeg, syms *symTable, is
 	if err != nil || !ok {
 		return nil, err
 	}
-	if err := grow(int64(nfunc) * goFuncBytes); err != nil {
-		return nil, err
+	if _, inPlace := newPclnTable(data, text); !inPlace {
+		if err := grow(int64(nfunc) * goFuncBytes); err != nil { // #nosec G115 -- nfunc is under maxGoFuncs (plausibleHeader)
+			return nil, err
+		}
 	}
 	return parsePclntab(data, text, loads), nil
 }
@@ -99,6 +102,12 @@ func parsePclntab(data []byte, text uint64, loads []loadSeg) (gt *goTable) {
 	}()
 	if !plausiblePclntab(data, ptrReader{order: binary.LittleEndian, ptrSize: 8}) {
 		return nil
+	}
+	if t, ok := newPclnTable(data, text); ok {
+		if t.nfunc == 0 || !inExec(loads, t.entry(0)) || !inExec(loads, t.entry(t.nfunc)-1) {
+			return nil
+		}
+		return &goTable{pcln: t, size: int64(len(data))}
 	}
 	tab, err := gosym.NewTable(nil, gosym.NewLineTable(data, text))
 	if err != nil || len(tab.Funcs) == 0 || len(tab.Funcs) > maxGoFuncs {
@@ -361,6 +370,13 @@ func (g *goTable) lookup(vaddr uint64) (out []resolved) {
 			out = nil
 		}
 	}()
+	if g.pcln != nil {
+		fn, file, line, ok := g.pcln.lookup(vaddr)
+		if !ok {
+			return nil
+		}
+		return []resolved{{function: fn, file: file, line: line}}
+	}
 	file, line, fn := g.tab.PCToLine(vaddr)
 	if fn == nil {
 		return nil

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/bits"
 	"os"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -194,6 +195,8 @@ type Loader struct {
 	// starting at once, all mapping libtorch) takes that build rather
 	// than parsing the file again.
 	flights map[fileID]*flight
+	// bigBuild: one build of a file over bigBuildBytes at a time.
+	bigBuild sync.Mutex
 }
 
 // flight is one file's build; done is closed when b is set.
@@ -653,8 +656,22 @@ func (l *Loader) land(led []fileID, builds []*built) {
 	}
 }
 
+// bigBuildBytes is the file size from which builds take turns: a PyTorch
+// job maps several such files (libtorch_cpu 120 MB, libdnnl 40 MB), each
+// build holding several times its table while it runs, and the syncers
+// building them side by side made the agent's peak memory.
+const bigBuildBytes = 16 << 20
+
 // build builds a file's table and its filled inner map.
 func (l *Loader) build(id fileID, build func() (*cfi.Table, error)) *built {
+	if id.size > bigBuildBytes {
+		l.bigBuild.Lock()
+		defer l.bigBuild.Unlock()
+		// What such a build holds is pointer-free (the section, rows,
+		// FDEs): collecting it four times as often is cheap, and keeps
+		// the heap near what is live rather than twice it.
+		defer debug.SetGCPercent(debug.SetGCPercent(25))
+	}
 	t0 := time.Now()
 	t, err := build()
 	b := &built{id: id, table: t}

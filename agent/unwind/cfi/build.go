@@ -444,14 +444,23 @@ func readRecords(r io.ReaderAt, off, n uint64) ([]byte, error) {
 // and after the last, and merges adjacent rows with the same rule.
 func (b *builder) finish(gap Kind) []Row {
 	b.stats.RowsBeforeMerge = len(b.rows)
-	var eh, dbg []fde
-	for _, f := range b.fdes {
-		if f.fromDebug {
-			dbg = append(dbg, f)
-		} else {
-			eh = append(eh, f)
+	// In place: .eh_frame's FDEs come first (parsed first), then
+	// .debug_frame's; the sort and the sweep reuse the slice.
+	eh, dbg := b.fdes, b.fdes[:0]
+	if i := slices.IndexFunc(b.fdes, func(f fde) bool { return f.fromDebug }); i >= 0 {
+		eh, dbg = b.fdes[:i:i], b.fdes[i:]
+		if slices.ContainsFunc(dbg, func(f fde) bool { return !f.fromDebug }) {
+			eh, dbg = nil, nil // never (build parses .eh_frame first): split by copying
+			for _, f := range b.fdes {
+				if f.fromDebug {
+					dbg = append(dbg, f)
+				} else {
+					eh = append(eh, f)
+				}
+			}
 		}
 	}
+	b.fdes = nil
 	byBegin := func(a, b fde) int {
 		switch {
 		case a.begin < b.begin:
@@ -521,7 +530,7 @@ const minGap = 16
 // sweep keeps the FDEs (sorted by begin) that do not overlap an earlier
 // kept one.
 func sweep(fdes []fde, st *Stats) []fde {
-	kept := fdes[:0:0]
+	kept := fdes[:0] // in place: it writes no further than it has read
 	var end uint64
 	for i, f := range fdes {
 		if i > 0 && len(kept) > 0 && f.begin < end {

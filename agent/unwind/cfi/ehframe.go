@@ -49,6 +49,13 @@ type parser struct {
 	data    []byte
 	secAddr uint64 // virtual address of data[0] (0 for .debug_frame)
 	cies    map[uint64]*cie
+	// The FDE being run, its CIE, its program and the program's
+	// callbacks, reused from one FDE to the next.
+	cur    fde
+	curCIE *cie
+	prog   program
+	emit   func(loc uint64, st *state)
+	setLoc func(r *reader) (uint64, error)
 }
 
 // entry returns the bounds of the entry at off: its body (after the
@@ -272,26 +279,28 @@ func (p *parser) fde(r *reader, cieOff uint64) error {
 	if len(p.b.fdes) >= p.b.lim.MaxFDEs {
 		return errTooMany
 	}
-	f := fde{begin: begin, end: end, first: len(p.b.rows), fromDebug: p.kind == debugFrame}
-	prog := &program{
-		c: c, st: c.initial, initial: &c.initial, loc: begin, end: end,
-		emit: func(loc uint64, st *state) { p.b.addRow(&f, loc, st.rule(c.signal)) },
-		setLoc: func(r *reader) (uint64, error) {
-			return r.pointer(c.fdeEnc, p.secAddr, 0)
-		},
+	// One program and one current FDE for the whole section, their
+	// callbacks bound once: libtorch_cpu has hundreds of thousands of FDEs.
+	p.cur, p.curCIE = fde{begin: begin, end: end, first: len(p.b.rows), fromDebug: p.kind == debugFrame}, c
+	f := &p.cur
+	if p.emit == nil {
+		p.emit = func(loc uint64, st *state) { p.b.addRow(&p.cur, loc, st.rule(p.curCIE.signal)) }
+		p.setLoc = func(r *reader) (uint64, error) { return r.pointer(p.curCIE.fdeEnc, p.secAddr, 0) }
 	}
+	prog := &p.prog
+	*prog = program{c: c, st: c.initial, initial: &c.initial, loc: begin, end: end, emit: p.emit, setLoc: p.setLoc, stack: prog.stack[:0]}
 	if err := prog.run(r.b[r.pos:]); err != nil {
 		// What the program said before the error holds; from its current
 		// location on nothing is known.
 		f.unsupported = true
 		if prog.loc < end {
-			p.b.addRow(&f, prog.loc, Rule{Kind: KindUnsupported})
+			p.b.addRow(f, prog.loc, Rule{Kind: KindUnsupported})
 		}
 		p.b.stats.BadPrograms++
 	}
 	if len(p.b.rows) > p.b.lim.MaxRows {
 		return errTooMany
 	}
-	p.b.fdes = append(p.b.fdes, f)
+	p.b.fdes = append(p.b.fdes, *f)
 	return nil
 }

@@ -88,6 +88,7 @@ func main() {
 	flag.StringVar(&o.python, "python", "/usr/bin/python3.11", "the interpreter of --load python")
 	agentFlags := flag.String("agent-flags", "", "extra flags for the agent, space-separated (e.g. --unwind=fp)")
 	flag.StringVar(&o.cpuProfile, "agent-cpu-profile", "", "write the agent's own Go CPU profile of the steady state to this file (go tool pprof reads it)")
+	flag.StringVar(&o.allocProfile, "agent-alloc-profile", "", "write the agent's Go allocation profile of the whole run, taken at its end, to this file (go tool pprof -sample_index=alloc_space)")
 	flag.Parse()
 	if o.procs == 0 {
 		o.procs = runtime.NumCPU()
@@ -171,6 +172,7 @@ type loadOpts struct {
 	churnRate, churnPython int
 	agentFlags             []string
 	cpuProfile             string
+	allocProfile           string
 }
 
 // command returns how to start one busy process of the load.
@@ -315,11 +317,11 @@ func bench(c config, o loadOpts) error {
 	metricsAddr := "127.0.0.1:19810"
 	args := append([]string{"run", "--output-dir", out, "--upload-interval", c.interval.String(),
 		"--sample-rate", strconv.Itoa(c.rate), "--metrics-addr", metricsAddr, "--node-name", "bench", "--slurm-cgroup-v2-parent", job.Parent}, o.agentFlags...)
-	if o.cpuProfile != "" {
+	if o.cpuProfile != "" || o.allocProfile != "" {
 		args = append(args, "--debug.pprof")
 	}
 	fmt.Printf("load: %d busy %s processes in simulated job %s, %d Hz, %v interval, agent flags %q\n", o.procs, o.kind, jobID, c.rate, c.interval, o.agentFlags)
-	ours := tool{name: "slurmscope", argv: append([]string{agent}, args...), out: out, metricsAddr: metricsAddr, cpuProfile: o.cpuProfile}
+	ours := tool{name: "slurmscope", argv: append([]string{agent}, args...), out: out, metricsAddr: metricsAddr, cpuProfile: o.cpuProfile, allocProfile: o.allocProfile}
 	r, err := measure(ours, c.duration, counted, work)
 	if err != nil {
 		return err
@@ -343,7 +345,7 @@ type tool struct {
 	argv []string
 	// The agent's: its output dir (the first profile written ends
 	// start-up), its /metrics and where its own CPU profile goes.
-	out, metricsAddr, cpuProfile string
+	out, metricsAddr, cpuProfile, allocProfile string
 }
 
 // result is what measure found of one profiler on the load.
@@ -431,6 +433,13 @@ func measure(t tool, d time.Duration, counted, work string) (*result, error) {
 			fmt.Printf("agent CPU profile of the steady state: %s (go tool pprof -top %s)\n", t.cpuProfile, t.cpuProfile)
 		}
 	}
+	if t.allocProfile != "" {
+		if err := fetch("http://"+t.metricsAddr+"/debug/pprof/allocs", t.allocProfile); err != nil {
+			fmt.Fprintln(os.Stderr, "bench: the agent's allocation profile:", err)
+		} else {
+			fmt.Printf("agent allocation profile: %s (go tool pprof -sample_index=alloc_space -top %s)\n", t.allocProfile, t.allocProfile)
+		}
+	}
 	if t.metricsAddr != "" {
 		if r.metrics, err = scrape("http://" + t.metricsAddr + "/metrics"); err != nil {
 			return fail(fmt.Errorf("scraping the agent: %w", err))
@@ -444,6 +453,9 @@ func measure(t tool, d time.Duration, counted, work string) (*result, error) {
 		r.bpfPerSample = float64(runtime.Nanoseconds()) / float64(runs)
 	}
 	r.otherBPF = bpfEnd.other.runtime - bpfMid.other.runtime
+	if os.Getenv("SLURMSCOPE_BENCH_DEBUG") != "" {
+		fmt.Fprintf(os.Stderr, "bpf stats from program %d: mid %+v, end %+v\n", firstID, bpfMid, bpfEnd)
+	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	var werr error
 	select {
