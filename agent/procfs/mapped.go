@@ -30,11 +30,7 @@ func (m Mapped) OpenMapping(pid int, mp Mapping) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	max := m.MaxSize
-	if max <= 0 {
-		max = 4 << 30
-	}
-	f, err := m.FS.Open(JobFile{PID: pid, Mapping: &mp, UID: st.UID, MaxSize: max})
+	f, err := m.FS.Open(JobFile{PID: pid, Mapping: &mp, UID: st.UID, MaxSize: m.maxSize()})
 	if err != nil {
 		return nil, err
 	}
@@ -42,6 +38,28 @@ func (m Mapped) OpenMapping(pid int, mp Mapping) (*File, error) {
 		f.reads = m.Work.ReaderAt(m.owner(pid, st.UID), f.File)
 	}
 	return f, nil
+}
+
+// StatMapping identifies the file mapped at mp in process pid, opening
+// nothing for reading (FS.StatMapping). The uid matters only to a file
+// found by path, not through map_files, and is read only then.
+func (m Mapped) StatMapping(pid int, mp Mapping) (FileInfo, error) {
+	info, err := m.FS.StatMapping(pid, mp, -1, m.maxSize())
+	if err == nil || mp.Deleted {
+		return info, err
+	}
+	st, serr := m.FS.Status(pid)
+	if serr != nil {
+		return FileInfo{}, serr
+	}
+	return m.FS.StatMapping(pid, mp, st.UID, m.maxSize())
+}
+
+func (m Mapped) maxSize() int64 {
+	if m.MaxSize <= 0 {
+		return 4 << 30
+	}
+	return m.MaxSize
 }
 
 func (m Mapped) owner(pid, uid int) string {

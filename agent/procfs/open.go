@@ -145,6 +145,28 @@ func (p FS) Open(req JobFile) (*File, error) {
 	return reopen(fd, name, req.UID, req.MaxSize, want, true)
 }
 
+// StatMapping identifies the file mapped at m in process pid without
+// opening it for reading: Open's first step (O_PATH through map_files, or
+// by path inside the process's root, then fstat and the same checks), so
+// that a caller that knows the file by its identity reads nothing more.
+func (p FS) StatMapping(pid int, m Mapping, uid int, maxSize int64) (FileInfo, error) {
+	id := m.File()
+	mf := p.path(pid, "map_files/"+m.Range())
+	if fd, err := unix.Open(mf, unix.O_PATH|unix.O_CLOEXEC, 0); err == nil {
+		defer unix.Close(fd)
+		return check(fd, mf, -1, maxSize, &FileID{Ino: id.Ino}, false)
+	} else if m.Deleted {
+		return FileInfo{}, &fs.PathError{Op: "open", Path: mf, Err: err}
+	}
+	name := filepath.Join(p.path(pid, "root"), m.Path)
+	fd, err := p.resolve(pid, m.Path)
+	if err != nil {
+		return FileInfo{}, &fs.PathError{Op: "open", Path: name, Err: err}
+	}
+	defer unix.Close(fd)
+	return check(fd, name, uid, maxSize, &id, true)
+}
+
 // resolve opens path inside the root of process pid, O_PATH, following no
 // link.
 func (p FS) resolve(pid int, path string) (int, error) {

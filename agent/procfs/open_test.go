@@ -244,10 +244,17 @@ func TestOpenMapping(t *testing.T) {
 			t.Fatalf("by path: %v", err)
 		}
 		f.Close()
+		// StatMapping identifies what Open would open, by the same checks.
+		if info, err := p.StatMapping(7, m, me(), 100); err != nil || info != f.Info {
+			t.Errorf("StatMapping by path: %+v, %v; Open: %+v", info, err, f.Info)
+		}
 		wrong := m
 		wrong.Path = "/other.so"
 		if _, err := p.Open(JobFile{PID: 7, Mapping: &wrong, UID: me(), MaxSize: 100}); !errors.Is(err, ErrNotMapped) {
 			t.Errorf("another file at the path: %v, want ErrNotMapped", err)
+		}
+		if _, err := p.StatMapping(7, wrong, me(), 100); !errors.Is(err, ErrNotMapped) {
+			t.Errorf("StatMapping of another file at the path: %v, want ErrNotMapped", err)
 		}
 		sameIno := m
 		sameIno.Dev++ // the same inode number on another device is another file
@@ -275,6 +282,12 @@ func TestOpenMapping(t *testing.T) {
 		if _, err := p.Open(JobFile{PID: 7, Mapping: &deleted, UID: me(), MaxSize: 3}); !errors.Is(err, ErrTooLarge) {
 			t.Errorf("map_files over the limit: %v", err)
 		}
+		if info, err := p.StatMapping(7, deleted, me(), 100); err != nil || info.ID.Ino != st.Ino {
+			t.Errorf("StatMapping through map_files: %+v, %v", info, err)
+		}
+		if _, err := p.StatMapping(7, deleted, me(), 3); !errors.Is(err, ErrTooLarge) {
+			t.Errorf("StatMapping through map_files over the limit: %v", err)
+		}
 		// A range remapped since maps was read names another file now.
 		remapped := Mapping{Start: 0x5000, End: 0x6000, Dev: st.Dev, Inode: st.Ino, Path: "/lib.so", Deleted: true}
 		mustDo(t, os.Symlink(other, filepath.Join(proc, "7", "map_files", remapped.Range())))
@@ -286,6 +299,9 @@ func TestOpenMapping(t *testing.T) {
 		mustDo(t, os.Symlink(filepath.Join(root, "fifo"), filepath.Join(proc, "7", "map_files", fifo.Range())))
 		if _, err := p.Open(JobFile{PID: 7, Mapping: &fifo, UID: me(), MaxSize: 100}); !errors.Is(err, ErrNotRegular) {
 			t.Errorf("map_files to a FIFO: %v", err)
+		}
+		if _, err := p.StatMapping(7, fifo, me(), 100); !errors.Is(err, ErrNotRegular) {
+			t.Errorf("StatMapping of a FIFO through map_files: %v", err)
 		}
 	})
 }

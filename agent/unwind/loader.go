@@ -408,15 +408,26 @@ func (l *Loader) SyncProcess(pid int, startTicks uint64) (changed bool, err erro
 			prep(id, func() (*cfi.Table, error) { return t, nil })
 			targets = append(targets, target{m: m, id: id})
 		case m.FileBacked():
-			f, err := l.opts.Opener.OpenMapping(pid, m)
+			// Identified first: a file whose table is loaded (another
+			// process's, or idle) is not opened for reading at all.
+			info, err := l.opts.Opener.StatMapping(pid, m)
 			if err != nil {
 				l.count(func(s *Stats) { s.OpenErrors++ })
 				targets = append(targets, target{m: m, fp: true})
 				continue
 			}
-			id := identity(f)
-			prep(id, func() (*cfi.Table, error) { return cfi.Build(f.Reader(), id.size, l.opts.Limits) })
-			f.Close()
+			id := identityOf(info)
+			prep(id, func() (*cfi.Table, error) {
+				f, err := l.opts.Opener.OpenMapping(pid, m)
+				if err != nil {
+					return nil, fmt.Errorf("%w: %w", errOpen, err)
+				}
+				defer f.Close()
+				if identity(f) != id {
+					return nil, fmt.Errorf("%w: the mapped file changed while it was opened", errOpen)
+				}
+				return cfi.Build(f.Reader(), id.size, l.opts.Limits)
+			})
 			targets = append(targets, target{m: m, id: id})
 		default:
 			// Anonymous executable memory (JIT code, with perf maps) and
@@ -682,6 +693,9 @@ func (l *Loader) build(id fileID, build func() (*cfi.Table, error)) *built {
 	case errors.Is(err, budget.ErrWorkLimit):
 		l.stats.BuildsDeferred++
 		b.table, b.later = nil, true
+	case errors.Is(err, errOpen):
+		l.stats.OpenErrors++
+		b.table, b.later = nil, true
 	case err != nil:
 		l.stats.BuildErrors++
 		b.table = nil
@@ -921,9 +935,16 @@ func readSelfVDSO() ([]byte, error) {
 	return b, nil
 }
 
-func identity(f *procfs.File) fileID {
-	return fileID{dev: f.Info.ID.Dev, ino: f.Info.ID.Ino, size: f.Info.Size, mtime: f.Info.MtimeNsec}
+func identity(f *procfs.File) fileID { return identityOf(f.Info) }
+
+func identityOf(i procfs.FileInfo) fileID {
+	return fileID{dev: i.ID.Dev, ino: i.ID.Ino, size: i.Size, mtime: i.MtimeNsec}
 }
+
+// errOpen: the file identified could not be opened for its build (the
+// process went, or the file changed since): built at a later sync, not
+// taken for a file without a table.
+var errOpen = errors.New("unwind: open for the build")
 
 // mappingVaddr returns the ELF virtual address the mapping's first byte
 // stands for: through the executable segment the mapping covers. A

@@ -21,8 +21,8 @@ import (
 // fakeProcs serves made-up processes whose executable mappings are real
 // libraries, so that the loader builds real tables without real processes.
 type fakeProcs struct {
-	maps  map[int][]Mapping
-	opens int
+	maps         map[int][]Mapping
+	opens, stats int
 }
 
 var (
@@ -44,6 +44,19 @@ func (f *fakeProcs) OpenMapping(pid int, m Mapping) (*procfs.File, error) {
 		return nil, errors.New("refused")
 	}
 	return openPlain(m.Path)
+}
+
+func (f *fakeProcs) StatMapping(pid int, m Mapping) (procfs.FileInfo, error) {
+	f.stats++
+	if m.Path == "/nonexistent" {
+		return procfs.FileInfo{}, errors.New("refused")
+	}
+	fl, err := openPlain(m.Path)
+	if err != nil {
+		return procfs.FileInfo{}, err
+	}
+	fl.Close()
+	return fl.Info, nil
 }
 
 // openPlain opens a file as procfs.Open would describe it.
@@ -255,6 +268,12 @@ func (p *lockedProcs) OpenMapping(pid int, m Mapping) (*procfs.File, error) {
 	return p.f.OpenMapping(pid, m)
 }
 
+func (p *lockedProcs) StatMapping(pid int, m Mapping) (procfs.FileInfo, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.f.StatMapping(pid, m)
+}
+
 // A build that finds its job's read allowance spent is put off, not left
 // to frame pointers: the file is built at a later sync, once the allowance
 // has refilled.
@@ -426,9 +445,14 @@ func TestLoaderKeepsIdleTables(t *testing.T) {
 	if b := jobBytes("job a"); b != 0 {
 		t.Errorf("job a's share still holds %d bytes of an idle table", b)
 	}
-	// Another job's process maps libc: no build, the table is its job's.
+	// Another job's process maps libc: no build, the table is its job's,
+	// and the file is identified, not opened.
+	opens := fp.opens
 	if _, err := l.SyncProcess(101, 1); err != nil {
 		t.Fatal(err)
+	}
+	if fp.opens != opens {
+		t.Errorf("libc was opened %d times to reuse its idle table, want none", fp.opens-opens)
 	}
 	s = l.Stats()
 	if s.TablesBuilt != 1 || s.IdleReused != 1 || s.IdleTables != 0 || s.Tables != 1 {

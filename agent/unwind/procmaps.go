@@ -18,4 +18,7 @@ type MapsReader interface {
 // fstat said.
 type FileOpener interface {
 	OpenMapping(pid int, m Mapping) (*procfs.File, error)
+	// StatMapping identifies the mapped file without opening it for
+	// reading: a file whose table the loader has is not read again.
+	StatMapping(pid int, m Mapping) (procfs.FileInfo, error)
 }

@@ -132,6 +132,10 @@ func (c *current) OpenMapping(pid int, m unwind.Mapping) (*procfs.File, error) {
 	return c.p.OpenMapping(pid, m)
 }
 
+func (c *current) StatMapping(pid int, m unwind.Mapping) (procfs.FileInfo, error) {
+	return c.p.StatMapping(pid, m)
+}
+
 // frameList prints pcs with the recorded frame names.
 func frameList(s *replay.Snapshot, pcs []uint64) string {
 	names := map[uint64]string{}

@@ -73,6 +73,16 @@ func (s *Snapshot) fileOf(m procfs.Mapping) (int, error) {
 }
 
 // OpenMapping implements unwind.FileOpener.
+// StatMapping is the recorded file's identity.
+func (p *Process) StatMapping(_ int, m unwind.Mapping) (procfs.FileInfo, error) {
+	i, err := p.S.fileOf(m)
+	if err != nil {
+		return procfs.FileInfo{}, err
+	}
+	f := p.S.Files[i]
+	return procfs.FileInfo{ID: procfs.FileID{Dev: f.Dev, Ino: f.Ino}, Size: f.Size, MtimeNsec: f.Mtime}, nil
+}
+
 func (p *Process) OpenMapping(_ int, m unwind.Mapping) (*procfs.File, error) {
 	i, err := p.S.fileOf(m)
 	if err != nil {
