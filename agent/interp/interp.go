@@ -120,6 +120,10 @@ type MapsReader interface {
 // without following links, regular files only, sizes checked).
 type Opener interface {
 	OpenMapped(pid int, m procfs.Mapping) (File, error)
+	// StatMapped identifies the mapped file without opening it for
+	// reading (procfs.Mapped.StatMapping): a file inspected before is
+	// not read again.
+	StatMapped(pid int, m procfs.Mapping) (procfs.FileInfo, error)
 }
 
 // File is an opened mapped file.

@@ -625,6 +625,19 @@ func (t *Tracker) inspect(pid int, m Mapping, s *setup) (*Interpreter, error) {
 // inspectFile runs in the gate: it may outlive its caller, so it closes
 // what it opens and touches the tracker only under its lock.
 func (t *Tracker) inspectFile(pid int, m Mapping) (*Interpreter, error) {
+	// Identified first: a file inspected before (every process's libc,
+	// each python3's binary) is not opened again.
+	info, err := t.o.Open.StatMapped(pid, m)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %v", m.Path, err)
+	}
+	key := fileKey{dev: info.ID.Dev, ino: info.ID.Ino, size: info.Size, mtimeNsec: info.MtimeNsec}
+	t.mu.Lock()
+	r, ok := t.files[key]
+	t.mu.Unlock()
+	if ok {
+		return r.in, r.err
+	}
 	f, err := t.o.Open.OpenMapped(pid, m)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %v", m.Path, err)
@@ -634,15 +647,12 @@ func (t *Tracker) inspectFile(pid int, m Mapping) (*Interpreter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stat %s: %v", m.Path, err)
 	}
-	key := fileKey{size: fi.Size(), mtimeNsec: fi.ModTime().UnixNano()}
+	opened := fileKey{size: fi.Size(), mtimeNsec: fi.ModTime().UnixNano()}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		key.dev, key.ino = uint64(st.Dev), st.Ino
+		opened.dev, opened.ino = uint64(st.Dev), st.Ino
 	}
-	t.mu.Lock()
-	r, ok := t.files[key]
-	t.mu.Unlock()
-	if ok {
-		return r.in, r.err
+	if opened != key {
+		return nil, fmt.Errorf("open %s: the file changed while it was opened", m.Path)
 	}
 	in, err := t.o.Inspect(f, m.Path, t.o.Arch)
 	if errors.Is(err, budget.ErrWorkLimit) {

@@ -110,6 +110,12 @@ type fakeOpener struct{}
 
 func (fakeOpener) OpenMapped(pid int, m Mapping) (interp.File, error) { return fakeFile{m.Path}, nil }
 
+func (fakeOpener) StatMapped(pid int, m Mapping) (procfs.FileInfo, error) {
+	i := fakeInfo{m.Path}
+	st := i.Sys().(*syscall.Stat_t)
+	return procfs.FileInfo{ID: procfs.FileID{Dev: st.Dev, Ino: st.Ino}, Size: i.Size(), MtimeNsec: i.ModTime().UnixNano()}, nil
+}
+
 // A 3.12 process: libpython mapped at 0x7f0000000000, _PyRuntime at link
 // address 0x1000, one interpreter, one thread state, one code object.
 const (

@@ -199,6 +199,10 @@ func (o opener) OpenMapped(pid int, m procfs.Mapping) (interp.File, error) {
 	return mappedFile{r: f.Reader(), f: f}, nil
 }
 
+func (o opener) StatMapped(pid int, m procfs.Mapping) (procfs.FileInfo, error) {
+	return o.m.StatMapping(pid, m)
+}
+
 // mappedFile reads a mapped file only up to the size procfs checked.
 type mappedFile struct {
 	r *io.SectionReader

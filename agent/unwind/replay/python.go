@@ -9,6 +9,7 @@ import (
 
 	"github.com/slurmscope/slurmscope/agent/bpf"
 	"github.com/slurmscope/slurmscope/agent/interp"
+	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/python"
 )
 
@@ -83,6 +84,16 @@ func (p SnapshotPython) OpenMapped(_ int, m python.Mapping) (interp.File, error)
 	}
 	f := p.S.Files[i]
 	return &ImageFile{Image: p.S.FileImage(i), Info: NewFileInfo(f)}, nil
+}
+
+// StatMapped is the recorded file's identity, as its ImageFile's Stat.
+func (p SnapshotPython) StatMapped(_ int, m python.Mapping) (procfs.FileInfo, error) {
+	i, err := p.S.fileOf(m)
+	if err != nil {
+		return procfs.FileInfo{}, err
+	}
+	f := p.S.Files[i]
+	return procfs.FileInfo{ID: procfs.FileID{Dev: f.Dev, Ino: f.Ino}, Size: f.Size, MtimeNsec: time.Unix(0, f.Mtime).UnixNano()}, nil
 }
 
 func (p SnapshotPython) Memory(interp.Process) python.Memory { return memImage{p.S.MemoryImage()} }

@@ -481,6 +481,18 @@ func (l *live) OpenMapped(_ int, m python.Mapping) (interp.File, error) {
 	return &recFile{File: f, reads: rs}, nil
 }
 
+func (l *live) StatMapped(_ int, m python.Mapping) (procfs.FileInfo, error) {
+	fi, err := os.Stat(m.Path)
+	if err != nil {
+		return procfs.FileInfo{}, err
+	}
+	info := procfs.FileInfo{Size: fi.Size(), MtimeNsec: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		info.ID = procfs.FileID{Dev: st.Dev, Ino: st.Ino}
+	}
+	return info, nil
+}
+
 func (l *live) Memory(interp.Process) python.Memory { return recMemory{l} }
 
 type recFile struct {
