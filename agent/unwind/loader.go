@@ -169,7 +169,8 @@ type ShareKey struct {
 }
 
 // Loader builds the unwind tables of processes' mapped files, loads them
-// into the shared BPF maps, and keeps them while a process maps them.
+// into the shared BPF maps, and keeps them while a process maps them (and
+// after, idle, within Options.IdleTableBytes).
 // It is safe for concurrent use; files are read and tables built outside
 // its lock, so one process's large or slow file does not hold up another.
 type Loader struct {
