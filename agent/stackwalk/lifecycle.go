@@ -317,6 +317,35 @@ func (l *lifecycle) known() []procfs.ID {
 	return out
 }
 
+// live returns the processes not found gone yet: the ones the sweep
+// reads. One found gone is not read again; expired ends it.
+func (l *lifecycle) live() []procfs.ID {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]procfs.ID, 0, len(l.procs))
+	for _, p := range l.procs {
+		if p.dead.IsZero() {
+			out = append(out, p.id)
+		}
+	}
+	return out
+}
+
+// expired forgets the processes found gone an exit grace ago and returns
+// them, for their interpreter state to go.
+func (l *lifecycle) expired(now time.Time) []procfs.ID {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []procfs.ID
+	for pid, p := range l.procs {
+		if !p.dead.IsZero() && now.Sub(p.dead) >= l.exitGrace {
+			delete(l.procs, pid)
+			out = append(out, p.id)
+		}
+	}
+	return out
+}
+
 // gone handles a process the sweep found gone: its tables go at once
 // (they serve only live processes), its interpreter state after the exit
 // grace, for the samples still to be drained. It reports what to unload.

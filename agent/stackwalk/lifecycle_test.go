@@ -249,12 +249,19 @@ func TestLifecycleUnknownBackoff(t *testing.T) {
 // An exited process loses its tables at once and its interpreter state
 // after the exit grace; a process the daemon forgot is gone at once.
 func TestLifecycleSweep(t *testing.T) {
-	a := &admissions{yes: map[int]bool{80: true, 81: true}}
+	a := &admissions{yes: map[int]bool{80: true, 81: true, 82: true}}
 	l := newTestLifecycle(a)
 	l.announced(announce(pid(80), 0xa, both), t0)
 	l.announced(announce(pid(81), 0xa, both), t0)
 	if tables, forget := l.gone(pid(80), t0); !tables || forget {
 		t.Errorf("first found gone: tables %v forget %v, want true false", tables, forget)
+	}
+	// Found gone, it is no longer read; its state goes after the grace.
+	if live := l.live(); len(live) != 1 || live[0] != pid(81) {
+		t.Errorf("live after 80 was found gone: %v, want 81 only", live)
+	}
+	if e := l.expired(t0.Add(time.Minute)); len(e) != 0 {
+		t.Errorf("expired within the grace: %v", e)
 	}
 	if tables, forget := l.gone(pid(80), t0.Add(time.Minute)); tables || forget {
 		t.Errorf("within the grace: tables %v forget %v", tables, forget)
@@ -265,6 +272,12 @@ func TestLifecycleSweep(t *testing.T) {
 	l.forget(pid(81))
 	if k := l.known(); len(k) != 0 {
 		t.Errorf("still known: %v", k)
+	}
+	// Expiry without a read: found gone, then forgotten by expired alone.
+	l.announced(announce(pid(82), 0xa, both), t0)
+	l.gone(pid(82), t0)
+	if e := l.expired(t0.Add(2 * time.Minute)); len(e) != 1 || e[0] != pid(82) || len(l.known()) != 0 {
+		t.Errorf("expired after the grace: %v, known %v", e, l.known())
 	}
 	// A new process under a pid replaces the old one's record.
 	l.announced(announce(procfs.ID{PID: 80, Start: 900}, 0xa, both), t0)

@@ -485,7 +485,12 @@ func (w *Walker) resyncUnknown(now time.Time) {
 }
 
 func (w *Walker) sweep(now time.Time) {
-	for _, id := range w.life.known() {
+	// A process found gone is not read again: under process churn the
+	// ones within their exit grace outnumber the live ones.
+	for _, id := range w.life.expired(now) {
+		w.unload(id, true)
+	}
+	for _, id := range w.life.live() {
 		cur, err := w.o.Proc.ID(id.PID)
 		if err == nil && cur == id {
 			continue
