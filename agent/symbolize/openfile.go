@@ -35,8 +35,10 @@ func openErrKind(err error) ErrorKind {
 	return ErrOpenFile
 }
 
-func identityOf(f *procfs.File) fileIdentity {
-	return fileIdentity{dev: f.Info.ID.Dev, ino: f.Info.ID.Ino, size: f.Info.Size, mtimeNsec: f.Info.MtimeNsec}
+func identityOf(f *procfs.File) fileIdentity { return identityOfInfo(f.Info) }
+
+func identityOfInfo(i procfs.FileInfo) fileIdentity {
+	return fileIdentity{dev: i.ID.Dev, ino: i.ID.Ino, size: i.Size, mtimeNsec: i.MtimeNsec}
 }
 
 // transient reports whether a failure may go away by itself.
@@ -103,6 +105,15 @@ type loaded struct {
 // form: from the cache, from another caller's parse of the same file, or
 // parsed now. It touches nothing but the cache: it runs under the guard.
 func (s *Symbolizer) loadFile(pid int, m *procfs.Mapping, uid int, owner string, progress func()) loaded {
+	// Identified first, by Open's checks without the open: a file parsed
+	// for another process (every process's libc) is not opened again.
+	if info, err := s.opts.Proc.StatMapping(pid, *m, uid, s.opts.MaxFileBytes); err == nil {
+		id := identityOfInfo(info)
+		if obj := s.lookupFile(id); obj != nil {
+			s.count(func(st *Stats) { st.FileCacheHits++ })
+			return loaded{id: id, obj: obj}
+		}
+	}
 	f, err := s.opts.Proc.Open(procfs.JobFile{PID: pid, Mapping: m, UID: uid, MaxSize: s.opts.MaxFileBytes})
 	if err != nil {
 		return loaded{kind: openErrKind(err)}
