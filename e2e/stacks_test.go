@@ -41,6 +41,18 @@ type stackJob struct {
 	// life.
 	leaf           string
 	cpuBefore, cpu time.Duration
+	// measured is what the workload measured itself: its stdout lines
+	// "measured <what> <seconds of CPU>".
+	measured sync.Map
+}
+
+// measuredCPU is the CPU time the workload said it spent in what.
+func (j *stackJob) measuredCPU(what string) (time.Duration, bool) {
+	v, ok := j.measured.Load(what)
+	if !ok {
+		return 0, false
+	}
+	return time.Duration(v.(float64) * float64(time.Second)), true
 }
 
 // sampledShare is the least share of its CPU time a job's CPU samples
@@ -216,7 +228,7 @@ func TestStacks(t *testing.T) {
 			}
 			cpuRun := jobRun{ss: readSamples(t, filepath.Join(out, j.id), "process_cpu-"), cpu: j.cpu, hz: stackHz}
 			checkSampled(t, cpuRun, j.sampledShare())
-			j.check(t, jobRun{ss: ss, cpu: j.cpu, hz: stackHz})
+			j.check(t, jobRun{ss: ss, cpu: j.cpu, hz: stackHz, measured: j.measuredCPU})
 			if j.cpuCheck != nil {
 				j.cpuCheck(t, cpuRun)
 			}
@@ -399,6 +411,11 @@ func (r *jobRunner) start(j *stackJob) *runningJob {
 			if sc.Text() == "ready" && !once {
 				once = true
 				close(ready)
+			}
+			var what string
+			var secs float64
+			if n, _ := fmt.Sscanf(sc.Text(), "measured %s %g", &what, &secs); n == 2 {
+				j.measured.Store(what, secs)
 			}
 		}
 		io.Copy(io.Discard, stdout)
