@@ -50,6 +50,12 @@ GPU kernels. It asks the same engine the Grafana datasource uses; a
 --since longer than Pyroscope's max_query_length is asked for a chunk at
 a time.
 
+Exit status: 0 the report; 1 a backend failed; 2 bad usage; 3 no data:
+the backends hold no profile, series or node of the job in the range
+(a mistyped job id, a range that misses the job, or no agent on its
+nodes). Then the report is replaced by a note saying so on stderr, or,
+with --json, by an object with "no_data": true on stdout.
+
 `)
 		fs.PrintDefaults()
 	}
@@ -66,6 +72,12 @@ a time.
 			break
 		}
 		pos, rest = append(pos, fs.Arg(0)), fs.Args()[1:]
+	}
+	if len(pos) == 1 && isArrayTaskID(pos[0]) {
+		id := printable.String(pos[0], "")
+		fmt.Fprintf(stderr, "slurmscope job: %s is an array job's task: its profiles and metrics are under the task's own job id; "+
+			"give that (JobIDRaw in 'sacct -j %s -o JobID,JobIDRaw')\n", id, id)
+		return 2
 	}
 	if len(pos) != 1 || !isJobID(pos[0]) {
 		fmt.Fprintln(stderr, "slurmscope job: want exactly one job id (digits)")
@@ -120,16 +132,104 @@ a time.
 		fmt.Fprintf(stderr, "slurmscope job: %s\n", printable.String(err.Error(), ""))
 		return 1
 	}
+	if noData(rep) {
+		nd := noDataReport{Error: fmt.Sprintf("no data for job %s from %s to %s", rep.JobID, rep.From, rep.To),
+			NoData: true, JobID: rep.JobID, From: rep.From, To: rep.To, Since: since.String(),
+			Hints: noDataHints(rep.JobID, *since), Warnings: rep.Warnings}
+		if nd.Warnings == nil {
+			nd.Warnings = []string{}
+		}
+		if *asJSON {
+			if err := writeJSON(stdout, nd); err != nil {
+				return 1
+			}
+			return exitNoData
+		}
+		fmt.Fprintf(stderr, "slurmscope job: %s (--since %s): the backends hold no profile, series or node of it\n", nd.Error, nd.Since)
+		for _, warn := range rep.Warnings {
+			fmt.Fprintf(stderr, "note: %s\n", printable.String(warn, ""))
+		}
+		for _, h := range nd.Hints {
+			fmt.Fprintf(stderr, "  - %s\n", h)
+		}
+		return exitNoData
+	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		if err := writeJSON(stdout, jsonReport(rep)); err != nil {
 			return 1
 		}
 		return 0
 	}
 	printJob(stdout, rep)
 	return 0
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// noData says whether the backends returned nothing at all for the job:
+// no node, no profile, no series. An empty findings list is no sign: a
+// job that was judged and found fine has none either.
+func noData(r *query.JobReport) bool {
+	return len(r.Nodes) == 0 && len(r.Host) == 0 && len(r.GPUs) == 0 && len(r.IdleGPUs) == 0 &&
+		r.CPUTotal == 0 && len(r.TopCPU) == 0 && r.GPUProfile == "" && len(r.TopKernels) == 0
+}
+
+// noDataReport is what `slurmscope job --json` prints in place of the
+// report when there is no data for the job.
+type noDataReport struct {
+	Error    string   `json:"error"`
+	NoData   bool     `json:"no_data"`
+	JobID    string   `json:"job_id"`
+	From     string   `json:"from"`
+	To       string   `json:"to"`
+	Since    string   `json:"since"`
+	Hints    []string `json:"hints"`
+	Warnings []string `json:"warnings"`
+}
+
+func noDataHints(jobID string, since time.Duration) []string {
+	return []string{
+		fmt.Sprintf("check the job id %s ('sacct -j %s' or 'squeue -j %s')", jobID, jobID, jobID),
+		fmt.Sprintf("the range is the %s before --to: a job that ran earlier needs a longer --since, or --to set near its end", since),
+		"the slurmscope agent must have run on the job's nodes while it ran, sending to these Pyroscope and Prometheus servers (and --tenant)",
+		"each task of an array job has its own job id: give that, not the array's (for task 5 of array 1234, JobIDRaw in 'sacct -j 1234_5 -o JobID,JobIDRaw')",
+	}
+}
+
+// jsonReport returns r with every list that has no omitempty set to []
+// where it is nil, so that the JSON never holds null for a list.
+func jsonReport(r *query.JobReport) *query.JobReport {
+	c := *r
+	if c.Findings == nil {
+		c.Findings = []findings.Finding{}
+	}
+	if c.Nodes == nil {
+		c.Nodes = []string{}
+	}
+	if c.Host == nil {
+		c.Host = []query.HostStats{}
+	}
+	if c.GPUs == nil {
+		c.GPUs = []query.GPUStats{}
+	}
+	if c.IdleGPUs == nil {
+		c.IdleGPUs = []query.GPUStats{}
+	}
+	if c.TopCPU == nil {
+		c.TopCPU = []query.FuncStats{}
+	}
+	return &c
+}
+
+// isArrayTaskID says whether s names an array job's task as SLURM
+// writes it: 1234_5, or 1234_[1-3] for several.
+func isArrayTaskID(s string) bool {
+	base, task, ok := strings.Cut(s, "_")
+	return ok && isJobID(base) && task != ""
 }
 
 func isJobID(s string) bool {

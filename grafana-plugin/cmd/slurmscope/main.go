@@ -9,13 +9,23 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/slurmscope/slurmscope/internal/version"
 )
 
 func main() { os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr)) }
 
+// Exit codes every command returns.
+const (
+	exitOK     = 0
+	exitFail   = 1 // a backend or the output failed
+	exitUsage  = 2 // bad usage or input
+	exitNoData = 3 // the backends hold nothing for what was asked
+)
+
 // command is one subcommand. run gets the arguments after the command's
-// name and returns the exit code: 0 success, 1 failure, 2 bad usage or
-// input.
+// name and returns the exit code: exitOK, exitFail, exitUsage or
+// exitNoData.
 type command struct {
 	summary string
 	run     func(args []string, stdout, stderr io.Writer) int
@@ -40,8 +50,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	switch args[0] {
-	case "-h", "--help", "help":
+	case "-h", "-help", "--help", "help":
 		usage(stdout)
+		return 0
+	case "-version", "--version":
+		fmt.Fprintln(stdout, version.Get().String("slurmscope"))
 		return 0
 	}
 	if c, ok := commands[args[0]]; ok {
@@ -63,6 +76,13 @@ func usage(w io.Writer) {
 	for _, name := range names {
 		fmt.Fprintf(&b, "  %-8s %s\n", name, commands[name].summary)
 	}
-	b.WriteString("\nRun 'slurmscope <command> --help' for its flags.\n")
+	b.WriteString(`
+Run 'slurmscope <command> --help' for its flags; 'slurmscope --version'
+prints the version.
+
+Exit status: 0 success, 1 a failure (a backend's error), 2 bad usage or
+input, 3 no data: the backends hold nothing for what was asked (for job,
+no profiles or metrics of that job in the range).
+`)
 	io.WriteString(w, b.String())
 }
