@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -24,6 +25,7 @@ import (
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/plugin"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/querytype"
+	"github.com/slurmscope/slurmscope/internal/testenv"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -875,13 +877,26 @@ func TestSystemdUnit(t *testing.T) {
 		}
 	}
 	svc := sections["Service"]
-	for k, want := range map[string]string{"Restart": "always", "User": "root", "EnvironmentFile": "/etc/slurmscope/agent.env"} {
+	// A configuration error exits 2 (cli.Main) and is not restarted.
+	for k, want := range map[string]string{"Restart": "on-failure", "RestartPreventExitStatus": "2", "User": "root",
+		"EnvironmentFile": "/etc/slurmscope/agent.env", "UMask": "0077", "ProtectSystem": "strict"} {
 		if len(svc[k]) != 1 || svc[k][0] != want {
 			t.Errorf("unit: %s=%v, want %s", k, svc[k], want)
 		}
 	}
-	if len(sections["Install"]["WantedBy"]) == 0 || len(svc["CapabilityBoundingSet"]) == 0 {
-		t.Error("unit: want [Install] WantedBy and a CapabilityBoundingSet")
+	if len(sections["Install"]["WantedBy"]) == 0 || len(svc["CapabilityBoundingSet"]) != 1 {
+		t.Fatal("unit: want [Install] WantedBy and one CapabilityBoundingSet")
+	}
+	if len(sections["Unit"]["StartLimitBurst"]) == 0 || len(sections["Unit"]["StartLimitIntervalSec"]) == 0 {
+		t.Error("unit: want a start limit (StartLimitBurst, StartLimitIntervalSec)")
+	}
+	// What the agent uses: kernel symbols (kallsyms reads as zeros
+	// without CAP_SYSLOG) and its table loaders' priority (CAP_SYS_NICE).
+	caps := strings.Fields(svc["CapabilityBoundingSet"][0])
+	for _, c := range []string{"CAP_BPF", "CAP_PERFMON", "CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH", "CAP_SYSLOG", "CAP_SYS_NICE"} {
+		if !slices.Contains(caps, c) {
+			t.Errorf("unit: CapabilityBoundingSet lacks %s", c)
+		}
 	}
 	if len(svc["ExecStart"]) != 1 {
 		t.Fatalf("unit: ExecStart %v", svc["ExecStart"])
@@ -891,18 +906,41 @@ func TestSystemdUnit(t *testing.T) {
 	if len(args) < 2 || filepath.Base(args[0]) != "slurmscope-agent" || args[1] != "run" {
 		t.Fatalf("unit: ExecStart %q: want slurmscope-agent run ...", svc["ExecStart"][0])
 	}
-	// systemd splits $VAR at whitespace.
+	// systemd splits $VAR at whitespace; an unset one adds nothing, and
+	// the example names it in a comment.
+	b, _ := os.ReadFile(filepath.Join(root, "deploy", "slurmscope-agent.env"))
 	var flags []string
 	for _, a := range args[2:] {
 		if strings.HasPrefix(a, "$") {
-			v, ok := env[strings.Trim(a, "${}")]
-			if !ok {
-				t.Errorf("unit: %s is not set in slurmscope-agent.env", a)
+			name := strings.Trim(a, "${}")
+			v, ok := env[name]
+			if !ok && !strings.Contains(string(b), "\n#"+name+"=") {
+				t.Errorf("unit: %s is neither set nor shown in slurmscope-agent.env", a)
 			}
 			flags = append(flags, strings.Fields(v)...)
 		} else {
 			flags = append(flags, a)
 		}
+	}
+	// systemd does not expand variables in an EnvironmentFile: a value
+	// that names one, set or commented out, passes "$X" to the agent.
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(strings.TrimPrefix(line, "#"), "="); ok && !strings.Contains(k, " ") && strings.Contains(v, "$") {
+			t.Errorf("slurmscope-agent.env: %q names a variable, which systemd does not expand", line)
+		}
+	}
+	// One metrics path by default: /metrics on loopback with remote
+	// write, or scraped from every node, never both (each series twice).
+	var exposed, pushed bool
+	for _, f := range flags {
+		if a, ok := strings.CutPrefix(f, "--metrics-addr="); ok {
+			host, _, _ := strings.Cut(a, ":")
+			exposed = host != "127.0.0.1" && host != "localhost" && host != "[::1]"
+		}
+		pushed = pushed || strings.HasPrefix(f, "--prometheus-remote-write-url=")
+	}
+	if exposed && pushed {
+		t.Error("slurmscope-agent.env: /metrics is served beyond loopback and pushed by remote write: each series twice")
 	}
 	// Every flag must be one that `slurmscope-agent run` has.
 	var stdout, stderr bytes.Buffer
@@ -925,11 +963,28 @@ func TestSystemdUnit(t *testing.T) {
 		}
 	}
 	// The example's commented-out flags must exist too.
-	b, _ := os.ReadFile(filepath.Join(root, "deploy", "slurmscope-agent.env"))
 	for _, m := range regexp.MustCompile(`--([a-z][a-z0-9.-]*[a-z0-9])`).FindAllStringSubmatch(string(b), -1) {
 		if m[1] != "help" && !known[m[1]] {
 			t.Errorf("slurmscope-agent.env: --%s is not a flag of slurmscope-agent run", m[1])
 		}
+	}
+}
+
+// TestSystemdUnitSecurity holds the unit's hardening to systemd's own
+// rating: under 5 ("OK"; it was 7.5 "EXPOSED"), read from the file
+// without a running systemd.
+func TestSystemdUnitSecurity(t *testing.T) {
+	testenv.RequireIntegration(t, testenv.Tools("systemd-analyze"))
+	out, err := exec.Command("systemd-analyze", "security", "--offline=true", "--no-pager",
+		filepath.Join(root, "deploy", "slurmscope-agent.service")).CombinedOutput()
+	m := regexp.MustCompile(`Overall exposure level for \S+: ([0-9.]+)`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("systemd-analyze security: %v\n%s", err, out)
+	}
+	level, _ := strconv.ParseFloat(string(m[1]), 64)
+	t.Logf("exposure %.1f", level)
+	if level >= 5 {
+		t.Errorf("systemd-analyze security rates the unit %.1f, want under 5:\n%s", level, out)
 	}
 }
 
