@@ -8,9 +8,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/slurmscope/slurmscope/agent/daemon"
 	"github.com/slurmscope/slurmscope/agent/service"
@@ -121,53 +123,104 @@ const DefaultDir = "/var/lib/slurmscope/profiles"
 
 // Kind writes profiles to --output-dir; where no other delivery backend is
 // set, to DefaultDir.
-type Kind struct{ root string }
+type Kind struct {
+	root string
+	keep Retention
+}
 
 var _ service.Fallback = (*Kind)(nil)
 
 // Flags registers --output-dir.
 func (k *Kind) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&k.root, "output-dir", "", "write profiles as DIR/<job id>/<type>-<unix>.pb.gz (default "+DefaultDir+" when no --pyroscope-url)")
+	fs.Var(ageFlag{&k.keep.MaxAge}, "output-retention", "remove profiles in the output directory older than this (e.g. 7d, 36h; 0: keep them)")
+	fs.Var(sizeFlag{&k.keep.MaxBytes}, "output-max-bytes", "remove the oldest profiles while the output directory holds more than this (e.g. 10GiB; 0: no bound)")
 }
 
-// Check has nothing to check before the directory is made.
-func (k *Kind) Check() error { return nil }
+// Check rejects a negative bound (the flags' parsers already refuse one;
+// a Kind made in code is checked too), and an --output-dir the agent
+// cannot write: a configuration error before anything loads, not a
+// warning later and no profiles ever.
+func (k *Kind) Check() error {
+	if k.keep.MaxAge < 0 || k.keep.MaxBytes < 0 {
+		return errors.New("--output-retention and --output-max-bytes cannot be negative")
+	}
+	if k.root == "" {
+		return nil
+	}
+	return writable(k.root)
+}
+
+// writable makes dir and proves a file can be created in it.
+func writable(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--output-dir: %w", err)
+	}
+	probe, err := os.CreateTemp(dir, ".probe-*")
+	if err != nil {
+		return fmt.Errorf("--output-dir %s is not writable: %w", dir, err)
+	}
+	probe.Close()
+	return os.Remove(probe.Name())
+}
 
 // Open writes to --output-dir when it is set.
-func (k *Kind) Open(service.Env) (service.Service, error) {
+func (k *Kind) Open(env service.Env) (service.Service, error) {
 	if k.root == "" {
 		return nil, nil
 	}
-	return openDir(k.root)
+	return openDir(k.root, k.keep, env)
 }
 
 // OpenFallback writes to --output-dir, or to DefaultDir.
-func (k *Kind) OpenFallback(service.Env) (service.Service, error) {
+func (k *Kind) OpenFallback(env service.Env) (service.Service, error) {
 	if k.root == "" {
-		return openDir(DefaultDir)
+		return openDir(DefaultDir, k.keep, env)
 	}
-	return openDir(k.root)
+	return openDir(k.root, k.keep, env)
 }
 
-func openDir(root string) (*dirService, error) {
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return nil, fmt.Errorf("--output-dir: %w", err)
+// openDir makes root (the fallback's is checked here) and proves it
+// writable.
+func openDir(root string, keep Retention, env service.Env) (*dirService, error) {
+	if err := writable(root); err != nil {
+		return nil, err
 	}
-	return &dirService{Dir{Root: root}}, nil
+	return &dirService{Dir: Dir{Root: root}, keep: keep, log: env.Log}, nil
 }
 
 // dirService is Dir as a service: it writes as the daemon calls it, and
-// has nothing to run.
-type dirService struct{ Dir }
+// prunes the directory to its retention.
+type dirService struct {
+	Dir
+	keep Retention
+	log  *slog.Logger
+}
 
 var (
 	_ daemon.Sink     = (*dirService)(nil)
 	_ service.Service = (*dirService)(nil)
 )
 
-func (*dirService) Run(ctx context.Context) error {
-	<-ctx.Done()
-	return nil
+func (d *dirService) Run(ctx context.Context) error {
+	if d.keep == (Retention{}) {
+		<-ctx.Done()
+		return nil
+	}
+	t := time.NewTicker(pruneEvery)
+	defer t.Stop()
+	for {
+		if n, b, err := prune(d.Root, d.keep, time.Now()); err != nil && d.log != nil {
+			d.log.Warn("pruning the output directory", "dir", d.Root, "removed_files", n, "removed_bytes", b, "err", err)
+		} else if n > 0 && d.log != nil {
+			d.log.Debug("pruned the output directory", "dir", d.Root, "removed_files", n, "removed_bytes", b)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
 }
 
 func (d *dirService) String() string { return "output-dir " + d.Root }
