@@ -10,6 +10,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/slurmscope/slurmscope/internal/version"
 )
 
 // Main runs the agent with args (without the program name) and returns the
@@ -24,6 +26,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return jobsCmd(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		usage(stdout)
+		return 0
+	case "--version", "-version", "version":
+		fmt.Fprintln(stdout, version.Get().String("slurmscope-agent"))
 		return 0
 	default:
 		if fn, ok := extraCommands[args[0]]; ok {
@@ -46,7 +51,8 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `slurmscope-agent: SLURM-aware profiling agent for one compute node.
 
 Commands:
-  jobs   list the processes that belong to SLURM jobs, with their job attributes
+  jobs    list the processes that belong to SLURM jobs, with their job attributes
+  version print the agent's version (also --version)
 `)
 	names := make([]string, 0, len(extraCommands))
 	for name := range extraCommands {
@@ -54,7 +60,7 @@ Commands:
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		fmt.Fprintf(w, "  %-6s %s\n", name, summaries[name])
+		fmt.Fprintf(w, "  %-7s %s\n", name, summaries[name])
 	}
 	fmt.Fprintln(w, "\nRun 'slurmscope-agent <command> --help' for its flags.")
 }

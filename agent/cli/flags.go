@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/slurmscope/slurmscope/agent/budget"
@@ -28,6 +29,10 @@ type runFlags struct {
 	rescanInterval time.Duration
 	budget         budget.Options
 	work           budget.WorkOptions
+	// ready is what /-/ready answers: set once the profile sources are
+	// loaded and the first interval is delivered (firstInterval), or once
+	// the services run where no profile source is on.
+	ready *atomic.Bool
 }
 
 // flagged is what every kind has: flags and their check.
@@ -45,7 +50,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	f.gpuKernels = &gputrace.Kind{EnvKeys: gpu.EnvKeys, Devices: gpuMetrics.cudaDevice}
 	f.kinds = profileKinds(f.gpuKernels)
 	f.sinks = sinkKinds()
-	f.services = serviceKinds(&f.attr, gpuMetrics)
+	f.ready = new(atomic.Bool)
+	f.services = serviceKinds(&f.attr, gpuMetrics, f.ready.Load)
 	for _, k := range f.all() {
 		k.Flags(fs)
 	}

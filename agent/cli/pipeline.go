@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sync/atomic"
+	"time"
 
 	"github.com/slurmscope/slurmscope/agent/attribution"
 	"github.com/slurmscope/slurmscope/agent/budget"
@@ -75,6 +76,12 @@ func newProfiler(f runFlags, senv service.Env) (*profiler, error) {
 		return budget.UserOwner(p.UID)
 	}
 	var d atomic.Pointer[daemon.Daemon]
+	// Said once, at start: the profiles would only show "[kernel]".
+	if hidden, err := symbolize.KallsymsHidden(proc); err != nil {
+		log.Warn("kernel symbols are unreadable: kernel frames will be [kernel]", "err", err)
+	} else if hidden {
+		log.Warn("kernel symbols are hidden: /proc/kallsyms reads as zeros (kptr_restrict or perf_event_paranoid, without CAP_SYSLOG); kernel frames will be [kernel]")
+	}
 	sym := symbolize.New(symbolize.Options{Proc: proc, Budget: bud, Work: work, Owner: owner})
 	reg.MustRegister(sym.Collector(), elfcheck.Collector())
 	stacks, err := newStacks(f, proc, sym, res, &d, work, cachedOwner, log)
@@ -116,9 +123,13 @@ func newProfiler(f runFlags, senv service.Env) (*profiler, error) {
 		p.close()
 		return nil, err
 	}
-	cfg := daemon.Config{Interval: f.interval, RescanInterval: f.rescanInterval, AllProcesses: f.allProcesses, Log: log}
+	// The sources are loaded: the agent is ready once the daemon has
+	// delivered its first interval.
+	first := &firstInterval{ready: f.ready, clock: time.Now}
+	cfg := daemon.Config{Interval: f.interval, RescanInterval: f.rescanInterval, AllProcesses: f.allProcesses, Log: log,
+		Now: first.now}
 	stacks.forDaemon(&cfg)
-	p.d = daemon.New(cfg, sources, sym, res, sinks)
+	p.d = daemon.New(cfg, sources, sym, res, first.sink(sinks))
 	d.Store(p.d)
 	reg.MustRegister(p.d.Collectors()...)
 	p.info = []any{"node", res.HostName(), "sources", names, "interval", f.interval, "sinks", sinkNames}

@@ -14,7 +14,7 @@ import (
 func TestPprofOnlyWhenAsked(t *testing.T) {
 	for _, on := range []bool{false, true} {
 		reg := prometheus.NewRegistry()
-		mux := metricsMux(reg, reg)
+		mux := metricsMux(reg, reg, nil)
 		if on {
 			servePprof(mux)
 		}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -29,6 +30,9 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	var f runFlags
 	f.register(fs)
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -83,6 +87,7 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 	// Everything registered its metrics: /metrics may be served.
 	svcs.Start()
 	if prof == nil {
+		f.ready.Store(true)
 		log.Info("CPU profiling off and no other profile source on; serving metrics only", "node", res.HostName())
 		<-ctx.Done()
 		return nil

@@ -10,13 +10,15 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/slurmscope/slurmscope/agent/procfs/procfstest"
 )
 
 // TestRunServesMetricsWithoutProfiler: with every profile source off, run
 // serves /metrics until stopped, and opens no delivery backend: the
-// Pyroscope spool is not made, nor the output directory.
+// Pyroscope spool is not made. (--output-dir is made and probed by the
+// flags' check, before run: an unwritable one is a configuration error.)
 func TestRunServesMetricsWithoutProfiler(t *testing.T) {
 	tmp := t.TempDir()
 	spoolDir, outDir := filepath.Join(tmp, "spool"), filepath.Join(tmp, "out")
@@ -55,6 +57,21 @@ func TestRunServesMetricsWithoutProfiler(t *testing.T) {
 	if !strings.Contains(string(body), "promhttp_metric_handler_errors_total") || !strings.Contains(string(body), "go_goroutines") {
 		t.Errorf("/metrics:\n%s", body)
 	}
+	// With no profile source, serving metrics is all there is to be
+	// ready for.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		resp, err := http.Get("http://" + m[1] + "/-/ready")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/-/ready: %s", resp.Status)
+		}
+	}
 	cancel()
 	err = <-done
 	for len(lines) > 0 {
@@ -63,7 +80,7 @@ func TestRunServesMetricsWithoutProfiler(t *testing.T) {
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, strings.Join(log, ""))
 	}
-	for _, dir := range []string{spoolDir, outDir} {
+	for _, dir := range []string{spoolDir} {
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			t.Errorf("%s was made (%v) though nothing is profiled", dir, err)
 		}

@@ -27,12 +27,13 @@ import (
 // agent/service, in the order they start; they stop in reverse, after the
 // profiler, so that its last interval is in the metrics served and pushed.
 // A new collector or metrics backend is one more line here.
-func serviceKinds(attr *attrFlags, gpuMetrics *gpuMetrics) []service.Kind {
+// ready is what the metrics server's /-/ready answers.
+func serviceKinds(attr *attrFlags, gpuMetrics *gpuMetrics, ready func() bool) []service.Kind {
 	return []service.Kind{
 		gpuMetrics,
 		&hostMetrics{attr: attr},
 		&remotewrite.Kind{},
-		&metricsServer{},
+		&metricsServer{ready: ready},
 	}
 }
 
@@ -141,12 +142,14 @@ func (k *hostMetrics) Open(env service.Env) (service.Service, error) {
 // Slurm's PrivateData may hide from other users.
 const DefaultMetricsAddr = "127.0.0.1:9810"
 
-// metricsServer serves /metrics. exporter-toolkit adds TLS and basic auth
-// from --web.config.file, which an address beyond this host should have.
+// metricsServer serves /metrics, /-/healthy and /-/ready. exporter-toolkit
+// adds TLS and basic auth from --web.config.file, which an address beyond
+// this host should have.
 type metricsServer struct {
 	addr      string
 	webConfig string
 	pprof     bool
+	ready     func() bool // nil: never ready
 }
 
 var _ service.Kind = (*metricsServer)(nil)
@@ -177,7 +180,7 @@ func (k *metricsServer) Open(env service.Env) (service.Service, error) {
 	if k.webConfig == "" && !loopback(ln.Addr()) {
 		env.Log.Warn("serving /metrics beyond this host without --web.config.file: anyone who reaches it sees every user's jobs", "addr", ln.Addr().String())
 	}
-	mux := metricsMux(env.Gatherer, env.Reg)
+	mux := metricsMux(env.Gatherer, env.Reg, k.ready)
 	if k.pprof {
 		servePprof(mux)
 	}
@@ -234,11 +237,25 @@ func servePprof(mux *http.ServeMux) {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 }
 
-// metricsMux serves g's metrics; reg takes the handler's own.
-func metricsMux(g prometheus.Gatherer, reg prometheus.Registerer) *http.ServeMux {
+// metricsMux serves g's metrics; reg takes the handler's own. /-/healthy
+// answers 200 while the process serves; /-/ready 503 until ready reports
+// true (nil: never), then 200, as Prometheus's own endpoints do. Any other
+// path but "/" is 404.
+func metricsMux(g prometheus.Gatherer, reg prometheus.Registerer, ready func() bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "OK")
+	})
+	mux.HandleFunc("/-/ready", func(w http.ResponseWriter, _ *http.Request) {
+		if ready == nil || !ready() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "not ready: profile sources loading or first interval not yet delivered")
+			return
+		}
+		fmt.Fprintln(w, "OK")
+	})
+	mux.HandleFunc("/{$}", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "slurmscope-agent: see /metrics")
 	})
 	return mux

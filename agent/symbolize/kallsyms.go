@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/slurmscope/slurmscope/agent/procfs"
 )
@@ -185,4 +186,34 @@ func (k *kallsyms) lookup(addr uint64) (ksym, bool) {
 		return ksym{}, false
 	}
 	return k.syms[i], true
+}
+
+// KallsymsHidden reports whether the kernel hides its symbols' addresses
+// from this process (kptr_restrict, or perf_event_paranoid above 1,
+// without CAP_SYSLOG): every kernel frame would be "[kernel]". The agent
+// says so once at start-up; it reads the first lines only.
+func KallsymsHidden(proc procfs.FS) (bool, error) {
+	f, err := proc.Kallsyms()
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	return kallsymsHidden(io.LimitReader(f, 64<<10)), nil
+}
+
+// kallsymsHidden: the first 64 lines' addresses are all zero.
+func kallsymsHidden(r io.Reader) bool {
+	sc := bufio.NewScanner(r)
+	n := 0
+	for sc.Scan() && n < 64 {
+		addr, _, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		n++
+		if strings.Trim(addr, "0") != "" {
+			return false
+		}
+	}
+	return n > 0
 }
