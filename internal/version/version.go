@@ -20,7 +20,7 @@ var (
 // Info is the build's identity.
 type Info struct {
 	Version, Commit, Go string
-	Modified           bool // built from a checkout with uncommitted changes
+	Modified            bool // built from a checkout with uncommitted changes
 }
 
 // Get returns the build's identity: the link-time values, else the
