@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"sync/atomic"
@@ -98,8 +97,25 @@ func (f *runFlags) check() error {
 	if f.interval < time.Second {
 		return fmt.Errorf("--upload-interval %v is shorter than 1s", f.interval)
 	}
-	if f.budget.Total < 0 || f.budget.JobShare < 0 || f.work.Burst <= 0 || f.work.Rate <= 0 {
-		return errors.New("--memory-budget-bytes and --memory-budget-job-bytes must not be negative, --job-read-burst-bytes and --job-read-bytes-per-second must be positive")
+	if f.rescanInterval <= 0 {
+		return fmt.Errorf("--rescan-interval %v: must be positive", f.rescanInterval)
+	}
+	for _, b := range []struct {
+		name   string
+		v      int64
+		zeroOK bool // 0 is documented: the default
+	}{
+		{"memory-budget-bytes", f.budget.Total, true},
+		{"memory-budget-job-bytes", f.budget.JobShare, true},
+		{"job-read-burst-bytes", f.work.Burst, false},
+		{"job-read-bytes-per-second", f.work.Rate, false},
+	} {
+		switch {
+		case b.v < 0 && b.zeroOK:
+			return fmt.Errorf("--%s %d: must not be negative (0: the default)", b.name, b.v)
+		case b.v <= 0 && !b.zeroOK:
+			return fmt.Errorf("--%s %d: must be positive", b.name, b.v)
+		}
 	}
 	return nil
 }

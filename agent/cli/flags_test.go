@@ -66,7 +66,7 @@ func TestRunChecksEveryKind(t *testing.T) {
 		"--upload-interval=10ms":            "--upload-interval 10ms is shorter than 1s",
 	} {
 		var stderr strings.Builder
-		if rc := runCmd([]string{args}, io.Discard, &stderr); rc != 2 || !strings.Contains(stderr.String(), want) {
+		if rc := runCmd([]string{args, "--metrics-addr=127.0.0.1:0"}, io.Discard, &stderr); rc != 2 || !strings.Contains(stderr.String(), want) {
 			t.Errorf("%s: rc %d, %q; want 2 and %q", args, rc, stderr.String(), want)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -26,13 +27,18 @@ func init() {
 
 func runCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	// A bad value is said once, in one line, not followed by every flag's
+	// help; --help prints the help.
+	fs.SetOutput(io.Discard)
 	var f runFlags
 	f.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
+			fs.Usage()
 			return 0
 		}
+		fmt.Fprintf(stderr, "run: %v (see run --help)\n", err)
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -40,7 +46,8 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if err := f.check(); err != nil {
-		fmt.Fprintf(stderr, "run: %v\n", err)
+		// One line, whatever the error wraps (a YAML error's lines).
+		fmt.Fprintf(stderr, "run: %s\n", strings.Join(strings.Fields(err.Error()), " "))
 		return 2
 	}
 	var level slog.Level

@@ -58,7 +58,12 @@ func (k *gpuMetrics) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&k.migMinors, "nvidia-mig-minors", "/proc/driver/nvidia-caps/mig-minors", "the NVIDIA driver's table of MIG capability minors")
 }
 
-func (k *gpuMetrics) Check() error { return nil }
+func (k *gpuMetrics) Check() error {
+	if k.interval <= 0 {
+		return fmt.Errorf("--gpu-interval %v: must be positive", k.interval)
+	}
+	return nil
+}
 
 // Open starts the NVML collector, or logs why there is none: a node
 // without the driver runs without GPU metrics. Without GPU polls, job info
@@ -161,7 +166,24 @@ func (k *metricsServer) Flags(fs *flag.FlagSet) {
 	fs.BoolVar(&k.pprof, "debug.pprof", false, "also serve the agent's own Go profiles under /debug/pprof/ on --metrics-addr (to find where the agent's time goes)")
 }
 
-func (k *metricsServer) Check() error { return nil }
+// Check validates --web.config.file and proves --metrics-addr can be
+// bound (listening, then closing: Open listens again), so that a port in
+// use or a bad address is a configuration error before anything loads.
+func (k *metricsServer) Check() error {
+	if k.webConfig != "" {
+		if err := web.Validate(k.webConfig); err != nil {
+			return fmt.Errorf("--web.config.file: %w", err)
+		}
+	}
+	if k.addr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", k.addr)
+	if err != nil {
+		return fmt.Errorf("--metrics-addr %q: %w (want host:port, e.g. 127.0.0.1:9810 or :9810; empty disables it)", k.addr, err)
+	}
+	return ln.Close()
+}
 
 // Open checks the web config and listens; Run serves.
 func (k *metricsServer) Open(env service.Env) (service.Service, error) {

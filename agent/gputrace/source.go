@@ -166,8 +166,21 @@ func (k *Kind) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&k.lib, "gpu-inject-lib", "", "the installed libslurmscope_inject.so (the path jobs get in CUDA_INJECTION64_PATH): trace the GPU kernels of jobs that load it and write gpu profiles")
 }
 
-// Check has nothing to check before the library is opened.
-func (k *Kind) Check() error { return nil }
+// Check refuses a --gpu-inject-lib that is not a regular file (a typo in
+// the path would otherwise trace nothing, said only in the log).
+func (k *Kind) Check() error {
+	if k.lib == "" {
+		return nil
+	}
+	st, err := os.Stat(k.lib)
+	switch {
+	case err != nil:
+		return fmt.Errorf("--gpu-inject-lib: %w", err)
+	case !st.Mode().IsRegular():
+		return fmt.Errorf("--gpu-inject-lib %s: not a regular file", k.lib)
+	}
+	return nil
+}
 
 // Open loads the tracer and attaches it to the installed library, so that
 // every job loading it is traced from its first kernel.

@@ -71,6 +71,22 @@ func (c Config) Build(name, form string) (*url.URL, http.RoundTripper, error) {
 	return u, rt, nil
 }
 
+// CheckFlags checks what RegisterFlags(fs, prefix, ...) set before
+// anything starts, in one line that names the flag: a URL (when set) must
+// be http(s)://host..., as example shows, and the timeout positive.
+func (c Config) CheckFlags(prefix, example string) error {
+	if c.URL != "" {
+		u, err := url.Parse(c.URL)
+		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			return fmt.Errorf("--%s-url %q: want an http:// or https:// URL with a host, e.g. %s", prefix, c.URL, example)
+		}
+	}
+	if c.Timeout <= 0 {
+		return fmt.Errorf("--%s-timeout %v: must be positive", prefix, c.Timeout)
+	}
+	return nil
+}
+
 // RegisterFlags registers the flags that set c, each named
 // --<prefix>-<setting>: url, tenant, basic-auth-user,
 // basic-auth-password-file, bearer-token-file, ca-file, cert-file, key-file,

@@ -38,12 +38,19 @@ func (k *Kind) Flags(fs *flag.FlagSet) {
 	k.spool.Register(fs, "", "/var/lib/slurmscope/spool", 256<<20, "pushes waiting for Pyroscope")
 }
 
-// Check refuses a negative ingestion window.
+// Check refuses a URL without scheme or host, a non-positive timeout, a
+// negative ingestion window and a spool bound no spool can keep.
 func (k *Kind) Check() error {
-	if k.window.OlderThan < 0 || k.window.NewerThan < 0 {
-		return errors.New("--pyroscope-reject-older-than and --pyroscope-reject-newer-than must not be negative")
+	if err := k.cfg.CheckFlags("pyroscope", "http://pyroscope:4040"); err != nil {
+		return err
 	}
-	return nil
+	if k.window.OlderThan < 0 {
+		return fmt.Errorf("--pyroscope-reject-older-than %v: must not be negative (0: no bound)", k.window.OlderThan)
+	}
+	if k.window.NewerThan < 0 {
+		return fmt.Errorf("--pyroscope-reject-newer-than %v: must not be negative (0: no bound)", k.window.NewerThan)
+	}
+	return k.spool.Check()
 }
 
 // Open builds the client and opens the spool, when --pyroscope-url is set.

@@ -29,8 +29,17 @@ func (k *Kind) Flags(fs *flag.FlagSet) {
 	k.spool.Register(fs, "remote-write-", "/var/lib/slurmscope/remote-write", 64<<20, "metric batches waiting for the remote-write endpoint")
 }
 
-// Check has nothing to check before the Writer is built.
-func (k *Kind) Check() error { return nil }
+// Check refuses a URL without scheme or host, a non-positive timeout or
+// interval, and a spool bound no spool can keep.
+func (k *Kind) Check() error {
+	if err := k.cfg.CheckFlags("prometheus-remote-write", "http://prometheus:9090/api/v1/write"); err != nil {
+		return err
+	}
+	if k.cfg.Interval <= 0 {
+		return fmt.Errorf("--prometheus-remote-write-interval %v: must be positive", k.cfg.Interval)
+	}
+	return k.spool.Check()
+}
 
 // Open opens the spool and builds the Writer of env's registry, when
 // --prometheus-remote-write-url is set.

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/slurmscope/slurmscope/agent/spool"
 )
@@ -24,6 +25,15 @@ func (s *SpoolFlags) Register(fs *flag.FlagSet, prefix, dir string, maxBytes int
 	fs.StringVar(&s.Dir, s.dirFlag, dir, "on-disk queue of "+what)
 	fs.Int64Var(&s.MaxBytes, prefix+"spool-max-bytes", maxBytes,
 		"bound of --"+s.dirFlag+"; the oldest entries are dropped (and counted) past it")
+}
+
+// Check refuses a bound no spool can keep (spool.Open's own floor: one
+// entry's header), before anything starts.
+func (s *SpoolFlags) Check() error {
+	if s.MaxBytes <= spool.MinBytes {
+		return fmt.Errorf("--%s %d: must be more than %d bytes (e.g. 268435456)", strings.TrimSuffix(s.dirFlag, "dir")+"max-bytes", s.MaxBytes, spool.MinBytes)
+	}
+	return nil
 }
 
 // Open opens the spool, to be the one reader of its directory: another

@@ -130,6 +130,9 @@ func WithLogger(l *slog.Logger) Option { return func(s *Spool) { s.log = l } }
 // across a power loss, not across a process crash.
 func WithoutFsync() Option { return func(s *Spool) { s.noSync = true } }
 
+// MinBytes is what a bound must exceed: one entry's header.
+const MinBytes = headerSize
+
 // Open opens the spool in dir, creating dir if needed, and indexes the
 // entries a previous run left there. maxBytes bounds the total size of the
 // entry files.
