@@ -18,6 +18,8 @@ const (
 	EventNoTables = uint32(stackStackEventFlagSTACK_EVENT_NO_TABLES)
 	EventNoInterp = uint32(stackStackEventFlagSTACK_EVENT_NO_INTERP)
 	EventFork     = uint32(stackStackEventFlagSTACK_EVENT_FORK)
+	// EventUnknownCode: a loaded process ran code its tables miss.
+	EventUnknownCode = uint32(stackStackEventFlagSTACK_EVENT_UNKNOWN_CODE)
 
 	SetupNative = uint32(stackStackSetupFlagSTACK_SETUP_NATIVE)
 	SetupInterp = uint32(stackStackSetupFlagSTACK_SETUP_INTERP)

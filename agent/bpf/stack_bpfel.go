@@ -72,9 +72,10 @@ type stackStackEvent struct {
 type stackStackEventFlag uint32
 
 const (
-	stackStackEventFlagSTACK_EVENT_NO_TABLES stackStackEventFlag = 1
-	stackStackEventFlagSTACK_EVENT_NO_INTERP stackStackEventFlag = 2
-	stackStackEventFlagSTACK_EVENT_FORK      stackStackEventFlag = 4
+	stackStackEventFlagSTACK_EVENT_NO_TABLES    stackStackEventFlag = 1
+	stackStackEventFlagSTACK_EVENT_NO_INTERP    stackStackEventFlag = 2
+	stackStackEventFlagSTACK_EVENT_FORK         stackStackEventFlag = 4
+	stackStackEventFlagSTACK_EVENT_UNKNOWN_CODE stackStackEventFlag = 8
 )
 
 type stackStackSetupFlag uint32

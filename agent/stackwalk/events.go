@@ -17,6 +17,7 @@ const (
 	eventNoTables = bpf.EventNoTables
 	eventNoInterp = bpf.EventNoInterp
 	eventFork     = bpf.EventFork
+	eventUnknown  = bpf.EventUnknownCode
 )
 
 // decodeEvent reads one stack_event record; false for a short one.
@@ -62,6 +63,16 @@ func (w *Walker) handle(ev procEvent, now time.Time) {
 		in := w.interps.of(ev.kind)
 		w.life.forked(ev, in != nil && in.Fork(ev.process(), interpProcess(ev.parent, ev.parentStartNs, 0)))
 		return
+	}
+	if ev.flags&eventUnknown != 0 {
+		// A loaded process ran code mapped since its load: synced again
+		// now, under the same backoff as the poll of unknown frames.
+		for _, id := range w.life.unknown([]int{ev.id.PID}, now) {
+			w.enqueue(id)
+		}
+		if ev.flags == eventUnknown {
+			return
+		}
 	}
 	sync, interpreters := w.life.announced(ev, now)
 	if sync {

@@ -52,6 +52,7 @@ enum stack_event_flag {
 	STACK_EVENT_NO_TABLES = 1 << 0, // the unwinder has no tables for it
 	STACK_EVENT_NO_INTERP = 1 << 1, // no (current) interp_procs entry
 	STACK_EVENT_FORK = 1 << 2,      // a forked child given its parent's interpreter entry
+	STACK_EVENT_UNKNOWN_CODE = 1 << 3, // its loaded tables miss code it runs (mapped since its load)
 };
 
 // stack_setup's bits: what of the capture was set up for the sampled
@@ -262,11 +263,12 @@ static __always_inline struct unwind_stack *stack_native(void *ctx, __u32 tgid, 
 		// A process whose tables are not loaded (new, just exec'd, or
 		// in no job) is announced: user space loads the ones it
 		// profiles at once rather than at its next scan of /proc.
-		if (st && !(st->flags & UNWIND_STACK_LOADED)) {
+		if (st && (!(st->flags & UNWIND_STACK_LOADED) || (st->flags & UNWIND_STACK_NEW_UNKNOWN))) {
 			__u64 mm = interp_task_mm((void *)bpf_get_current_task());
 
 			if (mm) // 0: exiting
-				stack_announce(tgid, start_boottime_ns, mm, STACK_EVENT_NO_TABLES);
+				stack_announce(tgid, start_boottime_ns, mm,
+					       (st->flags & UNWIND_STACK_LOADED) ? STACK_EVENT_UNKNOWN_CODE : STACK_EVENT_NO_TABLES);
 		}
 		return st;
 	}

@@ -228,6 +228,7 @@ struct unwind_regs {
 
 // unwind_stack.flags
 #define UNWIND_STACK_LOADED (1U << 0) // the process's tables applied (else frame pointers only)
+#define UNWIND_STACK_NEW_UNKNOWN (1U << 1) // the first walk since the process's load to meet code in no loaded mapping
 
 struct unwind_stack {
 	__u64 ips[UNWIND_MAX_FRAMES]; // innermost first
@@ -735,8 +736,16 @@ static __always_inline struct unwind_stack *unwind_user(const struct unwind_regs
 		unwind_stat(UNWIND_STAT_END + s->stack.end);
 	// Told to user space through the process's own entry (the child's,
 	// for an alias): code mapped since it was loaded.
-	if (s->unknown && p)
+	if (s->unknown && p) {
+		// The first since its load is told to the caller, which wakes
+		// user space: a process synced before its libraries were mapped
+		// (just after its exec) is synced again within milliseconds, not
+		// at the next poll a quarter second later. Two CPUs may both see
+		// zero: a second wake-up is harmless.
+		if (p->unknown == 0)
+			s->stack.flags |= UNWIND_STACK_NEW_UNKNOWN;
 		__sync_fetch_and_add(&p->unknown, s->unknown);
+	}
 	return &s->stack;
 }
 
