@@ -138,3 +138,16 @@ func TestOutputDirMustBeWritable(t *testing.T) {
 		t.Error("a read-only output dir passed Check")
 	}
 }
+
+// TestWriteAfterPruneRemovedTheDir: a job directory the prune removed
+// between Write's MkdirAll and its file is made again; the profile is
+// written, not lost.
+func TestWriteAfterPruneRemovedTheDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "4242")
+	if err := writeNew(dir, "process_cpu-1", ".pb.gz", []byte("a")); err != nil {
+		t.Fatalf("writeNew into a removed directory: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "process_cpu-1.pb.gz")); err != nil || string(b) != "a" {
+		t.Errorf("%q, %v", b, err)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -56,6 +57,13 @@ func (d *Dir) Write(_ context.Context, outs []daemon.Output) error {
 // interval ended in the same second (a flush right after a tick).
 func writeNew(dir, base, ext string, data []byte) error {
 	tmp, err := os.CreateTemp(dir, ".tmp-*")
+	if errors.Is(err, fs.ErrNotExist) {
+		// The retention's prune removed the job's emptied directory
+		// between Write's MkdirAll and here: made again, not lost.
+		if err = os.MkdirAll(dir, 0o755); err == nil {
+			tmp, err = os.CreateTemp(dir, ".tmp-*")
+		}
+	}
 	if err != nil {
 		return err
 	}
