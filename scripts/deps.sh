@@ -39,19 +39,6 @@ if ! command -v go >/dev/null; then
 fi
 command -v go >/dev/null || { echo "deps: Go is not installed (see go.mod for the version)" >&2; exit 1; }
 
-# gosec, the test suite's security check, pinned and built with go install
-# into Go's bin directory (the test suite only; the demo does not need it).
-GOSEC_VERSION=v2.22.8
-if [[ ${SLURMSCOPE_DEPS_GOSEC:-} == 1 ]]; then
-	gobin=$(go env GOBIN)
-	gobin=${gobin:-$(go env GOPATH)/bin}
-	export PATH="$gobin:$PATH"
-	if ! go version -m "$gobin/gosec" 2>/dev/null | grep -Eq "^[[:space:]]+mod[[:space:]]+github.com/securego/gosec/v2[[:space:]]+$GOSEC_VERSION[[:space:]]"; then
-		echo "deps: installing gosec $GOSEC_VERSION" >&2
-		go install "github.com/securego/gosec/v2/cmd/gosec@$GOSEC_VERSION"
-	fi
-fi
-
 if [[ ${SLURMSCOPE_DEPS_FRONTEND:-} == 1 ]]; then
 	command -v node >/dev/null && command -v npm >/dev/null || { echo "deps: Node.js and npm are not installed (package.json names the version)" >&2; exit 1; }
 fi
