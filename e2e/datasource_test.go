@@ -47,6 +47,7 @@ import (
 // (the stand-in, or PYROSCOPE_URL / PROMETHEUS_URL, into which it writes
 // its own data under fresh job ids).
 func TestDatasource(t *testing.T) {
+	lane(t, &simLane)
 	pyroURL, promURL := os.Getenv("PYROSCOPE_URL"), os.Getenv("PROMETHEUS_URL")
 	if promURL == "" { // else a deployment's Prometheus (and Pyroscope) is given
 		testenv.RequireIntegration(t, testenv.Tools("prometheus", "promtool"))

@@ -40,6 +40,7 @@ const (
 // two nodes' graphs, and profile series grouped by host.name give both
 // nodes, whose totals sum to the job's.
 func TestDatasourceTwoNode(t *testing.T) {
+	lane(t, &slurmLane)
 	testenv.RequireIntegration(t, slurmtest.Needs(slurmtest.V2))
 	pyroURL, tenant := os.Getenv("PYROSCOPE_URL"), os.Getenv("PYROSCOPE_TENANT")
 	fresh := pyroURL == ""

@@ -38,6 +38,7 @@ wait "$pid"
 // profiles: kernels under their launching paths, per-kernel GPU time equal
 // to the mock's truth, the job's labels, and nothing for another job.
 func TestGPUKernelProfiles(t *testing.T) {
+	lane(t, &slurmLane)
 	testenv.RequireIntegration(t, slurmtest.Needs(slurmtest.V2))
 	agent := buildAgent(t)
 	ctx := context.Background()

@@ -67,6 +67,7 @@ const (
 // GPU, live changes and a cancelled job. A second agent behind basic auth
 // (--web.config.file) checks that the endpoint is protected.
 func TestGPUMetrics(t *testing.T) {
+	lane(t, &slurmLane)
 	testenv.RequireIntegration(t, slurmtest.Needs(slurmtest.V2), testenv.Tools("prometheus", "promtool", "cc"))
 	agent := buildAgent(t)
 	stub := gputest.Library(t)
@@ -377,7 +378,7 @@ func startMetricsAgent(t *testing.T, agent, stub, scenario, outDir string, extra
 	p := launchAgent(t, []string{gputest.EnvScenario + "=" + scenario}, agent, args...)
 	p.waitLog(t, "did not log `serving metrics` (with --cpu-profiling=false it must still serve /metrics)",
 		func(log string) bool { return metricsAddr.MatchString(log) })
-	return p.servingAddr()
+	return p.servingAddr(t)
 }
 
 // startMetricsAgentAuth starts a second agent whose /metrics needs basic

@@ -19,6 +19,24 @@ import (
 // Helpers shared by the e2e tests: free ports, the agent process, and a
 // Debian prometheus.
 
+// The tests run in two lanes side by side (on a 2-vCPU host each lane
+// takes about 270 s alone; one after the other they took 560 s): the tests
+// that start a SLURM cluster, one at a time as slurmtest's host-wide lock
+// requires, and the tests on simulated jobs, each in a slice of its own
+// whose agent takes only that slice's jobs (v1 and v2 parents), so that
+// neither lane's agents see the other's jobs. Load from the other lane
+// changes no assertion: shares are of CPU time, and deadlines wait for
+// an event.
+var slurmLane, simLane sync.Mutex
+
+// lane runs t in parallel with the other lane's tests, after those of its
+// own lane before it.
+func lane(t *testing.T, l *sync.Mutex) {
+	t.Parallel()
+	l.Lock()
+	t.Cleanup(l.Unlock) // the first cleanup registered runs last
+}
+
 // freeAddr returns a 127.0.0.1 address that nothing listened on a moment
 // ago.
 func freeAddr(t *testing.T) string { return promtest.FreeAddr(t) }
@@ -91,7 +109,16 @@ var metricsAddr = regexp.MustCompile(`msg="serving metrics" addr=(\S+)`)
 
 // servingAddr returns the address the agent logged it serves /metrics
 // on, or "".
-func (p *agentProc) servingAddr() string {
+// servingAddr waits until the agent logs where it serves /metrics (just
+// after it logs that it profiles) and returns that address.
+func (p *agentProc) servingAddr(t *testing.T) string {
+	t.Helper()
+	p.waitLog(t, "did not serve /metrics", func(log string) bool { return metricsAddr.MatchString(log) })
+	return p.loggedAddr()
+}
+
+// loggedAddr is where the agent logged it serves /metrics, or "".
+func (p *agentProc) loggedAddr() string {
 	if m := metricsAddr.FindStringSubmatch(p.log.String()); m != nil {
 		return m[1]
 	}
@@ -113,7 +140,7 @@ func (p *agentProc) logMetrics(t *testing.T, prefix string) []string {
 // with prefix; nil (logged) if it cannot.
 func (p *agentProc) metrics(t *testing.T, prefix string) []string {
 	t.Helper()
-	addr := p.servingAddr()
+	addr := p.loggedAddr()
 	if addr == "" {
 		t.Log("the agent logged no metrics address")
 		return nil

@@ -48,6 +48,7 @@ const (
 // Prometheus scrapes the agent every second; the engine the datasource and
 // `slurmscope job` use reads it.
 func TestHostMetrics(t *testing.T) {
+	lane(t, &slurmLane)
 	testenv.RequireIntegration(t, slurmtest.Needs(slurmtest.V1, slurmtest.V2))
 	agent := buildAgent(t)
 	cli := buildCLI(t)
@@ -83,7 +84,7 @@ scrape_configs:
   - job_name: host
     static_configs:
       - targets: [%q]
-`, p.servingAddr()), "--log.level=warn")
+`, p.servingAddr(t)), "--log.level=warn")
 	pc, err := backends.NewPrometheus(backends.Config{URL: base})
 	if err != nil {
 		t.Fatal(err)

@@ -45,6 +45,7 @@ type hostileSetup struct {
 }
 
 func TestHostileJobs(t *testing.T) {
+	lane(t, &simLane)
 	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	s := &hostileSetup{agent: buildAgent(t), memoryMax: unitMemoryMax(t)}
 	var err error
@@ -356,14 +357,14 @@ func (h *hostileRun) startAgent() {
 	h.t.Helper()
 	args := append([]string{"run", "--output-dir", h.out, "--upload-interval", "2s", "--rescan-interval", "500ms",
 		"--node-name", "hostile-node", "--gpu-metrics=false", "--metrics-addr", "127.0.0.1:0",
-		"--slurm-cgroup-v2-parent", h.innocentJob.Parent}, h.agentArgs...)
+		"--slurm-cgroup-v2-parent", h.innocentJob.Parent, "--slurm-cgroup-v1-parent", h.innocentJob.Parent}, h.agentArgs...)
 	argv := h.cg.Wrap(append([]string{h.s.agent}, args...)...)
 	h.ag = launchAgent(h.t, nil, argv[0], argv[1:]...)
 	// It logs that it serves /metrics just after it starts profiling.
 	h.ag.waitLog(h.t, "did not start profiling", func(log string) bool {
 		return strings.Contains(log, "msg=profiling") && metricsAddr.MatchString(log)
 	})
-	h.metricsAt = h.ag.servingAddr()
+	h.metricsAt = h.ag.servingAddr(h.t)
 }
 
 // stop sends SIGTERM and checks the agent exits 0 within 30 s, was never

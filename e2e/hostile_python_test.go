@@ -63,7 +63,7 @@ func testPythonMemoryOnFUSE(t *testing.T, s *hostileSetup) {
 	h.spawnPython(h.innocentJob, s.innocent, py, scripts["split.py"], "3600")
 	h.startAgent()
 	h.ag.waitLog(t, "did not serve /metrics", func(log string) bool { return metricsAddr.MatchString(log) })
-	h.metricsAt = h.ag.servingAddr()
+	h.metricsAt = h.ag.servingAddr(h.t)
 	att := h.fuseAttacker(py, stallfs, scripts["fuse_names.py"], mnt, daemonLog)
 
 	// The first attack: a name in a mapping of the file, from the start.

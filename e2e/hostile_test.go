@@ -77,7 +77,7 @@ func startAgentWith(t *testing.T, agent, stub, scenario string, env []string, ar
 		"--metrics-addr", "127.0.0.1:0", "--nvml-library", stub, "--output-dir", t.TempDir()}, args...)
 	p := launchAgent(t, append([]string{gputest.EnvScenario + "=" + scenario}, env...), agent, args...)
 	p.waitLog(t, "did not serve /metrics", func(log string) bool { return metricsAddr.MatchString(log) })
-	return p.servingAddr()
+	return p.servingAddr(t)
 }
 
 func writeFile(t *testing.T, path, body string) {
@@ -108,6 +108,7 @@ func killAtCleanup(t *testing.T, cmd *exec.Cmd) {
 // memory. None is in his job: the job's GPU memory is his task's alone,
 // its owner stays his, and each look-alike process is counted.
 func TestLookalikeCgroupIsNotAJob(t *testing.T) {
+	lane(t, &slurmLane)
 	testenv.RequireIntegration(t, slurmtest.Needs(slurmtest.V2))
 	agent := buildAgent(t)
 	stub := gputest.Library(t)
@@ -255,6 +256,7 @@ func readPIDs(path string) []int {
 // slurmstepd names the same job as A's, C's task claims A's id. /metrics
 // answers every scrape, each job once, and no task's claim is believed.
 func TestSLUIDJobsCannotCollide(t *testing.T) {
+	lane(t, &slurmLane)
 	testenv.RequireIntegration(t, slurmtest.Needs(slurmtest.V2))
 	agent := buildAgent(t)
 	stub := gputest.Library(t)
@@ -299,7 +301,7 @@ func TestSLUIDJobsCannotCollide(t *testing.T) {
 	gputest.Write(t, scen, gputest.Scenario{Devices: []gputest.Device{{UUID: gpu0UUID, Name: gpuName, Memory: &gputest.Memory{Total: 80 * gib}}}})
 	withGPU := startAgentWith(t, agent, stub, scen, nil)
 	noGPU := startAgent(t, agent, "run", "--gpu-metrics=false", "--output-dir", t.TempDir(), "--upload-interval", "2s",
-		"--node-name", gpuNode, "--metrics-addr", "127.0.0.1:0").servingAddr()
+		"--node-name", gpuNode, "--metrics-addr", "127.0.0.1:0").servingAddr(t)
 	for name, addr := range map[string]string{"gpu collector": withGPU, "attribution cache": noGPU} {
 		t.Run(name, func(t *testing.T) {
 			body := waitMetrics(t, addr, func(body string) bool {
@@ -349,6 +351,7 @@ func TestSLUIDJobsCannotCollide(t *testing.T) {
 // attached to the job's cgroup; on v1, whose devices.list does not show
 // it, slurmctld's record (--slurmctld) mapped through slurmd -G.
 func TestGPUGrantsComeFromSlurm(t *testing.T) {
+	lane(t, &slurmLane)
 	for _, mode := range []slurmtest.Mode{slurmtest.V2, slurmtest.V1} {
 		t.Run(mode.String(), func(t *testing.T) {
 			testenv.RequireIntegration(t, slurmtest.Needs(mode))

@@ -18,6 +18,7 @@ import (
 // archive holds. CI builds it before the Go tests run; a developer runs both
 // commands first.
 func TestPluginDist(t *testing.T) {
+	lane(t, &simLane)
 	dist := filepath.Join("..", "dist")
 	testenv.Require(t, testenv.Func("the built plugin (npm run build, mage buildAll)", func() error {
 		_, err := os.Stat(filepath.Join(dist, "module.js"))

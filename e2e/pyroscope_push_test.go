@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -26,13 +27,30 @@ import (
 
 const spinEnv = "SLURMSCOPE_E2E_SPIN"
 
+// binDir holds what the tests build once (the agent).
+var binDir string
+
 // TestMain lets the test binary double as a CPU workload, so the profile
-// has a function we know the name of.
+// has a function we know the name of. The tests wait on their lane
+// (lane), not on -parallel: unless it is given, every test may start.
 func TestMain(m *testing.M) {
 	if os.Getenv(spinEnv) == "1" {
 		spinForPushTest()
 	}
-	os.Exit(m.Run())
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		flag.Set("test.parallel", "64")
+	}
+	var err error
+	if binDir, err = os.MkdirTemp("", "slurmscope-e2e-bin-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(binDir)
+	os.Exit(code)
 }
 
 //go:noinline
@@ -52,6 +70,7 @@ func spinForPushTest() {
 // a real server from PYROSCOPE_URL, with PYROSCOPE_TENANT if it needs one)
 // and reads the job's profile back with SelectMergeStacktraces.
 func TestPushToPyroscope(t *testing.T) {
+	lane(t, &simLane)
 	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	url, tenant := os.Getenv("PYROSCOPE_URL"), os.Getenv("PYROSCOPE_TENANT")
 	if url == "" {
@@ -83,7 +102,8 @@ func TestPushToPyroscope(t *testing.T) {
 	agent := buildAgent(t)
 	start := time.Now()
 	args := []string{"run", "--pyroscope-url", url, "--spool-dir", filepath.Join(t.TempDir(), "spool"),
-		"--upload-interval", "2s", "--node-name", "e2e-node", "--metrics-addr", "", "--slurm-cgroup-v2-parent", job.Parent}
+		"--upload-interval", "2s", "--node-name", "e2e-node", "--metrics-addr", "", "--slurm-cgroup-v2-parent", job.Parent,
+		"--slurm-cgroup-v1-parent", job.Parent}
 	if tenant != "" {
 		args = append(args, "--pyroscope-tenant", tenant)
 	}

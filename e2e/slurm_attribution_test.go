@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +30,7 @@ const jobName = `train "llama" ✓`
 // jobs on a real local SLURM (two slurmds on this host), for cgroup v1 and
 // v2, and compares its answer with the jobs' cgroup trees and squeue.
 func TestSlurmAttribution(t *testing.T) {
+	lane(t, &slurmLane)
 	for _, mode := range []slurmtest.Mode{slurmtest.V1, slurmtest.V2} {
 		t.Run(mode.String(), func(t *testing.T) {
 			testenv.RequireIntegration(t, slurmtest.Needs(mode))
@@ -48,13 +50,26 @@ func buildAgent(t *testing.T) string {
 		}
 		return p
 	}
-	bin := filepath.Join(t.TempDir(), "slurmscope-agent")
-	cmd := exec.Command("go", "build", "-o", bin, "./agent/cmd/slurmscope-agent")
-	cmd.Dir = ".." // the module root; tests run in their package's directory
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building slurmscope-agent: %v\n%s", err, out)
+	// Built once for all the tests (each link took 2-5 s of CPU).
+	agentBuild.once.Do(func() {
+		bin := filepath.Join(binDir, "slurmscope-agent")
+		cmd := exec.Command("go", "build", "-o", bin, "./agent/cmd/slurmscope-agent")
+		cmd.Dir = ".." // the module root; tests run in their package's directory
+		if out, err := cmd.CombinedOutput(); err != nil {
+			agentBuild.err = fmt.Sprintf("building slurmscope-agent: %v\n%s", err, out)
+			return
+		}
+		agentBuild.path = bin
+	})
+	if agentBuild.err != "" {
+		t.Fatal(agentBuild.err)
 	}
-	return bin
+	return agentBuild.path
+}
+
+var agentBuild struct {
+	once      sync.Once
+	path, err string
 }
 
 func testAttribution(t *testing.T, mode slurmtest.Mode, agent string) {
@@ -172,8 +187,8 @@ func testAttribution(t *testing.T, mode slurmtest.Mode, agent string) {
 	t.Run("slurmctld", func(t *testing.T) {
 		// The agent asks the test cluster's slurmctld, found through
 		// SLURM_CONF as on any node; a failed lookup is a warning on stderr.
-		t.Setenv("SLURM_CONF", c.ConfPath())
 		v := v.with(t)
+		v.env = []string{"SLURM_CONF=" + c.ConfPath()}
 		recs := v.runAgentStrict(agent, "jobs", "--json", "--slurmctld")
 		v.check(recs, v.stable(truth, snapshot(t, c, jobs)), "")
 		for _, r := range recs {
@@ -214,6 +229,7 @@ type verifier struct {
 	jobs     map[string]slurmtest.Job
 	named    string
 	impostor int
+	env      []string // added to the agent's
 }
 
 func (v verifier) with(t *testing.T) verifier { v.t = t; return v }
@@ -245,6 +261,9 @@ func (v verifier) runAgentStderr(agent string, args ...string) ([]record, string
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, agent, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if v.env != nil {
+		cmd.Env = append(os.Environ(), v.env...)
+	}
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("slurmscope-agent %s: %v\nstderr:\n%s", strings.Join(args, " "), err, stderr.String())
 	}

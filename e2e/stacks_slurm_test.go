@@ -19,6 +19,7 @@ import (
 // pointers, whose leaf must keep its callers and main, and Debian's
 // python3.11, whose samples must carry the script's Python functions.
 func TestStacksSlurm(t *testing.T) {
+	lane(t, &slurmLane)
 	testenv.RequireIntegration(t, slurmtest.Needs(slurmtest.V1))
 	agent := buildAgent(t)
 	ctx := context.Background()

@@ -141,6 +141,7 @@ func pythonJobs(py interp, b stackBins, all bool) []*stackJob {
 // names on 3.11+); a process started before the agent; venvs; and a
 // CPython older than 3.9, which must keep native stacks, counted.
 func TestStacks(t *testing.T) {
+	lane(t, &simLane)
 	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	agent := buildAgent(t)
 	work := t.TempDir()
@@ -179,7 +180,7 @@ func TestStacks(t *testing.T) {
 		"--sample-rate", strconv.Itoa(stackHz), "--metrics-addr", "127.0.0.1:0", "--gpu-metrics=false", "--label-stack-setup",
 		// The simulated jobs' slurmstepd.scope is in their slice, not
 		// slurmd's /system.slice.
-		"--slurm-cgroup-v2-parent", "/"+r.slice,
+		"--slurm-cgroup-v2-parent", "/"+r.slice, "--slurm-cgroup-v1-parent", "/"+r.slice,
 		"--gpu-inject-lib", filepath.Join(bins.gpuDir, "libslurmscope_inject.so"))
 	// The agent samples by now: what the job uses from here is owed.
 	var err error

@@ -42,6 +42,7 @@ func unitBoundingSet(t *testing.T) string {
 // CAP_SYSLOG, the agent says once at start that kernel symbols are
 // hidden.
 func TestUnitCapabilities(t *testing.T) {
+	lane(t, &simLane)
 	testenv.RequireIntegration(t, testenv.Root, testenv.BTF, testenv.Tools("setpriv", "dd"))
 	agent := buildAgent(t)
 	set := unitBoundingSet(t)
@@ -53,7 +54,7 @@ func TestUnitCapabilities(t *testing.T) {
 		ag := startAgent(t, "setpriv", "--bounding-set="+set, "--inh-caps=-all", "--",
 			agent, "run", "--output-dir", out, "--upload-interval", "2s", "--node-name", "unitcaps",
 			"--sample-rate", "199", "--metrics-addr", "127.0.0.1:0", "--gpu-metrics=false",
-			"--slurm-cgroup-v2-parent", "/"+r.slice)
+			"--slurm-cgroup-v2-parent", "/"+r.slice, "--slurm-cgroup-v1-parent", "/"+r.slice)
 		// 2 s of CPU, nearly all of it in the kernel (read_zero's
 		// clearing of the user buffer).
 		j := &stackJob{name: "dd", argv: []string{"sh", "-c", "echo ready; exec dd if=/dev/zero of=/dev/null bs=1M count=1000000000"}}

@@ -56,6 +56,7 @@ npm run e2e:browser
 # SLURM or Prometheus) pass one gate, internal/testenv's RequireIntegration:
 # without SLURMSCOPE_INTEGRATION=1 they skip; with it a missing prerequisite
 # fails rather than skips. Test clusters take a host-wide lock, so packages
-# still run in parallel.
+# still run in parallel. e2e, the longest package (its tests run in two
+# lanes, e2e/helpers_test.go), is named first so that it starts first.
 step "unit and integration tests"
-SLURMSCOPE_INTEGRATION=1 go test -count=1 -timeout 25m ./...
+SLURMSCOPE_INTEGRATION=1 go test -count=1 -timeout 25m ./e2e ./...
