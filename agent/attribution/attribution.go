@@ -52,6 +52,9 @@ type Job struct {
 	// GRES is what slurmctld says the job holds on Host; nil when it was
 	// not asked.
 	GRES []slurm.GRES
+	// GRESPending: slurmctld is being asked about the job for the first
+	// time and has not answered yet, so GRES is not known to be missing.
+	GRESPending bool
 }
 
 // Value is the job's value of a job attribute, or of host.name; "" for any

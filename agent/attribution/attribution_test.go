@@ -288,8 +288,8 @@ func TestSlowControllerHoldsUpNobody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Job.Name != `train "llama" ✓` {
-		t.Fatalf("before slurmctld answered: %+v", p.Job)
+	if p.Job.Name != `train "llama" ✓` || !p.Job.GRESPending {
+		t.Fatalf("before slurmctld answered: %+v, want the environment's name and GRES pending", p.Job)
 	}
 	if _, err := r.Resolve(302); err != nil { // a lookup runs: not another
 		t.Fatal(err)
@@ -308,6 +308,32 @@ func TestSlowControllerHoldsUpNobody(t *testing.T) {
 	}
 	if ctld.calls != 1 {
 		t.Errorf("slurmctld asked %d times, want 1", ctld.calls)
+	}
+	if p.Job.GRESPending {
+		t.Errorf("GRES still pending once slurmctld answered: %+v", p.Job)
+	}
+}
+
+// A late lookup that fails ends the wait for the job's GRES: what nobody
+// knows is then unknown, not pending.
+func TestSlowControllerFailureEndsPending(t *testing.T) {
+	ctld := &slowCtld{fakeCtld: fakeCtld{err: errors.New("connection refused")}, release: make(chan struct{})}
+	r := newFixtureResolver(t, "testdata/proc", func(o *Options) { o.Controller = ctld })
+	p, err := r.Resolve(301)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Job.GRESPending {
+		t.Fatalf("while slurmctld is asked: %+v, want GRES pending", p.Job)
+	}
+	close(ctld.release)
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Job.GRESPending {
+		if time.Now().After(deadline) {
+			t.Fatalf("GRES still pending 10 s after slurmctld failed: %+v", p.Job)
+		}
+		time.Sleep(5 * time.Millisecond)
+		p, _ = r.Cached(p.ID)
 	}
 }
 

@@ -34,8 +34,9 @@ type jobEntry struct {
 	dirty     bool
 	ctldInfo  *slurm.JobInfo
 	ctldAt    time.Time
-	// ctldAsking is set while a lookup of the job in slurmctld runs.
-	ctldAsking bool
+	// ctldAsking is set while a lookup of the job in slurmctld runs;
+	// ctldFailed once one has ended without an answer.
+	ctldAsking, ctldFailed bool
 	// uidFromNode is the owner as the node sees it (path or task uid).
 	uidFromNode int
 	// exited counts processes that left the job but are still cached.
@@ -196,8 +197,10 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 				if info != nil {
 					j.ctldInfo, j.ctldAt = info, r.o.Now()
 					r.checkOwner(j, j.uidFromNode)
-					r.publish(j)
+				} else {
+					j.ctldFailed = true
 				}
+				r.publish(j)
 			}()
 		}
 	}
@@ -214,6 +217,7 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 	}
 	if askCtld && !late {
 		j.ctldAsking = false
+		j.ctldFailed = j.ctldFailed || info == nil
 	}
 	if info != nil {
 		j.ctldInfo, j.ctldAt = info, now
@@ -365,7 +369,8 @@ func (r *Resolver) absorbEnv(j *jobEntry, env map[string]string, jobID string) {
 // the host holds keeps s<SLUID>, and a job whose path names the id takes
 // it back from a SLUID job. Callers hold r.mu.
 func (r *Resolver) publish(j *jobEntry) {
-	s := &Job{ID: j.jobID(), SLUID: j.loc.SLUID, UID: j.uidFromNode, Host: j.host, Cgroup: j.cgroup}
+	s := &Job{ID: j.jobID(), SLUID: j.loc.SLUID, UID: j.uidFromNode, Host: j.host, Cgroup: j.cgroup,
+		GRESPending: j.ctldInfo == nil && j.ctldAsking && !j.ctldFailed}
 	// Metadata: slurmctld's word, else the tasks' environment, each only
 	// where the schema lets it decide (absorbEnv checks the environment).
 	for _, a := range r.o.Metadata {

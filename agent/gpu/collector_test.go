@@ -241,6 +241,32 @@ slurmscope_job_gpu_utilization_ratio{gpu_index="1",gpu_name="NVIDIA A100-SXM4-80
 	if c.allocErrs[reasonOutsideGrant] != 2 || c.allocErrs[reasonNoGrant] != 1 {
 		t.Errorf("counted again: %v", c.allocErrs)
 	}
+
+	// A job whose first slurmctld lookup is still out holds nothing and is
+	// not counted; once the lookup has failed, it is.
+	if err := os.MkdirAll(filepath.Join(root, "45"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "45", "environ"), []byte("CUDA_VISIBLE_DEVICES=GPU-a\x00"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pending := &attribution.Job{ID: "10", Name: "j", User: "bob", GRESPending: true}
+	c.o.Jobs = append(jobs, attribution.Process{ID: procfs.ID{PID: 45, Start: 1}, Job: pending})
+	if err := c.Poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if c.allocErrs[reasonNoGrant] != 1 {
+		t.Errorf("a job whose grant is pending was counted: %v", c.allocErrs)
+	}
+	done := *pending
+	done.GRESPending = false
+	c.o.Jobs = append(jobs, attribution.Process{ID: procfs.ID{PID: 45, Start: 1}, Job: &done})
+	if err := c.Poll(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if c.allocErrs[reasonNoGrant] != 2 {
+		t.Errorf("once its lookup failed, grant_unknown = %d, want 2", c.allocErrs[reasonNoGrant])
+	}
 }
 
 func TestParseGPUList(t *testing.T) {

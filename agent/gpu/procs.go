@@ -192,6 +192,12 @@ func (p *poll) allocations(ctx context.Context) map[string]map[unitKey]bool {
 				c.grantError(err)
 			}
 			if !ok {
+				if j.GRESPending {
+					// Its first slurmctld lookup is late (a loaded node):
+					// it holds nothing until it answers, and that is no
+					// error yet.
+					continue
+				}
 				if !c.st.noGrant[id] {
 					c.st.noGrant[id] = true
 					c.countAlloc(reasonNoGrant)
