@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -58,6 +59,10 @@ func startAgent(t *testing.T, bin string, args ...string) *agentProc {
 	t.Helper()
 	p := launchAgent(t, nil, bin, args...)
 	p.waitLog(t, "did not start sampling", func(log string) bool { return strings.Contains(log, "msg=profiling") })
+	// /metrics is served a moment after: callers scrape it at once.
+	if i := slices.Index(args, "--metrics-addr"); i >= 0 && i+1 < len(args) && args[i+1] != "" {
+		p.servingAddr(t)
+	}
 	return p
 }
 
