@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,22 +23,51 @@ func init() {
 }
 
 func jobCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("slurmscope job", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	pyroURL := fs.String("pyroscope-url", "", "Pyroscope base URL")
-	promURL := fs.String("prometheus-url", "", "Prometheus (or Mimir/Thanos) base URL")
-	tenant := fs.String("tenant", "", "X-Scope-OrgID sent to both")
-	since := fs.Duration("since", 24*time.Hour, "look back this far from --to")
-	toFlag := fs.String("to", "", "end of the range, RFC 3339 (default: now)")
-	timeout := fs.Duration("timeout", 30*time.Second, "per backend call")
-	maxQuery := fs.Duration("max-query-length", query.DefaultMaxQueryLength, "Pyroscope's max_query_length: longer ranges are asked for in chunks of it")
-	parallel := fs.Int("parallel", query.DefaultParallel, "backend calls in flight at once")
-	maxCalls := fs.Int("max-calls", query.DefaultMaxCalls, "most Pyroscope calls one query may make")
-	asJSON := fs.Bool("json", false, "print the report as JSON")
-	var th findings.Thresholds
-	th.Flags(fs)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage: slurmscope job <job id> [--pyroscope-url URL] [--prometheus-url URL] [--since 24h] [--json]
+	fs, o := newJobFlags(stderr)
+	fs.Usage = func() { jobUsage(fs) }
+	jobID, code := parseJobArgs(fs, args, stderr)
+	if code >= 0 {
+		return code
+	}
+	if err := resolve(fs, o); err != nil {
+		printErr(stderr, err.Error())
+		return exitUsage
+	}
+	eng, r, err := o.engine()
+	if err != nil {
+		printErr(stderr, err.Error())
+		return exitUsage
+	}
+	ctx := context.Background()
+	rep, err := eng.Job(ctx, jobID, r)
+	partial := err != nil
+	if err != nil {
+		msg := o.errorText(err)
+		if rep, err = partialJob(ctx, eng, jobID, r, err, msg); err != nil || noData(rep) {
+			// Without the failed backend, "no data" would be a guess.
+			printErr(stderr, cmp.Or(o.errorText(err), msg))
+			return exitFail
+		}
+		printErr(stderr, "partial report (exit status 4): "+rep.Warnings[0])
+	}
+	if noData(rep) {
+		return printNoData(stdout, stderr, rep, o)
+	}
+	if o.asJSON {
+		if err := writeJSON(stdout, jsonReport(rep)); err != nil {
+			return exitFail
+		}
+	} else {
+		printJob(stdout, rep)
+	}
+	if partial {
+		return exitPartial
+	}
+	return exitOK
+}
+
+func jobUsage(fs *flag.FlagSet) {
+	fmt.Fprint(fs.Output(), `usage: slurmscope job <job id> [--pyroscope-url URL] [--prometheus-url URL] [--since 24h|7d|2026-11-28] [--json]
 
 Prints the job's findings first (idle GPUs, unused cores, memory requested
 far above its peak or close to its limit, OOM kills, GPU memory mostly
@@ -50,23 +80,36 @@ GPU kernels. It asks the same engine the Grafana datasource uses; a
 --since longer than Pyroscope's max_query_length is asked for a chunk at
 a time.
 
+Every flag but --config, --json, --since and --to may also come from the
+environment, SLURMSCOPE_<FLAG> (SLURMSCOPE_PYROSCOPE_URL), or from the
+YAML file --config names ($SLURMSCOPE_CONFIG; by default `+defaultConfigPath+`
+where it exists), as pyroscope.url, prometheus.bearer_token_file, tenant,
+...; the file may also hold basic_auth_password and bearer_token inline.
+A flag wins over the environment, which wins over the file; a backend's
+credentials come whole from the first of them that gives any.
+
 Exit status: 0 the report; 1 a backend failed; 2 bad usage; 3 no data:
 the backends hold no profile, series or node of the job in the range
 (a mistyped job id, a range that misses the job, or no agent on its
 nodes). Then the report is replaced by a note saying so on stderr, or,
-with --json, by an object with "no_data": true on stdout.
+with --json, by an object with "no_data": true on stdout. 4 partial: one
+backend failed, and the report holds what the other gave, with a note
+(also on stderr) saying which failed and why.
 
 `)
-		fs.PrintDefaults()
-	}
-	// Flags may come before or after the job id.
+	fs.PrintDefaults()
+}
+
+// parseJobArgs parses args, whose flags may come before or after the job
+// id, and returns the job id, or the exit code (>= 0) to return now.
+func parseJobArgs(fs *flag.FlagSet, args []string, stderr io.Writer) (string, int) {
 	var pos []string
 	for rest := args; ; {
 		if err := fs.Parse(rest); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				return 0
+				return "", exitOK
 			}
-			return 2
+			return "", exitUsage
 		}
 		if fs.NArg() == 0 {
 			break
@@ -77,91 +120,100 @@ with --json, by an object with "no_data": true on stdout.
 		id := printable.String(pos[0], "")
 		fmt.Fprintf(stderr, "slurmscope job: %s is an array job's task: its profiles and metrics are under the task's own job id; "+
 			"give that (JobIDRaw in 'sacct -j %s -o JobID,JobIDRaw')\n", id, id)
-		return 2
+		return "", exitUsage
 	}
 	if len(pos) != 1 || !isJobID(pos[0]) {
 		fmt.Fprintln(stderr, "slurmscope job: want exactly one job id (digits)")
 		fs.Usage()
-		return 2
+		return "", exitUsage
 	}
-	if *pyroURL == "" && *promURL == "" {
-		fmt.Fprintln(stderr, "slurmscope job: give --pyroscope-url, --prometheus-url or both")
-		return 2
+	return pos[0], -1
+}
+
+// engine checks o and builds the engine and the range it asks for.
+func (o *jobOptions) engine() (*query.Engine, query.Range, error) {
+	var r query.Range
+	if o.pyro.url == "" && o.prom.url == "" {
+		return nil, r, fmt.Errorf("give --pyroscope-url, --prometheus-url or both (or %s, %s, or pyroscope.url and prometheus.url in %s)",
+			envName("pyroscope-url"), envName("prometheus-url"), o.src.path())
 	}
-	to := time.Now()
-	if *toFlag != "" {
-		t, err := time.Parse(time.RFC3339, *toFlag)
+	r, err := o.queryRange()
+	if err != nil {
+		return nil, r, err
+	}
+	if o.maxQuery < durationValue(time.Second) || o.parallel < 1 || o.maxCalls < 1 {
+		return nil, r, errors.New("--max-query-length must be at least 1s, --parallel and --max-calls at least 1")
+	}
+	if err := o.th.Validate(); err != nil {
+		return nil, r, fmt.Errorf("thresholds: %v", err)
+	}
+	eng := &query.Engine{MaxQueryLength: time.Duration(o.maxQuery), Parallel: o.parallel, MaxCalls: o.maxCalls, Thresholds: o.th}
+	if o.pyro.url != "" {
+		c, err := o.backendConfig(&o.pyro)
+		if err == nil {
+			eng.Profiles, err = backends.NewPyroscope(c)
+		}
 		if err != nil {
-			fmt.Fprintf(stderr, "slurmscope job: --to: %v\n", err)
-			return 2
+			return nil, r, err
+		}
+	}
+	if o.prom.url != "" {
+		c, err := o.backendConfig(&o.prom)
+		if err == nil {
+			eng.Metrics, err = backends.NewPrometheus(c)
+		}
+		if err != nil {
+			return nil, r, err
+		}
+	}
+	return eng, r, nil
+}
+
+// queryRange is [--since, --to], a minute a step.
+func (o *jobOptions) queryRange() (query.Range, error) {
+	to := time.Now()
+	if o.to != "" {
+		t, err := parseTime(o.to)
+		if err != nil {
+			return query.Range{}, fmt.Errorf("--to: %v", err)
 		}
 		to = t
 	}
-	if *since <= 0 {
-		fmt.Fprintln(stderr, "slurmscope job: --since must be positive")
-		return 2
+	from, err := o.since.start(to)
+	return query.Range{From: from, To: to, Step: time.Minute}, err
+}
+
+// printErr writes msg on stderr, a line each, escaped: a backend's message
+// may quote what a job named itself.
+func printErr(stderr io.Writer, msg string) {
+	for _, line := range strings.Split(msg, "\n") {
+		fmt.Fprintf(stderr, "slurmscope job: %s\n", printable.String(line, ""))
 	}
-	if *maxQuery < time.Second || *parallel < 1 || *maxCalls < 1 {
-		fmt.Fprintln(stderr, "slurmscope job: --max-query-length must be at least 1s, --parallel and --max-calls at least 1")
-		return 2
+}
+
+// printNoData replaces the report of a job the backends hold nothing of.
+func printNoData(stdout, stderr io.Writer, rep *query.JobReport, o *jobOptions) int {
+	since := o.since.String()
+	nd := noDataReport{Error: fmt.Sprintf("no data for job %s from %s to %s", rep.JobID, rep.From, rep.To),
+		NoData: true, JobID: rep.JobID, From: rep.From, To: rep.To, Since: since,
+		Hints: noDataHints(rep.JobID, o.since), Warnings: rep.Warnings}
+	if nd.Warnings == nil {
+		nd.Warnings = []string{}
 	}
-	if err := th.Validate(); err != nil {
-		fmt.Fprintf(stderr, "slurmscope job: thresholds: %v\n", err)
-		return 2
-	}
-	eng := &query.Engine{MaxQueryLength: *maxQuery, Parallel: *parallel, MaxCalls: *maxCalls, Thresholds: th}
-	if *pyroURL != "" {
-		p, err := backends.NewPyroscope(backends.Config{URL: *pyroURL, TenantID: *tenant, Timeout: *timeout})
-		if err != nil {
-			fmt.Fprintf(stderr, "slurmscope job: %v\n", err)
-			return 2
-		}
-		eng.Profiles = p
-	}
-	if *promURL != "" {
-		p, err := backends.NewPrometheus(backends.Config{URL: *promURL, TenantID: *tenant, Timeout: *timeout})
-		if err != nil {
-			fmt.Fprintf(stderr, "slurmscope job: %v\n", err)
-			return 2
-		}
-		eng.Metrics = p
-	}
-	rep, err := eng.Job(context.Background(), pos[0], query.Range{From: to.Add(-*since), To: to, Step: time.Minute})
-	if err != nil {
-		// A backend's message may quote what a job named itself.
-		fmt.Fprintf(stderr, "slurmscope job: %s\n", printable.String(err.Error(), ""))
-		return 1
-	}
-	if noData(rep) {
-		nd := noDataReport{Error: fmt.Sprintf("no data for job %s from %s to %s", rep.JobID, rep.From, rep.To),
-			NoData: true, JobID: rep.JobID, From: rep.From, To: rep.To, Since: since.String(),
-			Hints: noDataHints(rep.JobID, *since), Warnings: rep.Warnings}
-		if nd.Warnings == nil {
-			nd.Warnings = []string{}
-		}
-		if *asJSON {
-			if err := writeJSON(stdout, nd); err != nil {
-				return 1
-			}
-			return exitNoData
-		}
-		fmt.Fprintf(stderr, "slurmscope job: %s (--since %s): the backends hold no profile, series or node of it\n", nd.Error, nd.Since)
-		for _, warn := range rep.Warnings {
-			fmt.Fprintf(stderr, "note: %s\n", printable.String(warn, ""))
-		}
-		for _, h := range nd.Hints {
-			fmt.Fprintf(stderr, "  - %s\n", h)
+	if o.asJSON {
+		if err := writeJSON(stdout, nd); err != nil {
+			return exitFail
 		}
 		return exitNoData
 	}
-	if *asJSON {
-		if err := writeJSON(stdout, jsonReport(rep)); err != nil {
-			return 1
-		}
-		return 0
+	fmt.Fprintf(stderr, "slurmscope job: %s (--since %s): the backends hold no profile, series or node of it\n", nd.Error, nd.Since)
+	for _, warn := range rep.Warnings {
+		fmt.Fprintf(stderr, "note: %s\n", printable.String(warn, ""))
 	}
-	printJob(stdout, rep)
-	return 0
+	for _, h := range nd.Hints {
+		fmt.Fprintf(stderr, "  - %s\n", h)
+	}
+	return exitNoData
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -191,10 +243,14 @@ type noDataReport struct {
 	Warnings []string `json:"warnings"`
 }
 
-func noDataHints(jobID string, since time.Duration) []string {
+func noDataHints(jobID string, since sinceValue) []string {
+	rng := fmt.Sprintf("the range is the %s before --to: a job that ran earlier needs a longer --since, or --to set near its end", since.back)
+	if !since.from.IsZero() {
+		rng = fmt.Sprintf("the range starts at --since %s: a job that ran earlier needs an earlier --since, or --to set near its end", since.String())
+	}
 	return []string{
 		fmt.Sprintf("check the job id %s ('sacct -j %s' or 'squeue -j %s')", jobID, jobID, jobID),
-		fmt.Sprintf("the range is the %s before --to: a job that ran earlier needs a longer --since, or --to set near its end", since),
+		rng,
 		"the slurmscope agent must have run on the job's nodes while it ran, sending to these Pyroscope and Prometheus servers (and --tenant)",
 		"each task of an array job has its own job id: give that, not the array's (for task 5 of array 1234, JobIDRaw in 'sacct -j 1234_5 -o JobID,JobIDRaw')",
 	}

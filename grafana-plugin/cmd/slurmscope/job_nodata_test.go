@@ -24,7 +24,14 @@ import (
 // node label of jobs in nodes has those values.
 func fakeProm(t *testing.T, nodes map[string][]string) string {
 	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(promHandler(nodes))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// promHandler is fakeProm's handler.
+func promHandler(nodes map[string][]string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := r.ParseForm(); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
@@ -48,9 +55,7 @@ func fakeProm(t *testing.T, nodes map[string][]string) string {
 		default:
 			http.NotFound(w, r)
 		}
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL
+	})
 }
 
 // pyroWith runs a Pyroscope stand-in holding CPU profiles of each job

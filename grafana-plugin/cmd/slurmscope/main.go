@@ -21,11 +21,15 @@ const (
 	exitFail   = 1 // a backend or the output failed
 	exitUsage  = 2 // bad usage or input
 	exitNoData = 3 // the backends hold nothing for what was asked
+	// exitPartial is a report from one backend while the other failed:
+	// not 0, so that a script does not take half a report for the whole,
+	// and not 1, so that it can tell there is a report to read.
+	exitPartial = 4
 )
 
 // command is one subcommand. run gets the arguments after the command's
-// name and returns the exit code: exitOK, exitFail, exitUsage or
-// exitNoData.
+// name and returns the exit code: exitOK, exitFail, exitUsage,
+// exitNoData or exitPartial.
 type command struct {
 	summary string
 	run     func(args []string, stdout, stderr io.Writer) int
@@ -82,7 +86,8 @@ prints the version.
 
 Exit status: 0 success, 1 a failure (a backend's error), 2 bad usage or
 input, 3 no data: the backends hold nothing for what was asked (for job,
-no profiles or metrics of that job in the range).
+no profiles or metrics of that job in the range), 4 partial: one backend
+failed and the report holds what the other gave, with a note.
 `)
 	io.WriteString(w, b.String())
 }
