@@ -277,6 +277,14 @@ var (
 	AgentProfileBytes           = counter("agent_profile_bytes_total", "bytes", "Bytes of encoded profiles produced.")
 	AgentErrors                 = counter("agent_errors_total", "", "Errors in the agent's main loop, by stage.", "stage")
 	AgentSampledCPUs            = Metric{Name: MetricPrefix + "agent_sampled_cpus", Type: Gauge, Help: "CPUs the sampler is attached to."}
+	// The heartbeat (agent/cli) every agent exports, with GPUs or without,
+	// profiling or serving metrics only: what the "agent stopped reporting"
+	// alert rule keys on. It carries host_name, so that a node is named
+	// whether it is scraped or pushes.
+	AgentLastInterval = Metric{Name: MetricPrefix + "agent_last_interval_timestamp_seconds", Unit: "seconds", Type: Gauge, Attributes: host,
+		Help: "Unix time of the end of the last interval the agent delivered (its profiles taken by the sinks, or none due); its start time until the first; with no profile source on, the time it was gathered."}
+	AgentStartTime = Metric{Name: MetricPrefix + "agent_start_time_seconds", Unit: "seconds", Type: Gauge, Attributes: host,
+		Help: "Unix time the agent started."}
 	// GPU kernel time is counted in integer nanoseconds and exported in
 	// seconds, Prometheus' base unit.
 	AgentGPUKernelTime             = counter("agent_gpu_kernel_seconds_total", "seconds", "GPU kernel time drained from the GPU tracer.")
@@ -370,7 +378,7 @@ var Metrics = []Metric{
 	HostCPUUsage.Step, HostCPUs.Step, HostMemoryUsed.Step, HostMemoryPeak.Step, HostMemoryLimit.Step, HostOOMKills.Step, HostIORead.Step, HostIOWritten.Step,
 	JobLastSeen, JobCgroupUnsupported, CgroupPollDuration, CgroupPolls, CgroupReadErrors,
 	AgentCPUSamples, AgentCPUSamplesLost, AgentCPUSamplesUnattributed, AgentProfiles, AgentProfileBytes, AgentErrors,
-	AgentSampledCPUs, AgentGPUKernelTime, AgentGPUKernelTimeUnattributed, AgentGPUTraceLost, AgentGPUTraceAttachedFiles,
+	AgentSampledCPUs, AgentLastInterval, AgentStartTime, AgentGPUKernelTime, AgentGPUKernelTimeUnattributed, AgentGPUTraceLost, AgentGPUTraceAttachedFiles,
 	AgentBPFRunTime, AgentBPFRuns, AgentCPUMapsFull, AgentSymbolizeErrors, AgentELFRefused, AgentCgroupRefused, AgentJobIDConflicts,
 	AgentMemoryBudget, AgentMemoryBudgetUsed, AgentMemoryBudgetEvictions, AgentMemoryBudgetEvictedBytes,
 	AgentMemoryBudgetRefused, AgentJobFileReadsDeferred,

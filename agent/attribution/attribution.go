@@ -22,6 +22,7 @@ package attribution
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -132,6 +133,9 @@ type Options struct {
 	// Default 2 minutes.
 	ExitGrace time.Duration
 	Now       func() time.Time
+	// Log gets a debug line per process placed in a job, and per process
+	// refused one (see logNew); nil: none.
+	Log *slog.Logger
 }
 
 // Stats counts what went wrong, so it can be logged once and exported.
@@ -212,6 +216,9 @@ func New(o Options) *Resolver {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Resolver{o: o, envKeys: slurm.EnvKeys(o.Metadata), procs: map[int]*procEntry{}, jobs: map[string]*jobEntry{}}
 }

@@ -163,7 +163,8 @@ func (r *Resolver) resolve(pid int, st procfs.Stat, full bool) (Process, error) 
 
 	r.mu.Lock()
 	old := r.procs[pid]
-	ne.recheck = !loc.InJob && (old == nil || old.start != ne.start)
+	isNew := old == nil || old.start != ne.start
+	ne.recheck = !loc.InJob && isNew
 	if old != nil && old.start == ne.start {
 		ne.seen = old.seen
 	}
@@ -196,7 +197,12 @@ func (r *Resolver) resolve(pid int, st procfs.Stat, full bool) (Process, error) 
 		j.dirty = true
 		ne.job = j
 	}
+	// New, or placed anew (adopted into a job, or out of one).
+	changed := isNew || old.job != ne.job
 	r.mu.Unlock()
+	if changed {
+		r.logNew(pid, ne.comm, loc, perr, ne.foreign, j)
+	}
 
 	if j != nil && r.jobStale(j, now) {
 		r.refreshJob(j)

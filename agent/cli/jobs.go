@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -35,6 +36,7 @@ type attrFlags struct {
 	// prints once, waits for the answer.
 	ctldWait time.Duration
 	cgroups  *cgroup.Tree
+	log      *slog.Logger // set by run: attribution's debug lines
 }
 
 func (a *attrFlags) register(fs *flag.FlagSet) {
@@ -54,7 +56,7 @@ func (a *attrFlags) resolver() (*attribution.Resolver, error) {
 		return nil, err
 	}
 	o := attribution.Options{Proc: procfs.New(a.procRoot), NodeName: a.nodeName, HostName: a.nodeName, ExitGrace: a.exitGrace,
-		ControllerWait: a.ctldWait, Layout: &layout, Cgroups: a.tree()}
+		ControllerWait: a.ctldWait, Layout: &layout, Cgroups: a.tree(), Log: a.log}
 	if o.HostName == "" {
 		o.HostName = shortHostname()
 	}

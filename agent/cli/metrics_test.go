@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -120,7 +121,7 @@ func TestAgentExportsTheSchemasMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	reg.MustRegister(coll, attribution.NewCollector(res))
+	reg.MustRegister(coll, attribution.NewCollector(res), newHeartbeat("node1", time.Now))
 	// A node without GPUs serves job info from the attribution cache
 	// instead (never both: run registers one or the other).
 	noGPU := prometheus.NewPedanticRegistry()

@@ -64,3 +64,10 @@ func (w firstWrite) Write(ctx context.Context, outs []daemon.Output) error {
 	}
 	return err
 }
+
+// Delivery passes what the sinks delivered on to the daemon's interval
+// line (daemon.Reporter).
+func (w firstWrite) Delivery() daemon.Delivery {
+	d, _ := daemon.DeliveryOf(w.Sink)
+	return d
+}

@@ -70,13 +70,15 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 // metrics stop being served and pushed.
 func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 	f.attr.exitGrace = 2*f.interval + time.Minute
+	f.attr.log = log
 	res, err := f.attr.resolver()
 	if err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()
+	beat := newHeartbeat(res.HostName(), time.Now)
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		attribution.NewCollector(res))
+		attribution.NewCollector(res), beat)
 	env := service.Env{Jobs: res, HostName: res.HostName(), Proc: procfs.New(f.attr.procRoot), Reg: reg, Gatherer: reg, Log: log}
 	svcs, err := service.Open(f.services, env)
 	if err != nil {
@@ -90,6 +92,11 @@ func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
 	prof, err := newProfiler(f, env)
 	if err != nil {
 		return err
+	}
+	if prof == nil {
+		beat.serveOnly()
+	} else {
+		beat.follow(prof.d)
 	}
 	// Everything registered its metrics: /metrics may be served.
 	svcs.Start()

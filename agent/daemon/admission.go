@@ -26,7 +26,7 @@ func (d *Daemon) rescan(full bool) {
 		procs, err = d.res.Refresh()
 	}
 	if err != nil {
-		d.logOnce("scan", "listing processes failed", err)
+		d.logError("scan", "listing processes failed", err)
 	}
 	for _, p := range procs {
 		d.admit(p, full, false)
@@ -126,7 +126,7 @@ func (d *Daemon) admit(p attribution.Process, full, async bool) bool {
 	// in, which must not wait for its symbols (40 ms for python3.11).
 	for _, w := range d.cfg.Watchers {
 		if _, err := w.AttachProcess(k); err != nil {
-			d.logOnce("watch", "loading a process for stack capture failed", err)
+			d.logError("watch", "loading a process for stack capture failed", err)
 		}
 	}
 	if q := d.settleq.Load(); async && q != nil {
@@ -157,7 +157,7 @@ func (d *Daemon) settle(k procfs.ID) {
 func (d *Daemon) attachProcess(s *src, k procfs.ID) {
 	res, err := s.attach.AttachProcess(k)
 	if err != nil {
-		d.logOnce(s.info.Name+"_attach", "the "+s.info.Name+" source failed to attach to a process", err)
+		d.logError(s.info.Name+"_attach", "the "+s.info.Name+" source failed to attach to a process", err)
 	}
 	if res == source.AttachReload {
 		// Same pid and start time, another program: its symbols may

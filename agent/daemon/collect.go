@@ -5,12 +5,12 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"time"
 
 	"github.com/slurmscope/slurmscope/agent/interp"
+	"github.com/slurmscope/slurmscope/agent/logx"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/profiles"
 	"github.com/slurmscope/slurmscope/agent/source"
@@ -24,10 +24,12 @@ import (
 func (d *Daemon) Collect(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	began := time.Now()
 	end := d.cfg.Now()
 	var outs []Output
 	var errs []error
 	seen := map[procfs.ID]bool{}
+	iv := newInterval(d.srcs)
 	for _, s := range d.srcs {
 		b, err := s.Drain()
 		if err != nil {
@@ -35,36 +37,52 @@ func (d *Daemon) Collect(ctx context.Context) error {
 			continue
 		}
 		if b.Warn != nil {
-			d.logOnce(s.info.Name+"_drain", "draining the "+s.info.Name+" source", b.Warn)
+			d.logError(s.info.Name+"_drain", "draining the "+s.info.Name+" source", b.Warn)
 		}
 		builders := map[string]*jobProfile{}
+		n := iv.of(s)
 		for i := range b.Samples {
-			d.add(builders, s, &b.Samples[i])
-			seen[b.Samples[i].Proc] = true
+			smp := &b.Samples[i]
+			if d.add(builders, s, smp) {
+				n.profiled += smp.Values[0]
+			} else {
+				n.others += smp.Values[0]
+			}
+			seen[smp.Proc] = true
 		}
 		outs = d.finish(outs, builders, s.start, end)
 		s.start = end
 	}
 	// After every source: a process seen by any of them stays known.
 	d.forgetExited(seen)
+	delivered := true
 	if len(outs) > 0 {
 		if err := d.sink.Write(ctx, outs); err != nil {
 			d.m.profiles.WithLabelValues("error").Add(float64(len(outs)))
 			errs = append(errs, fmt.Errorf("writing profiles: %w", err))
+			delivered = false
 		} else {
 			d.m.profiles.WithLabelValues("ok").Add(float64(len(outs)))
 		}
 	}
-	return errors.Join(errs...)
+	// The heartbeat: a source that failed to drain keeps its interval for
+	// the next Collect and is counted; the loop still delivered this one.
+	if delivered {
+		d.delivered.Store(end.UnixNano())
+	}
+	iv.add(outs)
+	d.logInterval(iv, time.Since(began))
+	return logx.Join(errs...)
 }
 
-// add attributes, symbolises and adds one sample of source s.
-func (d *Daemon) add(builders map[string]*jobProfile, s *src, smp *source.Sample) {
+// add attributes, symbolises and adds one sample of source s; false when
+// it is unattributed (counted, and in no profile).
+func (d *Daemon) add(builders map[string]*jobProfile, s *src, smp *source.Sample) bool {
 	count := float64(smp.Values[s.info.Counted])
 	s.info.Drained.Add(count)
 	jp := d.profileFor(builders, s, smp.Proc, count)
 	if jp == nil {
-		return
+		return false
 	}
 	stack := append([]symbolize.Frame(nil), smp.Frames...)
 	if len(smp.Kernel) > 0 {
@@ -94,6 +112,7 @@ func (d *Daemon) add(builders map[string]*jobProfile, s *src, smp *source.Sample
 		sl = append(sl, profiles.Label{Name: schema.StackSetupLabel, Value: smp.Setup.String()})
 	}
 	jp.b.Add(stack, sl, smp.Values...)
+	return true
 }
 
 // finish encodes the builders' profiles, in job order, onto outs.
@@ -115,7 +134,7 @@ func (d *Daemon) finish(outs []Output, builders map[string]*jobProfile, start, e
 		p := jp.b.Finish(end, labels)
 		data, err := profiles.Encode(p)
 		if err != nil {
-			d.logOnce("encode", "encoding a profile failed", err)
+			d.logError("encode", "encoding a profile failed", err)
 			continue
 		}
 		outs = append(outs, Output{Type: jp.typ, JobID: jp.jobID, ServiceName: jp.service,

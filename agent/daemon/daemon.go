@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/slurmscope/slurmscope/agent/attribution"
+	"github.com/slurmscope/slurmscope/agent/logx"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/profiles"
 	"github.com/slurmscope/slurmscope/agent/source"
@@ -87,13 +88,19 @@ type Daemon struct {
 	res  Resolver
 	sink Sink
 
-	mu         sync.Mutex // serialises Collect
-	knownMu    sync.Mutex // rescans run beside Collect
-	known      map[procfs.ID]bool
-	lastLogged map[string]bool
+	mu      sync.Mutex // serialises Collect
+	knownMu sync.Mutex // rescans run beside Collect
+	known   map[procfs.ID]bool
+	// limit logs errors when new, then now and then with their count.
+	limit *logx.Limiter
+	// lastDelivery is the sinks' at the last interval line; guarded by mu.
+	lastDelivery Delivery
 	// settleq feeds the settlers that Run starts: the file reading of
 	// processes Admit let in (see settle); nil before Run.
 	settleq atomic.Pointer[chan procfs.ID]
+	// delivered is the end of the last interval whose profiles the sink
+	// took (or that made none), in Unix nanoseconds; 0 before the first.
+	delivered atomic.Int64
 
 	m metrics
 }
@@ -124,7 +131,7 @@ func New(cfg Config, sources []source.Source, sym Symbolizer, res Resolver, sink
 		cfg.Now = time.Now
 	}
 	d := &Daemon{cfg: cfg, sym: sym, res: res, sink: sink,
-		known: map[procfs.ID]bool{}, lastLogged: map[string]bool{}, m: newMetrics()}
+		known: map[procfs.ID]bool{}, limit: newLimiter(cfg.Log), m: newMetrics()}
 	start := cfg.Now()
 	for _, s := range sources {
 		st := &src{Source: s, info: s.Info(), pending: map[procfs.ID]bool{}, start: start}
@@ -172,22 +179,31 @@ func (d *Daemon) Run(ctx context.Context) error {
 			// (adoption into a job, metadata TTLs).
 			d.rescan(true)
 			if err := d.Collect(ctx); err != nil {
-				d.logOnce("collect", "interval failed", err)
+				d.logError("collect", "interval failed", err)
+			} else {
+				d.limit.OK("collect", "intervals delivered again")
 			}
 		}
 	}
 }
 
-func (d *Daemon) logOnce(key, msg string, err error) {
+// logError counts an error under key (the stage label of the error
+// counter) and logs it when new, then at most every few minutes with how
+// often it came back (logx.Limiter).
+func (d *Daemon) logError(key, msg string, err error) {
 	d.m.errors.WithLabelValues(key).Inc()
-	d.knownMu.Lock()
-	logged := d.lastLogged[key]
-	d.lastLogged[key] = true
-	d.knownMu.Unlock()
-	if logged {
-		return
+	d.limit.Warn(key, msg, err)
+}
+
+// LastInterval returns the end of the last interval the daemon delivered:
+// its profiles taken by the sink, or none due; false before the first.
+// The agent's heartbeat (schema.AgentLastInterval) reads it.
+func (d *Daemon) LastInterval() (time.Time, bool) {
+	ns := d.delivered.Load()
+	if ns == 0 {
+		return time.Time{}, false
 	}
-	d.cfg.Log.Warn(msg+" (further errors of this kind are only counted)", "err", err)
+	return time.Unix(0, ns), true
 }
 
 // Collectors returns the daemon's Prometheus collectors, with the sample

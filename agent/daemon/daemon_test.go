@@ -366,3 +366,46 @@ func TestNoSamplesNoProfile(t *testing.T) {
 		t.Errorf("%v, outputs %+v", err, sink.outs)
 	}
 }
+
+type failSink struct{ err error }
+
+func (f *failSink) Write(context.Context, []Output) error { return f.err }
+
+// TestLastIntervalIsTheHeartbeat: the end of an interval counts as
+// delivered once the sink took its profiles, or when it made none; a
+// failed write leaves the heartbeat where it was.
+func TestLastIntervalIsTheHeartbeat(t *testing.T) {
+	now := time.Unix(1000, 0)
+	s := cpuLike()
+	sink := &failSink{}
+	d := New(Config{Now: func() time.Time { return now }}, []source.Source{s}, &fakeSym{}, fixtureProcs(), sink)
+	if _, ok := d.LastInterval(); ok {
+		t.Fatal("a heartbeat before the first interval")
+	}
+	now = now.Add(time.Minute) // nothing sampled: delivered
+	if err := d.Collect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := d.LastInterval(); !ok || !got.Equal(now) {
+		t.Fatalf("LastInterval after an empty interval = %v, %v; want %v", got, ok, now)
+	}
+	delivered := now
+	sink.err = errors.New("disk full")
+	s.batches = [][]source.Sample{{cpuSample(proc(10, 100), 1, nil, 1)}}
+	now = now.Add(time.Minute)
+	if err := d.Collect(context.Background()); err == nil {
+		t.Fatal("write error swallowed")
+	}
+	if got, _ := d.LastInterval(); !got.Equal(delivered) {
+		t.Fatalf("LastInterval after a failed write = %v, want %v", got, delivered)
+	}
+	sink.err = nil
+	s.batches = [][]source.Sample{{cpuSample(proc(10, 100), 1, nil, 1)}}
+	now = now.Add(time.Minute)
+	if err := d.Collect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := d.LastInterval(); !got.Equal(now) {
+		t.Fatalf("LastInterval after a written interval = %v, want %v", got, now)
+	}
+}

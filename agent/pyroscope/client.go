@@ -8,6 +8,7 @@ package pyroscope
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/grafana/pyroscope/api/gen/proto/go/push/v1/pushv1connect"
 
 	"github.com/slurmscope/slurmscope/agent/httpclient"
+	"github.com/slurmscope/slurmscope/agent/logx"
 )
 
 // TenantHeader carries the tenant to a multi-tenant Pyroscope (and to a
@@ -43,6 +45,7 @@ var _ Pusher = (*Client)(nil)
 // Client is a Pyroscope push client. It is safe for concurrent use.
 type Client struct {
 	push    pushv1connect.PusherServiceClient
+	url     string // of the push, without credentials: for errors
 	timeout time.Duration
 	clock   *Clock
 }
@@ -58,6 +61,7 @@ func NewClient(cfg Config) (*Client, error) {
 	clock := NewClock(nil)
 	return &Client{
 		push:    pushv1connect.NewPusherServiceClient(&http.Client{Transport: dateRecorder{rt, clock}}, base),
+		url:     strings.TrimSuffix(httpclient.RedactURL(u), "/") + pushv1connect.PusherServicePushProcedure,
 		timeout: cfg.RequestTimeout(),
 		clock:   clock,
 	}, nil
@@ -79,5 +83,24 @@ func (c *Client) Push(ctx context.Context, req *pushv1.PushRequest) error {
 	if err == nil {
 		return nil
 	}
-	return classify(err, resp)
+	return classify(&requestError{url: c.url, err: err}, resp)
 }
+
+// requestError names the push's URL (without credentials) before what
+// connect said, in one bounded line, as remote write's errors do: connect
+// already keeps a proxy's HTML page out (a 502 is "unavailable: 502 Bad
+// Gateway"), but a server's message may be long.
+type requestError struct {
+	url string
+	err error
+}
+
+func (e *requestError) Error() string {
+	return fmt.Sprintf("Post %q: %s", e.url, logx.Line(e.err.Error(), maxServerMessage))
+}
+
+// maxServerMessage bounds what connect said: Pyroscope's own refusals
+// quote the series' labels, and name the label at fault after them.
+const maxServerMessage = 400
+
+func (e *requestError) Unwrap() error { return e.err }

@@ -2,7 +2,6 @@ package pyroscope
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"net/url"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/slurmscope/slurmscope/agent/daemon"
 	"github.com/slurmscope/slurmscope/agent/httpclient"
+	"github.com/slurmscope/slurmscope/agent/logx"
 	"github.com/slurmscope/slurmscope/agent/service"
 	"github.com/slurmscope/slurmscope/agent/ship"
 	"github.com/slurmscope/slurmscope/agent/spool"
@@ -86,6 +86,7 @@ type Sink struct {
 
 var (
 	_ daemon.Sink     = (*Sink)(nil)
+	_ daemon.Reporter = (*Sink)(nil)
 	_ service.Service = (*Sink)(nil)
 )
 
@@ -102,7 +103,19 @@ func (s *Sink) Write(_ context.Context, outs []daemon.Output) error {
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	// One line however many profiles failed alike (a full spool).
+	return logx.Join(errs...)
+}
+
+// Delivery implements daemon.Reporter: bytes pushed, requests dropped,
+// what waits in the spool.
+func (s *Sink) Delivery() daemon.Delivery {
+	st := s.Stats()
+	d := daemon.Delivery{Bytes: st.PushedBytes, SpoolFiles: st.SpoolEntries, SpoolBytes: st.SpoolBytes}
+	for _, n := range st.Dropped {
+		d.Dropped += n
+	}
+	return d
 }
 
 // Close closes the spool, once Run has returned.

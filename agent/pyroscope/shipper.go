@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/slurmscope/slurmscope/agent/ship"
 	"github.com/slurmscope/slurmscope/agent/spool"
+	"github.com/slurmscope/slurmscope/schema"
 )
 
 // Drop reasons, as counted by Stats.Dropped and exported as the reason label.
@@ -97,7 +99,7 @@ func NewShipper(sp *spool.Spool, p Pusher, opts ...ShipperOption) *Shipper {
 		snd.after = time.After
 	}
 	s := &Shipper{ship: ship.New[*pending](sp, snd, o.ship), snd: snd}
-	snd.logOnce = s.ship.LogOnce
+	snd.logError = s.ship.LogError
 	return s
 }
 
@@ -106,6 +108,38 @@ func NewShipper(sp *spool.Spool, p Pusher, opts ...ShipperOption) *Shipper {
 type pending struct {
 	req *pushv1.PushRequest
 	ts  [][]int64
+}
+
+// LogValue names what p carries for the shipper's debug line: its jobs
+// (or services outside jobs) and profile types.
+func (p *pending) LogValue() slog.Value {
+	var jobs, services, types []string
+	for _, s := range p.req.Series {
+		for _, l := range s.Labels {
+			switch l.Name {
+			case schema.JobID.Label:
+				jobs = appendNew(jobs, l.Value)
+			case schema.ServiceName:
+				services = appendNew(services, l.Value)
+			case MetricNameLabel:
+				types = appendNew(types, l.Value)
+			}
+		}
+	}
+	attrs := []slog.Attr{slog.String("type", strings.Join(types, ","))}
+	if len(jobs) > 0 {
+		attrs = append(attrs, slog.String("job", strings.Join(jobs, ",")))
+	} else {
+		attrs = append(attrs, slog.String("service", strings.Join(services, ",")))
+	}
+	return slog.GroupValue(append(attrs, slog.Int("profiles", p.profiles()))...)
+}
+
+func appendNew(list []string, v string) []string {
+	if slices.Contains(list, v) {
+		return list
+	}
+	return append(list, v)
 }
 
 // profiles counts the profiles left in p.
@@ -157,11 +191,11 @@ const skewWarn = 30 * time.Second
 // sender is Pyroscope's part of the shipper: spool entries are marshalled
 // push requests, judged against the ingestion window before each attempt.
 type sender struct {
-	p       Pusher
-	window  Window
-	clock   *Clock
-	log     *slog.Logger
-	logOnce func(key, msg string, args ...any)
+	p        Pusher
+	window   Window
+	clock    *Clock
+	log      *slog.Logger
+	logError func(key, msg string, err error, args ...any)
 
 	after func(time.Duration) <-chan time.Time
 
@@ -208,9 +242,10 @@ func (s *sender) Send(ctx context.Context, p *pending) error {
 			s.count(&s.tooOld, n)
 			err := fmt.Errorf("%d profile(s) older than the server's ingestion window (%v); raise -validation.reject-older-than on the server and --pyroscope-reject-older-than here to the spool's time bound", n, s.window.OlderThan)
 			if p.profiles() == 0 {
-				return ship.Drop(DropTooOld, err) // logged once and counted by the shipper
+				return ship.Drop(DropTooOld, err) // logged and counted by the shipper
 			}
-			s.logOnce("drop:"+DropTooOld, "dropping profiles", "reason", DropTooOld, "err", err)
+			// Said as the shipper says a whole request's drop: one error.
+			s.logError("drop:"+DropTooOld, "dropping profiles", ship.Drop(DropTooOld, err), "reason", DropTooOld)
 		}
 		if wait := p.ahead(s.window, server); wait > 0 && s.isAhead() {
 			if !held {
@@ -240,7 +275,7 @@ func (s *sender) Send(ctx context.Context, p *pending) error {
 		s.mu.Lock()
 		s.aheadOf = true
 		s.mu.Unlock()
-		s.logOnce("ahead", "profiles are stamped ahead of the server's ingestion window (is this node's clock fast?); holding them until it takes them", "err", err)
+		s.logError("ahead", "profiles are stamped ahead of the server's ingestion window (is this node's clock fast?); holding them until it takes them", err)
 	}
 }
 

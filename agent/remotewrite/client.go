@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/slurmscope/slurmscope/agent/httpclient"
@@ -87,25 +86,18 @@ func (c *client) send(ctx context.Context, body []byte) error {
 		return se
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 == 2 {
+	serr := httpclient.ResponseError(resp)
+	if serr == nil {
 		// Drain a little so the connection is reused.
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 		return nil
 	}
 	// The receiver's reason (e.g. "out of order sample") is worth logging;
-	// bound it, and keep one line.
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	text := strings.Join(strings.Fields(strings.ToValidUTF8(string(msg), "\uFFFD")), " ")
-	if text == "" {
-		text = http.StatusText(resp.StatusCode)
-	}
-	if loc := resp.Header.Get("Location"); resp.StatusCode/100 == 3 && loc != "" {
-		text = "redirected to " + loc + "; set the URL to the final address"
-	}
+	// ResponseError keeps it to one short line, and a proxy's HTML page out.
 	retry, reason := httpclient.ClassifyStatus(resp.StatusCode)
 	return &SendError{
 		Op: op, Retryable: retry, Reason: reason, HTTPStatus: resp.StatusCode,
 		RetryAfter: httpclient.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
-		Err:        errors.New(text),
+		Err:        serr,
 	}
 }

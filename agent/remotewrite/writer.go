@@ -219,7 +219,7 @@ func (w *Writer) CollectOnce() {
 	}
 	w.lastTS = at.UnixMilli()
 	if err := writeLastTimestamp(w.spool.Dir(), w.lastTS); err != nil {
-		w.ship.LogOnce("timestamp", "cannot record the last timestamp; a restart within the same millisecond may be rejected", "err", err)
+		w.ship.LogError("timestamp", "cannot record the last timestamp; a restart within the same millisecond may be rejected", err)
 	}
 
 	series, skipped, err := FromGatherer(w.gatherer, at)
@@ -230,10 +230,10 @@ func (w *Writer) CollectOnce() {
 	}
 	w.mu.Unlock()
 	if err != nil {
-		w.ship.LogOnce("gather", "gathering metrics failed; sending what was gathered", "err", err)
+		w.ship.LogError("gather", "gathering metrics failed; sending what was gathered", err)
 	}
 	if skipped > 0 {
-		w.ship.LogOnce("skipped", "left out series no receiver would accept (bad label names)", "series", skipped)
+		w.ship.LogError("skipped", "left out series no receiver would accept (bad label names)", nil, "series", skipped)
 	}
 	series = withExternalLabels(series, w.ext)
 	for _, batch := range split(series, w.maxSamples) {

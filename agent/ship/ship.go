@@ -25,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/slurmscope/slurmscope/agent/logx"
 	"github.com/slurmscope/slurmscope/agent/spool"
 )
 
@@ -131,6 +132,11 @@ type Options struct {
 	// After is how the shipper waits between retries; nil is time.After.
 	// Tests record the delays with it instead of measuring them.
 	After func(time.Duration) <-chan time.Time
+	// LogEvery is how often an error that keeps coming back (the backend
+	// down, a drop) is logged again, with its count; default
+	// logx.DefaultEvery. Now is the clock it is judged by (tests).
+	LogEvery time.Duration
+	Now      func() time.Time
 }
 
 // Shipper moves entries from a spool to a Sender. Create one with New.
@@ -151,8 +157,8 @@ type Shipper[R any] struct {
 	sentSamples uint64
 	retries     uint64
 	dropped     map[string]uint64
-	logged      map[string]bool // log keys already logged
-	failing     bool            // the head request's last attempt failed
+	limit       *logx.Limiter // errors: logged when new, then now and then
+	failing     bool          // the head request's last attempt failed
 	lastErr     string
 }
 
@@ -164,11 +170,11 @@ func New[R any](sp *spool.Spool, snd Sender[R], o Options) *Shipper[R] {
 		backoffMin: o.MinBackoff, backoffMax: o.MaxBackoff, flushTimeout: o.FlushTimeout,
 		after:   o.After,
 		dropped: map[string]uint64{},
-		logged:  map[string]bool{},
 	}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	s.limit = logx.NewLimiter(s.log, logx.Options{Every: o.LogEvery, Now: o.Now})
 	if s.after == nil {
 		s.after = time.After
 	}
@@ -202,19 +208,15 @@ func (s *Shipper[R]) Discard(reason string, err error) {
 	s.mu.Lock()
 	s.dropped[reason]++
 	s.mu.Unlock()
-	s.LogOnce("drop:"+reason, "dropping "+s.what, "reason", reason, "err", err)
+	s.LogError("drop:"+reason, "dropping "+s.what, err, "reason", reason)
 }
 
-// LogOnce logs an error the first time key is seen only: a misbehaving
-// producer or backend must not flood the log. The counters carry the rest.
-func (s *Shipper[R]) LogOnce(key, msg string, args ...any) {
-	s.mu.Lock()
-	first := !s.logged[key]
-	s.logged[key] = true
-	s.mu.Unlock()
-	if first {
-		s.log.Error(s.name+": "+msg, args...)
-	}
+// LogError logs an error under key when it is new, and then at most every
+// Options.LogEvery with how often it came back (logx.Limiter): a
+// misbehaving producer or backend must not flood the log. The counters
+// carry the rest.
+func (s *Shipper[R]) LogError(key, msg string, err error, args ...any) {
+	s.limit.Error(key, s.name+": "+msg, err, args...)
 }
 
 // Run ships until ctx is done, then stops in two steps (see the package
@@ -276,9 +278,11 @@ func (s *Shipper[R]) deliver(soft, hard context.Context, e spool.Entry) bool {
 		return true
 	}
 	for attempt := 0; ; attempt++ {
+		began := time.Now()
 		err := s.sender.Send(hard, req)
 		if err == nil {
 			s.delivered(e.Seq, size)
+			s.debugDelivered(req, size, attempt+1, time.Since(began))
 			return true
 		}
 		if hard.Err() != nil {
@@ -304,14 +308,11 @@ func (s *Shipper[R]) deliver(soft, hard context.Context, e spool.Entry) bool {
 func (s *Shipper[R]) retryDelay(attempt int, err error) time.Duration {
 	s.mu.Lock()
 	s.retries++
-	first := !s.failing
 	s.failing = true
-	s.lastErr = err.Error()
+	s.lastErr = logx.Err(err)
 	s.mu.Unlock()
-	if first {
-		// Once per outage, not once per retry.
-		s.log.Warn(s.name+" unavailable; keeping "+s.what+" in the spool and retrying", "err", err)
-	}
+	// Not once per retry: when new, then now and then with the count.
+	s.limit.Warn("send", s.name+" unavailable; keeping "+s.what+" in the spool and retrying", err)
 	d := s.backoff(attempt)
 	var se *Error
 	if errors.As(err, &se) && se.RetryAfter > d {
@@ -343,8 +344,27 @@ func (s *Shipper[R]) delivered(seq uint64, n Size) {
 	s.failing, s.lastErr = false, ""
 	s.mu.Unlock()
 	if recovered {
-		s.log.Info(s.name + " reachable again; delivering the spool")
+		s.limit.OK("send", s.name+" reachable again; delivering the spool")
 	}
+}
+
+// debugDelivered logs a delivered request at debug level: its size, the
+// attempts it took, how long the last one took, and what the request says
+// of itself when it is a slog.LogValuer (a push names its jobs).
+func (s *Shipper[R]) debugDelivered(req R, n Size, attempts int, took time.Duration) {
+	ctx := context.Background()
+	if !s.log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	attrs := []slog.Attr{slog.String("backend", s.name)}
+	if v, ok := any(req).(slog.LogValuer); ok {
+		attrs = append(attrs, slog.Attr{Value: slog.AnyValue(v).Resolve()}) // a group without a key: inline
+	}
+	attrs = append(attrs, slog.Int("bytes", n.Bytes), slog.Int("attempts", attempts), slog.Duration("took", took.Round(time.Microsecond)))
+	if n.Samples > 0 {
+		attrs = append(attrs, slog.Int("samples", n.Samples))
+	}
+	s.log.LogAttrs(ctx, slog.LevelDebug, "delivered "+s.what, attrs...)
 }
 
 // drop removes entry seq, counted under the reason of err when it is an

@@ -413,3 +413,70 @@ func TestErrorText(t *testing.T) {
 		t.Error("IsRetryable: nil is not, unclassified errors are, a wrapped drop is not")
 	}
 }
+
+// syncBuffer is a log sink the shipper's goroutine writes while the test
+// reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestOutageIsLoggedNowAndThen: a backend down for five attempts, two
+// minutes apart by the fake clock, is logged at the first, again at the
+// first attempt five minutes later with the count, and its end in one line
+// that says after how many failures; the delivery is a debug line. The
+// clock is the shipper's, not the wall's.
+func TestOutageIsLoggedNowAndThen(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Date(2026, 3, 2, 8, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	f := &fakeSender{send: func(_ context.Context, _ string, n int) error {
+		if n > 5 {
+			return nil
+		}
+		mu.Lock()
+		now = now.Add(2 * time.Minute)
+		mu.Unlock()
+		return &Error{Op: "test send", Retryable: true, Reason: "unavailable", HTTPStatus: 502,
+			Err: errors.New("Post \"http://backend/push\": 502 Bad Gateway: an HTML page of 412 bytes")}
+	}}
+	var logs syncBuffer
+	o := testOptions()
+	o.Log = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug,
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey || a.Key == "took" {
+				return slog.Attr{}
+			}
+			return a
+		}}))
+	o.LogEvery, o.Now = 5*time.Minute, clock
+	s := New(openSpool(t, 1<<20), Sender[string](f), o)
+	enqueue(t, s, "a")
+	r := start(s)
+	waitFor(t, "the delivery", func() bool { return s.Stats().Sent == 1 })
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	const down = `level=WARN msg="test unavailable; keeping things in the spool and retrying" err="test send failed (retryable, unavailable, HTTP 502): Post \"http://backend/push\": 502 Bad Gateway: an HTML page of 412 bytes"`
+	want := []string{
+		down,
+		down + ` repeats=3 since=2026-03-02T08:02:00.000Z`, // the attempt at 8:08
+		`level=INFO msg="test reachable again; delivering the spool (recovered after 5 failures)" failures=5 since=2026-03-02T08:02:00.000Z`,
+		`level=DEBUG msg="delivered things" backend=test bytes=1 attempts=6 samples=2`,
+	}
+	if got := strings.Split(strings.TrimSpace(logs.String()), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("logged\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -13,9 +13,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/slurmscope/slurmscope/agent/daemon"
+	"github.com/slurmscope/slurmscope/agent/logx"
 	"github.com/slurmscope/slurmscope/agent/service"
 )
 
@@ -30,6 +32,12 @@ var _ daemon.Sink = (*Dir)(nil)
 // Write implements daemon.Sink. Each file is written to a temporary name
 // and renamed, so a reader never sees half a profile.
 func (d *Dir) Write(_ context.Context, outs []daemon.Output) error {
+	_, err := d.write(outs)
+	return err
+}
+
+// write writes outs and says how many bytes of profiles it wrote.
+func (d *Dir) write(outs []daemon.Output) (written uint64, _ error) {
 	var errs []error
 	for _, o := range outs {
 		dir := NoJobDir
@@ -48,9 +56,12 @@ func (d *Dir) Write(_ context.Context, outs []daemon.Output) error {
 		base := fmt.Sprintf("%s-%d%s", o.Type.Name, o.End.Unix(), suffix)
 		if err := writeNew(full, base, ".pb.gz", o.Data); err != nil {
 			errs = append(errs, err)
+		} else {
+			written += uint64(len(o.Data)) // #nosec G115 -- a length, never negative
 		}
 	}
-	return errors.Join(errs...)
+	// One line however many profiles failed alike (a full disk).
+	return written, logx.Join(errs...)
 }
 
 // writeNew writes data under base+ext, or base-1+ext, ... if an earlier
@@ -115,7 +126,10 @@ func safeName(s string) string {
 // Multi writes to every sink and reports every failure.
 type Multi []daemon.Sink
 
-var _ daemon.Sink = Multi(nil)
+var (
+	_ daemon.Sink     = Multi(nil)
+	_ daemon.Reporter = Multi(nil)
+)
 
 // Write implements daemon.Sink.
 func (m Multi) Write(ctx context.Context, outs []daemon.Output) error {
@@ -123,7 +137,18 @@ func (m Multi) Write(ctx context.Context, outs []daemon.Output) error {
 	for _, s := range m {
 		errs = append(errs, s.Write(ctx, outs))
 	}
-	return errors.Join(errs...)
+	return logx.Join(errs...)
+}
+
+// Delivery implements daemon.Reporter: the sum of what its sinks report.
+func (m Multi) Delivery() daemon.Delivery {
+	var sum daemon.Delivery
+	for _, s := range m {
+		if d, ok := daemon.DeliveryOf(s); ok {
+			sum = sum.Add(d)
+		}
+	}
+	return sum
 }
 
 // DefaultDir is where profiles go when no delivery backend is set.
@@ -201,14 +226,26 @@ func openDir(root string, keep Retention, env service.Env) (*dirService, error) 
 // prunes the directory to its retention.
 type dirService struct {
 	Dir
-	keep Retention
-	log  *slog.Logger
+	keep    Retention
+	log     *slog.Logger
+	written atomic.Uint64 // bytes of profiles written
 }
 
 var (
 	_ daemon.Sink     = (*dirService)(nil)
+	_ daemon.Reporter = (*dirService)(nil)
 	_ service.Service = (*dirService)(nil)
 )
+
+// Write implements daemon.Sink, counting what it wrote.
+func (d *dirService) Write(_ context.Context, outs []daemon.Output) error {
+	n, err := d.write(outs)
+	d.written.Add(n)
+	return err
+}
+
+// Delivery implements daemon.Reporter: bytes written; no spool, no drops.
+func (d *dirService) Delivery() daemon.Delivery { return daemon.Delivery{Bytes: d.written.Load()} }
 
 func (d *dirService) Run(ctx context.Context) error {
 	if d.keep == (Retention{}) {

@@ -105,8 +105,8 @@ type CounterVec interface {
 type Batch struct {
 	Samples []Sample
 	// Warn is a problem that cost no sample (hotplug not followed, a
-	// counter not read): the batch is used, and Warn logged once and
-	// counted.
+	// counter not read): the batch is used, and Warn counted and logged
+	// when new, then now and then with its count.
 	Warn error
 }
 
@@ -125,7 +125,8 @@ type Source interface {
 type ProcessAttacher interface {
 	// AttachProcess is called for a process when the daemon first sees it
 	// in a rescan, and again at each full rescan while it answers
-	// AttachRetry. An error is logged once and counted; the answer stands.
+	// AttachRetry. An error is counted and logged (when new, then now and
+	// then); the answer stands.
 	AttachProcess(p procfs.ID) (Attach, error)
 	// ForgetProcess is called once the process is gone.
 	ForgetProcess(p procfs.ID)

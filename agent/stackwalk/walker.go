@@ -1,6 +1,7 @@
 package stackwalk
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/bpf"
 	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/interp"
+	"github.com/slurmscope/slurmscope/agent/logx"
 	"github.com/slurmscope/slurmscope/agent/prio"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/source"
@@ -400,6 +402,7 @@ func (w *Walker) sync(id procfs.ID) *procfs.ID {
 		st, err := w.o.Proc.Stat(id.PID)
 		return err == nil && st.StartTime == id.Start && !st.Exiting()
 	}
+	began := time.Now()
 	if running() {
 		changed, err = w.loader.SyncProcess(id.PID, id.Start)
 		// As kindTable.Put: the exit hook frees the entry of a process
@@ -412,7 +415,9 @@ func (w *Walker) sync(id procfs.ID) *procfs.ID {
 	} else if now, perr := w.o.Proc.ID(id.PID); perr == nil && now == id {
 		err = fmt.Errorf("process %d: %w", id.PID, procfs.ErrGone) // exiting: counted, not loaded
 	}
-	loaded, first, again := w.life.synced(id, changed, err, time.Now())
+	now := time.Now()
+	loaded, first, again := w.life.synced(id, changed, err, now)
+	w.debugSynced(id, changed, err, now.Sub(began))
 	if first {
 		w.setup.observe(partTables, procfs.BoottimeFromStart(id.Start))
 	}
@@ -424,6 +429,22 @@ func (w *Walker) sync(id procfs.ID) *procfs.ID {
 		w.o.Remapped(id)
 	}
 	return again
+}
+
+// debugSynced logs a sync of a process's unwind tables at debug level:
+// its pid, the files it has tables of, whether they changed, how long the
+// sync took and why it failed.
+func (w *Walker) debugSynced(id procfs.ID, changed bool, err error, took time.Duration) {
+	ctx := context.Background()
+	if !w.o.Log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	attrs := []slog.Attr{slog.Int("pid", id.PID), slog.Int("files", w.loader.Files(id.PID, id.Start)),
+		slog.Bool("changed", changed), slog.Duration("took", took.Round(time.Microsecond))}
+	if err != nil {
+		attrs = append(attrs, slog.String("err", logx.Err(err)))
+	}
+	w.o.Log.LogAttrs(ctx, slog.LevelDebug, "synced unwind tables", attrs...)
 }
 
 // raise runs the calling goroutine ahead of the jobs (agent/prio): a new

@@ -314,6 +314,18 @@ func (l *Loader) Loaded(pid int, startTicks uint64) bool {
 	return p != nil && p.start == startTicks
 }
 
+// Files is how many files pid, as the process started at startTicks, has
+// tables of; 0 when it is not loaded (or unwinds through its fork
+// origin's).
+func (l *Loader) Files(pid int, startTicks uint64) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p := l.procs[pid]; p != nil && p.start == startTicks {
+		return len(p.files)
+	}
+	return 0
+}
+
 // Aliased reports whether pid, as the process started at startTicks, has
 // the entry its fork gave it: its origin's tables (stack.h, stack_fork).
 func (l *Loader) Aliased(pid int, startTicks uint64) bool {
