@@ -193,13 +193,37 @@ func TestREADMENamesOnlyTheSchemasMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	named := regexp.MustCompile("`("+schema.MetricPrefix+`(?:gpu|job|agent|pyroscope|remote_write)_[a-z_]+)[`+"`{]").FindAllStringSubmatch(string(readme), -1)
+	named := regexp.MustCompile("`("+schema.MetricPrefix+`(?:gpu|job|agent|pyroscope|remote_write|cgroup)_[a-z_]+)[`+"`{]").FindAllStringSubmatch(string(readme), -1)
 	if len(named) < 20 {
 		t.Fatalf("found only %d metric names in the README", len(named))
 	}
 	for _, m := range named {
 		if _, ok := schema.MetricByName(m[1]); !ok {
 			t.Errorf("README names %s, which is not a metric of the schema", m[1])
+		}
+	}
+}
+
+// TestREADMEDocumentsEveryMetric: every metric the agent exports (the
+// schema's; TestAgentExportsTheSchemasMetrics holds the agent to them) has
+// a row of one of the README's tables, named in full.
+func TestREADMEDocumentsEveryMetric(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]bool{}
+	for _, line := range strings.Split(string(readme), "\n") {
+		if !strings.HasPrefix(line, "|") {
+			continue
+		}
+		for _, m := range regexp.MustCompile("`("+schema.MetricPrefix+`[a-z_]+)[`+"`{]").FindAllStringSubmatch(line, -1) {
+			rows[m[1]] = true
+		}
+	}
+	for _, m := range schema.Metrics {
+		if !rows[m.Name] {
+			t.Errorf("%s is exported but named in no table of the README", m.Name)
 		}
 	}
 }

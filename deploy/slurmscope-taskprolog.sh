@@ -3,11 +3,27 @@
 # `export NAME=value` enters the task's environment. Use it as the TaskProlog
 # (slurm.conf: TaskProlog=/usr/lib/slurmscope/taskprolog.sh), or run it from
 # the site's own TaskProlog, which must then print what it prints.
+#
+# What it puts in every job's environment, and nothing else:
+# CUDA_INJECTION64_PATH, so that the CUDA driver loads the injection library
+# in processes that use CUDA (a job without CUDA loads nothing).
+#
+# Opt-in, off unless the site sets python_perf_support=1 below (in its own
+# copy or TaskProlog: the package replaces this file on upgrade):
+# PYTHONPERFSUPPORT=1, Python 3.12 and later's perf support. Every Python
+# process of every job then calls each Python function through a small
+# trampoline and writes /tmp/perf-<pid>.map, one line per function it runs,
+# which Python leaves behind when it exits; in exchange perf maps name
+# Python functions where the agent's own walk of CPython's frames (3.9 to
+# 3.13, no variable needed) does not reach, such as Python 3.14.
+python_perf_support=0
+
 lib=/usr/lib/slurmscope/libslurmscope_inject.so
 # Only where the agent's package is installed: a job on a node without it
 # gets nothing to load.
 if [ -r "$lib" ]; then
 	echo "export CUDA_INJECTION64_PATH=$lib"
 fi
-# Python 3.12+: name Python frames in GPU and CPU profiles.
-echo "export PYTHONPERFSUPPORT=1"
+if [ "$python_perf_support" = 1 ]; then
+	echo "export PYTHONPERFSUPPORT=1"
+fi

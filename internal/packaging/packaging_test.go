@@ -307,3 +307,29 @@ func controlFields(b []byte) map[string]string {
 	}
 	return out
 }
+
+// TestTaskPrologPythonPerfSupportIsOptIn: the TaskProlog exports
+// PYTHONPERFSUPPORT=1 into jobs only where the site turned it on, and
+// otherwise prints nothing but the injection library's path.
+func TestTaskPrologPythonPerfSupportIsOptIn(t *testing.T) {
+	prolog := readFile(t, filepath.Join(repo, "deploy", "slurmscope-taskprolog.sh"))
+	const off, on = "\npython_perf_support=0\n", "\npython_perf_support=1\n"
+	if !strings.Contains(prolog, off) {
+		t.Fatalf("taskprolog.sh does not set %q", strings.TrimSpace(off))
+	}
+	run := func(script string) string {
+		out, err := exec.Command("sh", "-c", script).Output()
+		if err != nil {
+			t.Fatalf("sh: %v", err)
+		}
+		return string(out)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(run(prolog)), "\n") {
+		if line != "" && line != "export CUDA_INJECTION64_PATH="+InjectLib {
+			t.Errorf("taskprolog.sh prints %q by default", line)
+		}
+	}
+	if got := run(strings.Replace(prolog, off, on, 1)); !strings.Contains(got, "export PYTHONPERFSUPPORT=1\n") {
+		t.Errorf("taskprolog.sh with python_perf_support=1 prints %q", got)
+	}
+}
