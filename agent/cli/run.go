@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -60,6 +61,10 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	if err := run(ctx, f, log); err != nil {
 		log.Error("agent stopped", "err", err)
+		// Say which privileges are missing, as check would.
+		if r := checkPrivileges(&checkEnv{f: &f, fs: fs, arch: runtime.GOARCH}); r.Status == statusFail {
+			log.Error("the agent lacks privileges", "found", r.Found, "hint", r.Hint)
+		}
 		return 1
 	}
 	return 0

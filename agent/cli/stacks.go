@@ -76,7 +76,7 @@ func newStacks(f runFlags, proc procfs.FS, sym *symbolize.Symbolizer, res *attri
 			return p.ID == id && !p.Foreign && (p.InJob() || f.allProcesses)
 		}})
 	if err != nil {
-		return nil, fmt.Errorf("starting the stack unwinder (needs root, BTF, Linux 5.17 or later): %w", err)
+		return nil, fmt.Errorf("starting the stack unwinder (needs root, BTF and Linux 5.8 or later; slurmscope-agent check says what this node lacks): %w", err)
 	}
 	return &stacks{walker, f.labelSetup}, nil
 }

@@ -162,7 +162,7 @@ func (k *Kind) Open(env source.Env) (source.Source, error) {
 	}
 	s, err := New(opts)
 	if err != nil {
-		return nil, fmt.Errorf("starting the eBPF sampler (needs root, perf events and BTF, Linux 5.17 or later): %w", err)
+		return nil, fmt.Errorf("starting the eBPF sampler (needs root, perf events, BTF and Linux 5.8 or later; slurmscope-agent check says what this node lacks): %w", err)
 	}
 	src := &closingSource{Source: NewSource(s, k.rate, env.Stacks).WithJobs(env.Job), s: s}
 	env.Reg.MustRegister(src.Collectors()...)

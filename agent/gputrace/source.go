@@ -193,7 +193,7 @@ func (k *Kind) Open(env source.Env) (source.Source, error) {
 	}
 	tr, err := New(Options{Proc: env.Proc, ExcludePID: env.ExcludePID, Stacks: env.Stacks, Budget: env.Budget, Owner: env.Owner})
 	if err != nil {
-		return nil, fmt.Errorf("starting the GPU kernel tracer (needs root, uprobes, BTF and Linux 5.17 or later): %w", err)
+		return nil, fmt.Errorf("starting the GPU kernel tracer (needs root, uprobes, BTF and Linux 5.8 or later; slurmscope-agent check says what this node lacks): %w", err)
 	}
 	if err := tr.AttachFile(k.lib); err != nil {
 		tr.Close()
