@@ -10,7 +10,9 @@ import (
 
 // TestRunRefusesBadFlags: every bad value is a configuration error found
 // by the flags' check, before anything loads (no root needed): exit 2 and
-// one line on stderr that names the flag.
+// one line on stderr that names the flag. A value no flag reads (a
+// negative size, a number that is not one) is refused by the flag package,
+// which names the flag with one dash.
 func TestRunRefusesBadFlags(t *testing.T) {
 	tmp := t.TempDir()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -33,14 +35,14 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{"--pyroscope-timeout=0s", "--pyroscope-timeout"},
 		{"--prometheus-remote-write-timeout=-1s", "--prometheus-remote-write-timeout"},
 		{"--prometheus-remote-write-interval=0s", "--prometheus-remote-write-interval"},
-		{"--spool-max-bytes=-1", "--spool-max-bytes"},
+		{"--spool-max-bytes=-1", "-spool-max-bytes"},
 		{"--spool-max-bytes=0", "--spool-max-bytes"},
-		{"--remote-write-spool-max-bytes=-5", "--remote-write-spool-max-bytes"},
-		{"--unwind-table-bytes=-1", "--unwind-table-bytes"},
-		{"--memory-budget-bytes=-1", "--memory-budget-bytes"},
-		{"--memory-budget-job-bytes=-1", "--memory-budget-job-bytes"},
+		{"--remote-write-spool-max-bytes=-5", "-remote-write-spool-max-bytes"},
+		{"--unwind-table-bytes=-1", "-unwind-table-bytes"},
+		{"--memory-budget-bytes=-1", "-memory-budget-bytes"},
+		{"--memory-budget-job-bytes=-1", "-memory-budget-job-bytes"},
 		{"--job-read-burst-bytes=0", "--job-read-burst-bytes"},
-		{"--job-read-bytes-per-second=-1", "--job-read-bytes-per-second"},
+		{"--job-read-bytes-per-second=-1", "-job-read-bytes-per-second"},
 		{"--sample-rate=0", "--sample-rate"},
 		{"--sample-rate=-1", "--sample-rate"},
 		{"--sample-rate=1000000", "--sample-rate"},

@@ -11,6 +11,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/gputrace"
 	"github.com/slurmscope/slurmscope/agent/service"
 	"github.com/slurmscope/slurmscope/agent/source"
+	"github.com/slurmscope/slurmscope/internal/units"
 )
 
 // runFlags are run's flags: its own, and those of every kind it runs.
@@ -54,18 +55,18 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	for _, k := range f.all() {
 		k.Flags(fs)
 	}
-	fs.DurationVar(&f.interval, "upload-interval", 15*time.Second, "how often profiles are built and sent")
-	fs.DurationVar(&f.rescanInterval, "rescan-interval", time.Second, "how often new processes are attributed (short-lived processes need it shorter)")
+	fs.Var(units.NewDuration(&f.interval, 15*time.Second), "upload-interval", "how often profiles are built and sent")
+	fs.Var(units.NewDuration(&f.rescanInterval, time.Second), "rescan-interval", "how often new processes are attributed (short-lived processes need it shorter)")
 	fs.BoolVar(&f.allProcesses, "all-processes", false, "also profile processes that are in no job (labelled by executable)")
 	f.stackFlags.register(fs)
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.Int64Var(&f.budget.Total, "memory-budget-bytes", 0,
+	fs.Var(units.NewBytes(&f.budget.Total, 0), "memory-budget-bytes",
 		"bytes the agent may hold for all jobs together (symbol tables, perf maps, mapping tables, GPU aggregation); 0: 384 MiB; at most 3/8 of the agent's cgroup memory limit (the unit's MemoryMax)")
-	fs.Int64Var(&f.budget.JobShare, "memory-budget-job-bytes", 0,
+	fs.Var(units.NewBytes(&f.budget.JobShare, 0), "memory-budget-job-bytes",
 		"the most one job may make the agent hold; past it the job's own least recently used entries are evicted; 0: 128 MiB, or a third of the budget")
-	fs.Int64Var(&f.work.Burst, "job-read-burst-bytes", budget.DefaultWorkBurst,
+	fs.Var(units.NewBytes(&f.work.Burst, budget.DefaultWorkBurst), "job-read-burst-bytes",
 		"bytes of a job's files (symbol tables, perf maps, mapping tables) the agent reads at once before --job-read-bytes-per-second applies")
-	fs.Int64Var(&f.work.Rate, "job-read-bytes-per-second", budget.DefaultWorkRate,
+	fs.Var(units.NewBytes(&f.work.Rate, budget.DefaultWorkRate), "job-read-bytes-per-second",
 		"bytes of a job's files the agent reads a second past the burst; reads past it wait, counted")
 }
 

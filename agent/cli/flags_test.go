@@ -13,10 +13,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/slurmscope/slurmscope/agent/service"
+	"github.com/slurmscope/slurmscope/internal/units"
 )
 
 func runFlagSet(t *testing.T) (*flag.FlagSet, *runFlags) {
@@ -68,6 +70,93 @@ func TestRunChecksEveryKind(t *testing.T) {
 		var stderr strings.Builder
 		if rc := runCmd([]string{args, "--metrics-addr=127.0.0.1:0"}, io.Discard, &stderr); rc != 2 || !strings.Contains(stderr.String(), want) {
 			t.Errorf("%s: rc %d, %q; want 2 and %q", args, rc, stderr.String(), want)
+		}
+	}
+}
+
+// TestRunFlagsTakeUnits: run's size flags take a unit (256MiB, 10GB) and
+// its duration flags days and weeks (7d), through package units; run
+// --help shows the defaults in that form, which the flags read back.
+func TestRunFlagsTakeUnits(t *testing.T) {
+	fs, f := runFlagSet(t)
+	if err := fs.Parse([]string{
+		"--memory-budget-bytes", "512MiB", "--unwind-table-bytes", "64MiB", "--upload-interval", "1d",
+		"--output-retention", "7d", "--spool-max-bytes", "1GiB", "--remote-write-spool-max-bytes=100MB",
+		"--job-read-bytes-per-second=8MiB", "--gpu-interval=1m", "--pyroscope-reject-older-than=1w",
+		"--pyroscope-timeout=1m30s",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const day = 24 * time.Hour
+	if f.budget.Total != 512<<20 || f.unwindBudget != 64<<20 || f.interval != day || f.work.Rate != 8<<20 {
+		t.Errorf("parsed --memory-budget-bytes %d, --unwind-table-bytes %d, --upload-interval %v, --job-read-bytes-per-second %d",
+			f.budget.Total, f.unwindBudget, f.interval, f.work.Rate)
+	}
+	// The other kinds' settings are theirs: read them through the flags.
+	for name, want := range map[string]any{
+		"output-retention":             7 * day,
+		"spool-max-bytes":              int64(1 << 30),
+		"remote-write-spool-max-bytes": int64(100e6),
+		"gpu-interval":                 time.Minute,
+		"pyroscope-reject-older-than":  7 * day,
+		"pyroscope-timeout":            90 * time.Second,
+	} {
+		if got := fs.Lookup(name).Value.(flag.Getter).Get(); got != want {
+			t.Errorf("--%s = %v, want %v", name, got, want)
+		}
+	}
+	if err := f.check(); err != nil {
+		t.Errorf("check: %v", err)
+	}
+
+	var stderr strings.Builder
+	if rc := runCmd([]string{"--help"}, io.Discard, &stderr); rc != 0 {
+		t.Fatalf("run --help: exit %d", rc)
+	}
+	help := stderr.String()
+	for name, def := range map[string]string{
+		"unwind-table-bytes":           "256MiB",
+		"spool-max-bytes":              "256MiB",
+		"remote-write-spool-max-bytes": "64MiB",
+		"job-read-burst-bytes":         "128MiB",
+		"job-read-bytes-per-second":    "4MiB",
+		"upload-interval":              "15s",
+		"pyroscope-reject-older-than":  "1h0m0s",
+	} {
+		// A flag's entry: "  -name value\n    \tusage (default X)\n".
+		_, entry, ok := strings.Cut(help, "\n  -"+name+" ")
+		entry, _, _ = strings.Cut(entry, "\n  -")
+		if !ok || !strings.HasSuffix(strings.TrimSpace(entry), "(default "+def+")") {
+			t.Errorf("run --help shows --%s as %q, want its default %s", name, entry, def)
+		}
+	}
+	// Every size and duration flag is one of package units, and the
+	// default it shows is one it reads back.
+	fs, _ = runFlagSet(t)
+	n := 0
+	fs.VisitAll(func(fl *flag.Flag) {
+		switch fl.Value.(type) {
+		case *units.Bytes, *units.Duration:
+			n++
+			if err := fl.Value.Set(fl.DefValue); err != nil || fl.Value.String() != fl.DefValue {
+				t.Errorf("--%s: its default %q reads back as %q, %v", fl.Name, fl.DefValue, fl.Value.String(), err)
+			}
+			return
+		}
+		if kind, _ := flag.UnquoteUsage(fl); kind == "duration" || strings.Contains(fl.Name, "bytes") {
+			t.Errorf("--%s (%s) does not take units: register it with units.NewDuration or units.NewBytes", fl.Name, kind)
+		}
+	})
+	if n < 18 {
+		t.Errorf("%d flags of package units, want the 18 sizes and durations at least", n)
+	}
+	// 0, the default of the memory budget and the output bounds, is not
+	// shown, as for any flag.
+	for _, name := range []string{"memory-budget-bytes", "output-max-bytes", "output-retention"} {
+		_, entry, _ := strings.Cut(help, "\n  -"+name+" ")
+		entry, _, _ = strings.Cut(entry, "\n  -")
+		if strings.Contains(entry, "(default") {
+			t.Errorf("run --help shows a default of 0 for --%s: %q", name, entry)
 		}
 	}
 }

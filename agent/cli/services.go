@@ -21,6 +21,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/remotewrite"
 	"github.com/slurmscope/slurmscope/agent/service"
 	"github.com/slurmscope/slurmscope/agent/slurm"
+	"github.com/slurmscope/slurmscope/internal/units"
 )
 
 // serviceKinds are what runs beside the profiler, each behind
@@ -52,7 +53,7 @@ var _ service.Kind = (*gpuMetrics)(nil)
 
 func (k *gpuMetrics) Flags(fs *flag.FlagSet) {
 	fs.BoolVar(&k.on, "gpu-metrics", true, "read GPU metrics through NVML (skipped with one log line where there is no driver)")
-	fs.DurationVar(&k.interval, "gpu-interval", 10*time.Second, "how often GPUs are polled")
+	fs.Var(units.NewDuration(&k.interval, 10*time.Second), "gpu-interval", "how often GPUs are polled")
 	fs.StringVar(&k.library, "nvml-library", "", "path of libnvidia-ml.so.1 (default: the dynamic linker's search)")
 	fs.StringVar(&k.devRoot, "dev-root", "/dev", "directory of the GPU device files (nvidia<N>, nvidia-caps/), which name the GPUs in Slurm's grants")
 	fs.StringVar(&k.migMinors, "nvidia-mig-minors", "/proc/driver/nvidia-caps/mig-minors", "the NVIDIA driver's table of MIG capability minors")
@@ -122,7 +123,7 @@ var _ service.Kind = (*hostMetrics)(nil)
 
 func (k *hostMetrics) Flags(fs *flag.FlagSet) {
 	fs.BoolVar(&k.on, "host-metrics", true, "read each job's CPU time, CPUs, memory, OOM kills and I/O from the cgroups Slurm made for it")
-	fs.DurationVar(&k.interval, "host-metrics-interval", hostmetrics.DefaultInterval, "how often the jobs' cgroups are read")
+	fs.Var(units.NewDuration(&k.interval, hostmetrics.DefaultInterval), "host-metrics-interval", "how often the jobs' cgroups are read")
 }
 
 func (k *hostMetrics) Check() error {

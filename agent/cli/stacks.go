@@ -18,6 +18,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/stackwalk"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
 	"github.com/slurmscope/slurmscope/agent/unwind"
+	"github.com/slurmscope/slurmscope/internal/units"
 )
 
 // stackFlags are the flags of the stack capture every source's probe
@@ -34,7 +35,7 @@ func (f *stackFlags) register(fs *flag.FlagSet) {
 	f.interps = interpFlags{}
 	f.interps.register(fs)
 	fs.BoolVar(&f.labelSetup, "label-stack-setup", false, "label each sample with what of the stack capture was set up for its process (stack_setup): a diagnostic for checking unwinding, which splits series")
-	fs.Int64Var(&f.unwindBudget, "unwind-table-bytes", unwind.DefaultMaxTableBytes, "bound of the unwind tables in kernel memory; the least recently used are evicted past it (their frames fall back to frame pointers)")
+	fs.Var(units.NewBytes(&f.unwindBudget, unwind.DefaultMaxTableBytes), "unwind-table-bytes", "bound of the unwind tables in kernel memory; the least recently used are evicted past it (their frames fall back to frame pointers)")
 }
 
 func (f *stackFlags) check() error {

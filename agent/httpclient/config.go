@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/slurmscope/slurmscope/internal/units"
 )
 
 // DefaultTimeout bounds one request when Config.Timeout is not set.
@@ -104,7 +106,7 @@ func RegisterFlags(fs *flag.FlagSet, prefix string, c *Config, backend, urlHelp 
 	fs.StringVar(&c.TLS.KeyFile, prefix+"-key-file", "", "client key for mutual TLS with "+backend)
 	fs.StringVar(&c.TLS.ServerName, prefix+"-server-name", "", "server name to verify in "+backend+"'s certificate instead of the URL's host")
 	fs.BoolVar(&c.TLS.InsecureSkipVerify, prefix+"-insecure-skip-verify", false, "INSECURE, testing only: do not verify "+backend+"'s certificate, so that anyone on the path can impersonate it")
-	fs.DurationVar(&c.Timeout, prefix+"-timeout", DefaultTimeout, "timeout of one request to "+backend)
+	fs.Var(units.NewDuration(&c.Timeout, DefaultTimeout), prefix+"-timeout", "timeout of one request to "+backend)
 }
 
 // ClassifyStatus says whether a request answered with an error status may

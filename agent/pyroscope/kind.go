@@ -14,6 +14,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/service"
 	"github.com/slurmscope/slurmscope/agent/ship"
 	"github.com/slurmscope/slurmscope/agent/spool"
+	"github.com/slurmscope/slurmscope/internal/units"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -31,9 +32,9 @@ var _ service.Kind = (*Kind)(nil)
 // package httpclient, the ingestion window and the spool.
 func (k *Kind) Flags(fs *flag.FlagSet) {
 	httpclient.RegisterFlags(fs, "pyroscope", &k.cfg.Config, "Pyroscope", "Pyroscope base URL to push to (push.v1.PusherService/Push)")
-	fs.DurationVar(&k.window.OlderThan, "pyroscope-reject-older-than", DefaultWindow.OlderThan,
+	fs.Var(units.NewDuration(&k.window.OlderThan, DefaultWindow.OlderThan), "pyroscope-reject-older-than",
 		"the server's -validation.reject-older-than: spooled profiles older than this are dropped before sending (counted as too_old); 0: no bound")
-	fs.DurationVar(&k.window.NewerThan, "pyroscope-reject-newer-than", DefaultWindow.NewerThan,
+	fs.Var(units.NewDuration(&k.window.NewerThan, DefaultWindow.NewerThan), "pyroscope-reject-newer-than",
 		"the server's -validation.reject-newer-than: profiles it refuses as ahead of its clock by more than this are held until it takes them; 0: no bound")
 	k.spool.Register(fs, "", "/var/lib/slurmscope/spool", 256<<20, "pushes waiting for Pyroscope")
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/service"
 	"github.com/slurmscope/slurmscope/agent/ship"
 	"github.com/slurmscope/slurmscope/agent/spool"
+	"github.com/slurmscope/slurmscope/internal/units"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -25,7 +26,7 @@ var _ service.Kind = (*Kind)(nil)
 func (k *Kind) Flags(fs *flag.FlagSet) {
 	httpclient.RegisterFlags(fs, "prometheus-remote-write", &k.cfg.Config, "the remote-write endpoint",
 		"also push the agent's metrics with Prometheus remote-write 1.0 to this URL (e.g. http://prometheus:9090/api/v1/write)")
-	fs.DurationVar(&k.cfg.Interval, "prometheus-remote-write-interval", DefaultInterval, "how often metrics are remote-written")
+	fs.Var(units.NewDuration(&k.cfg.Interval, DefaultInterval), "prometheus-remote-write-interval", "how often metrics are remote-written")
 	k.spool.Register(fs, "remote-write-", "/var/lib/slurmscope/remote-write", 64<<20, "metric batches waiting for the remote-write endpoint")
 }
 

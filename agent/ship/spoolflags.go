@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/slurmscope/slurmscope/agent/spool"
+	"github.com/slurmscope/slurmscope/internal/units"
 )
 
 // SpoolFlags are a backend's spool as its flags set it: the directory and
@@ -23,7 +24,7 @@ type SpoolFlags struct {
 func (s *SpoolFlags) Register(fs *flag.FlagSet, prefix, dir string, maxBytes int64, what string) {
 	s.dirFlag = prefix + "spool-dir"
 	fs.StringVar(&s.Dir, s.dirFlag, dir, "on-disk queue of "+what)
-	fs.Int64Var(&s.MaxBytes, prefix+"spool-max-bytes", maxBytes,
+	fs.Var(units.NewBytes(&s.MaxBytes, maxBytes), prefix+"spool-max-bytes",
 		"bound of --"+s.dirFlag+"; the oldest entries are dropped (and counted) past it")
 }
 
@@ -31,7 +32,7 @@ func (s *SpoolFlags) Register(fs *flag.FlagSet, prefix, dir string, maxBytes int
 // entry's header), before anything starts.
 func (s *SpoolFlags) Check() error {
 	if s.MaxBytes <= spool.MinBytes {
-		return fmt.Errorf("--%s %d: must be more than %d bytes (e.g. 268435456)", strings.TrimSuffix(s.dirFlag, "dir")+"max-bytes", s.MaxBytes, spool.MinBytes)
+		return fmt.Errorf("--%s %d: must be more than %d bytes (e.g. 256MiB)", strings.TrimSuffix(s.dirFlag, "dir")+"max-bytes", s.MaxBytes, spool.MinBytes)
 	}
 	return nil
 }

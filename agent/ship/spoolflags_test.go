@@ -10,8 +10,8 @@ import (
 	"github.com/slurmscope/slurmscope/agent/spool"
 )
 
-// TestSpoolFlags: the two flags take the backend's prefix and defaults,
-// land in Dir and MaxBytes, and Open's errors name the directory's flag.
+// TestSpoolFlags: the two flags take the backend's prefix and defaults
+// (the bound shown and read with a unit), land in Dir and MaxBytes, and Open's errors name the directory's flag.
 func TestSpoolFlags(t *testing.T) {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	var s SpoolFlags
@@ -19,11 +19,11 @@ func TestSpoolFlags(t *testing.T) {
 	if f := fs.Lookup("x-spool-dir"); f == nil || f.DefValue != "/var/lib/x" {
 		t.Fatalf("--x-spool-dir: %+v", f)
 	}
-	if f := fs.Lookup("x-spool-max-bytes"); f == nil || f.DefValue != "1048576" {
+	if f := fs.Lookup("x-spool-max-bytes"); f == nil || f.DefValue != "1MiB" {
 		t.Fatalf("--x-spool-max-bytes: %+v", f)
 	}
 	dir := filepath.Join(t.TempDir(), "x")
-	if err := fs.Parse([]string{"--x-spool-dir=" + dir, "--x-spool-max-bytes=4096"}); err != nil {
+	if err := fs.Parse([]string{"--x-spool-dir=" + dir, "--x-spool-max-bytes=4KiB"}); err != nil {
 		t.Fatal(err)
 	}
 	sp, err := s.Open(nil)

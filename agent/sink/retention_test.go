@@ -1,9 +1,12 @@
 package sink
 
 import (
+	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,25 +92,48 @@ func TestRetentionFlags(t *testing.T) {
 	if k.keep.MaxAge != 7*24*time.Hour || k.keep.MaxBytes != 2<<30 {
 		t.Errorf("got %+v", k.keep)
 	}
+	// The flags read sizes and durations with package units; a value it
+	// refuses is a flag error, and the bounds are unchanged.
 	for _, c := range []struct {
-		in   string
-		want int64
+		arg  string
+		want Retention
 		ok   bool
-	}{{"0", 0, true}, {"512MiB", 512 << 20, true}, {"10G", 0, false}, {"10GB", 10e9, true}, {"-1", 0, false}, {"5 MiB", 0, false}, {"MiB", 0, false}, {"99999999999TiB", 0, false}} {
-		got, err := parseSize(c.in)
-		if (err == nil) != c.ok || got != c.want {
-			t.Errorf("parseSize(%q) = %d, %v", c.in, got, err)
+	}{
+		{"--output-max-bytes=0", Retention{}, true},
+		{"--output-max-bytes=512MiB", Retention{MaxBytes: 512 << 20}, true},
+		{"--output-max-bytes=10GB", Retention{MaxBytes: 10e9}, true},
+		{"--output-max-bytes=10G", Retention{}, false},
+		{"--output-max-bytes=-1", Retention{}, false},
+		{"--output-max-bytes=5 MiB", Retention{}, false},
+		{"--output-max-bytes=MiB", Retention{}, false},
+		{"--output-max-bytes=99999999999TiB", Retention{}, false},
+		{"--output-retention=0", Retention{}, true},
+		{"--output-retention=36h", Retention{MaxAge: 36 * time.Hour}, true},
+		{"--output-retention=7d", Retention{MaxAge: 7 * 24 * time.Hour}, true},
+		{"--output-retention=1w", Retention{MaxAge: 7 * 24 * time.Hour}, true},
+		{"--output-retention=1.5d", Retention{}, false},
+		{"--output-retention=d", Retention{}, false},
+	} {
+		var k Kind
+		fs := flag.NewFlagSet("run", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		k.Flags(fs)
+		err := fs.Parse([]string{c.arg})
+		if (err == nil) != c.ok || k.keep != c.want {
+			t.Errorf("%s: %+v, %v", c.arg, k.keep, err)
 		}
 	}
-	for _, c := range []struct {
-		in   string
-		want time.Duration
-		ok   bool
-	}{{"0", 0, true}, {"36h", 36 * time.Hour, true}, {"7d", 7 * 24 * time.Hour, true}, {"-5s", 0, false}, {"1.5d", 0, false}, {"d", 0, false}} {
-		got, err := parseAge(c.in)
-		if (err == nil) != c.ok || got != c.want {
-			t.Errorf("parseAge(%q) = %v, %v", c.in, got, err)
-		}
+	// A negative age passes the flag (a Go duration may be negative) and
+	// fails the check.
+	if err := parsedKind(t, "--output-retention=-5s").Check(); err == nil || !strings.Contains(err.Error(), "--output-retention") {
+		t.Errorf("--output-retention=-5s: check %v", err)
+	}
+	// The defaults, 0, are shown as the flags take them (and so not at all
+	// in the help).
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	new(Kind).Flags(fs)
+	if r, b := fs.Lookup("output-retention"), fs.Lookup("output-max-bytes"); r.DefValue != "0s" || b.DefValue != "0" {
+		t.Errorf("defaults shown as %q, %q", r.DefValue, b.DefValue)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/daemon"
 	"github.com/slurmscope/slurmscope/agent/logx"
 	"github.com/slurmscope/slurmscope/agent/service"
+	"github.com/slurmscope/slurmscope/internal/units"
 )
 
 // NoJobDir holds profiles of processes in no job.
@@ -166,14 +167,14 @@ var _ service.Fallback = (*Kind)(nil)
 // Flags registers --output-dir.
 func (k *Kind) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&k.root, "output-dir", "", "write profiles as DIR/<job id>/<type>-<unix>.pb.gz (default "+DefaultDir+" when no --pyroscope-url)")
-	fs.Var(ageFlag{&k.keep.MaxAge}, "output-retention", "remove profiles in the output directory older than this (e.g. 7d, 36h; 0: keep them)")
-	fs.Var(sizeFlag{&k.keep.MaxBytes}, "output-max-bytes", "remove the oldest profiles while the output directory holds more than this (e.g. 10GiB; 0: no bound)")
+	fs.Var(units.NewDuration(&k.keep.MaxAge, 0), "output-retention", "remove profiles in the output directory older than this (e.g. 7d, 36h; 0: keep them)")
+	fs.Var(units.NewBytes(&k.keep.MaxBytes, 0), "output-max-bytes", "remove the oldest profiles while the output directory holds more than this (e.g. 10GiB; 0: no bound)")
 }
 
-// Check rejects a negative bound (the flags' parsers already refuse one;
-// a Kind made in code is checked too), and an --output-dir the agent
-// cannot write: a configuration error before anything loads, not a
-// warning later and no profiles ever.
+// Check rejects a negative bound (a duration may be negative; the size
+// flag refuses one, and a Kind made in code is checked too), and an
+// --output-dir the agent cannot write: a configuration error before
+// anything loads, not a warning later and no profiles ever.
 func (k *Kind) Check() error {
 	if k.keep.MaxAge < 0 || k.keep.MaxBytes < 0 {
 		return errors.New("--output-retention and --output-max-bytes cannot be negative")

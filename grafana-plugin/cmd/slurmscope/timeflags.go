@@ -5,21 +5,19 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/prometheus/common/model"
+	"github.com/slurmscope/slurmscope/internal/units"
 )
 
-// parseDuration takes Go's durations (90m, 1.5h) and Prometheus' (7d, 1w,
-// 1d12h): people count a job's life in days, and Pyroscope's own settings
+// parseDuration takes Go's durations (90m, 1.5h) led by whole weeks and
+// days (7d, 1w, 1d12h), as package units reads every duration flag:
+// people count a job's life in days, and Pyroscope's own settings
 // (max_query_length) are written that way, as the datasource's are.
 func parseDuration(s string) (time.Duration, error) {
-	if d, err := time.ParseDuration(s); err == nil {
-		return d, nil
-	}
-	d, err := model.ParseDuration(s)
+	d, err := units.ParseDuration(s)
 	if err != nil {
 		return 0, fmt.Errorf("%q is not a duration (e.g. 90m, 36h, 7d, 1d12h)", s)
 	}
-	return time.Duration(d), nil
+	return d, nil
 }
 
 // timeLayouts are the times a user may give: RFC 3339, and sacct's forms
