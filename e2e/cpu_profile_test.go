@@ -58,7 +58,7 @@ const (
 // samples are the job's own, that no job's samples leak into another's,
 // the labels, and that --node-name leaves the other node's jobs alone.
 func TestCPUProfiles(t *testing.T) {
-	lane(t, &slurmLane)
+	alone(t)
 	for _, mode := range []slurmtest.Mode{slurmtest.V2, slurmtest.V1} {
 		t.Run(mode.String(), func(t *testing.T) {
 			testenv.RequireIntegration(t, slurmtest.Needs(mode))

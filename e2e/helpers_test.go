@@ -38,6 +38,19 @@ func lane(t *testing.T, l *sync.Mutex) {
 	t.Cleanup(l.Unlock) // the first cleanup registered runs last
 }
 
+// alone runs t with neither lane beside it. Under the other lane's load
+// (fork storms, a SLURM cluster starting) these tests found two open
+// agent bugs that a loaded node has too: a Python process's frames lost
+// for whole intervals (interpreter walks end no_thread_state) and a v2
+// job labelled root when its first task was read before its setuid. Until
+// they are fixed the tests that judge those run alone.
+func alone(t *testing.T) {
+	t.Parallel()
+	slurmLane.Lock() // always in this order: no lock cycle
+	simLane.Lock()
+	t.Cleanup(func() { simLane.Unlock(); slurmLane.Unlock() })
+}
+
 // freeAddr returns a 127.0.0.1 address that nothing listened on a moment
 // ago.
 func freeAddr(t *testing.T) string { return promtest.FreeAddr(t) }

@@ -70,7 +70,7 @@ func spinForPushTest() {
 // a real server from PYROSCOPE_URL, with PYROSCOPE_TENANT if it needs one)
 // and reads the job's profile back with SelectMergeStacktraces.
 func TestPushToPyroscope(t *testing.T) {
-	lane(t, &simLane)
+	alone(t)
 	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	url, tenant := os.Getenv("PYROSCOPE_URL"), os.Getenv("PYROSCOPE_TENANT")
 	if url == "" {

@@ -141,7 +141,7 @@ func pythonJobs(py interp, b stackBins, all bool) []*stackJob {
 // names on 3.11+); a process started before the agent; venvs; and a
 // CPython older than 3.9, which must keep native stacks, counted.
 func TestStacks(t *testing.T) {
-	lane(t, &simLane)
+	alone(t)
 	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
 	agent := buildAgent(t)
 	work := t.TempDir()
