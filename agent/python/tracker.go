@@ -727,6 +727,14 @@ func (t *Tracker) put(p *proc) {
 		return
 	}
 	if err := t.o.Procs.Put(interp.Process{PID: p.pid, StartNs: p.start, MM: p.mm}, info.encode()); err != nil {
+		if p.state == stateReady && errors.Is(err, procfs.ErrGone) {
+			// Its entry went with its last thread's exit, and a sample
+			// taken in the rest of its exit (exit_mm comes after
+			// sched_process_exit) announced it. What it sampled before
+			// is drained later and still resolves until it is forgotten;
+			// dropping it here lost its last interval's Python frames.
+			return
+		}
 		reason := "bpf_map"
 		if errors.Is(err, procfs.ErrGone) {
 			reason = "exited" // as it was set up

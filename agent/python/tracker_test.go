@@ -386,6 +386,34 @@ func TestTrackerResolveAfterExit(t *testing.T) {
 	}
 }
 
+// goneProcs is interp_procs once the process exited: Put finds it gone.
+type goneProcs struct{ fakeProcs }
+
+func (goneProcs) Put(p interp.Process, _ []byte) error {
+	return fmt.Errorf("process %d: %w", p.PID, procfs.ErrGone)
+}
+
+// A set-up process announced again as it exits (its entry went at
+// sched_process_exit; a sample during exit_mm found none) keeps its state:
+// its last interval is drained after its exit and must keep its frames.
+func TestTrackerExitingProcessKeepsItsFrames(t *testing.T) {
+	f := newFakeProc(t, nil)
+	f.notify(1)
+	check := uint64(0x60000) ^ (0x61000<<1 | 0x61000>>63)
+	good := RawFrame{Code: code0, Check: check}
+	if frames, _ := resolve(f.tracker, 42, 5, stackOf(good)); len(frames) == 0 || frames[0].Function != "Model.forward" {
+		t.Fatalf("alive: %+v", frames)
+	}
+	f.tracker.o.Procs = goneProcs{f.procs}
+	f.maps.gone = true
+	delete(f.maps.maps, 42)
+	f.now = f.now.Add(time.Minute)
+	f.notify(1)
+	if frames, _ := resolve(f.tracker, 42, 5, stackOf(good)); len(frames) == 0 || frames[0].Function != "Model.forward" {
+		t.Errorf("announced as it exits, its samples lost their frames: %+v (skipped %v)", frames, f.tracker.Stats().Skipped)
+	}
+}
+
 func TestTrackerBounds(t *testing.T) {
 	f := newFakeProc(t, nil)
 	f.tracker.o.ReadBytesPerSecond = 4 << 10 // one code object per second, 4 burst
