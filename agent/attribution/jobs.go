@@ -55,7 +55,17 @@ func (r *Resolver) jobStale(j *jobEntry, now time.Time) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return j.refreshed.IsZero() || now.Sub(j.refreshed) >= r.o.JobTTL ||
-		!j.complete() && (j.dirty || now.Sub(j.refreshed) >= incompleteRetry)
+		(!j.complete() || j.rootForNow(now)) && (j.dirty || now.Sub(j.refreshed) >= incompleteRetry)
+}
+
+// rootForNow reports whether the job's owner is root by a vote taken in
+// its settle window: a task read between its move and its setuid, or a
+// member whose uid could not be read, may have decided it; the vote is
+// taken again until the window ends (a job root submitted stays root).
+// Under load a v2 job was labelled root for its first intervals. Called
+// with Resolver.mu held.
+func (j *jobEntry) rootForNow(now time.Time) bool {
+	return j.snap.Load().UID == 0 && j.loc.UID < 0 && now.Sub(j.seen) < settleWindow
 }
 
 // complete reports whether the job's name, owner and id are known. Called
@@ -71,7 +81,7 @@ func (j *jobEntry) complete() bool {
 // A series published before its job's name and owner are known would be
 // another series than the job's from then on. Called with Resolver.mu held.
 func (j *jobEntry) settled(now time.Time) bool {
-	return j.complete() || now.Sub(j.seen) >= settleWindow
+	return j.complete() && !j.rootForNow(now) || now.Sub(j.seen) >= settleWindow
 }
 
 // incompleteRetry is how soon a job still missing its name or owner is

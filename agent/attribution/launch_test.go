@@ -184,6 +184,29 @@ func TestTaskLaunchSeenAtEveryStep(t *testing.T) {
 	}
 }
 
+// A task read in its task cgroup as root but with the job's environment
+// (a member whose uid did not read, or a task between its environment and
+// its setuid) makes a complete job owned by root; the next pass that sees
+// it as the user must change the owner, not believe root for JobTTL.
+func TestRootOwnerIsVotedAgainWhileSettling(t *testing.T) {
+	for _, nextBy := range []string{"resolve", "refresh", "scan", "host poll"} {
+		t.Run(nextBy, func(t *testing.T) {
+			g := newLaunchRig(t)
+			rootWithEnv := launched
+			rootWithEnv.uid = 0
+			g.set(rootWithEnv)
+			must(t, launchCallers["refresh"](g.r))
+			if p, ok := g.r.Cached(launchID); !ok || p.Job.UID != 0 || p.Job.Name != "gosplit" {
+				t.Fatalf("first look: %+v, want job gosplit owned by root", p.Job)
+			}
+			g.set(launched)
+			g.now = g.now.Add(300 * time.Millisecond)
+			must(t, launchCallers[nextBy](g.r))
+			g.checkLaunched("after " + nextBy)
+		})
+	}
+}
+
 // slurmstepd itself stays in its slurm leaf as root: it is read again
 // while a task caught there could still be on its way, and then believed.
 func TestSlurmstepdIsBelievedOnceSettled(t *testing.T) {
