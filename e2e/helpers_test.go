@@ -38,12 +38,12 @@ func lane(t *testing.T, l *sync.Mutex) {
 	t.Cleanup(l.Unlock) // the first cleanup registered runs last
 }
 
-// alone runs t with neither lane beside it. Under the other lane's load
-// (fork storms, a SLURM cluster starting) these tests found two open
-// agent bugs that a loaded node has too: a Python process's frames lost
-// for whole intervals (interpreter walks end no_thread_state) and a v2
-// job labelled root when its first task was read before its setuid. Until
-// they are fixed the tests that judge those run alone.
+// alone runs t with neither lane beside it: the tests that judge CPU
+// shares and the labels set in a job's first seconds. Beside the other
+// lane's load (fork storms, a SLURM cluster starting) they found two agent
+// bugs, since fixed (a process's last interval lost its Python frames; a
+// v2 job was labelled root), and TestPushToPyroscope's spinner fell to
+// 87% of its job's CPU (bar 90%) to the Go runtime's own threads.
 func alone(t *testing.T) {
 	t.Parallel()
 	slurmLane.Lock() // always in this order: no lock cycle
