@@ -126,6 +126,7 @@ func TestRunFlagsTakeUnits(t *testing.T) {
 		// A flag's entry: "  -name value\n    \tusage (default X)\n".
 		_, entry, ok := strings.Cut(help, "\n  -"+name+" ")
 		entry, _, _ = strings.Cut(entry, "\n  -")
+		entry, _, _ = strings.Cut(entry, "\n\n") // the next group's title
 		if !ok || !strings.HasSuffix(strings.TrimSpace(entry), "(default "+def+")") {
 			t.Errorf("run --help shows --%s as %q, want its default %s", name, entry, def)
 		}

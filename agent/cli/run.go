@@ -33,6 +33,7 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(io.Discard)
 	var f runFlags
 	f.register(fs)
+	fs.Usage = func() { printRunHelp(fs.Output(), fs) }
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stderr)
