@@ -143,18 +143,8 @@ usage.
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stderr)
-			fs.Usage()
-			return 0
-		}
-		fmt.Fprintf(stderr, "check: %v (see check --help)\n", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "check: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if rc, done := parseArgs(fs, args, stderr); done {
+		return rc
 	}
 	if *timeout <= 0 {
 		fmt.Fprintf(stderr, "check: --check-timeout %v: must be positive\n", *timeout)

@@ -5,6 +5,8 @@
 package cli
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -74,4 +76,26 @@ func shortHostname() string {
 	}
 	h, _, _ = strings.Cut(h, ".")
 	return h
+}
+
+// parseArgs parses a subcommand's flags. --help prints its help (exit
+// 0); a bad flag or a stray argument is one line pointing at --help, not
+// the whole help into a journal at every restart (exit 2). done is false
+// when the command goes on.
+func parseArgs(fs *flag.FlagSet, args []string, stderr io.Writer) (rc int, done bool) {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stderr)
+		fs.Usage()
+		return 0, true
+	case err != nil:
+		fmt.Fprintf(stderr, "%s: %v (see %s --help)\n", fs.Name(), err, fs.Name())
+		return 2, true
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return 2, true
+	}
+	return 0, false
 }

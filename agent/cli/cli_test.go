@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"io"
 	"strings"
 	"testing"
 
@@ -48,6 +49,7 @@ func TestHelpExitsZero(t *testing.T) {
 		{nil, 2, "Commands:"},
 		{[]string{"nope"}, 2, `unknown command "nope"`},
 		{[]string{"run", "--nope"}, 2, "flag provided but not defined"},
+		{[]string{"check", "-h"}, 0, "usage: slurmscope-agent check"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := Main(tc.args, &stdout, &stderr)
@@ -56,6 +58,16 @@ func TestHelpExitsZero(t *testing.T) {
 		}
 		if out := stdout.String() + stderr.String(); !strings.Contains(out, tc.out) {
 			t.Errorf("%q: output does not contain %q:\n%s", tc.args, tc.out, out)
+		}
+	}
+	// A typo is one line that points at --help, whichever the command.
+	for _, cmd := range []string{"run", "check", "jobs", "top"} {
+		for _, args := range [][]string{{cmd, "--nope"}, {cmd, "stray"}} {
+			var stderr bytes.Buffer
+			if code := Main(args, io.Discard, &stderr); code != 2 || strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 ||
+				!strings.HasPrefix(stderr.String(), cmd+": ") {
+				t.Errorf("%q: exit %d, stderr %q; want exit 2 and one line naming %s", args, code, stderr.String(), cmd)
+			}
 		}
 	}
 	var stdout bytes.Buffer

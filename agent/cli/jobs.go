@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -105,20 +104,12 @@ func (a *attrFlags) layout() (cgroup.Layout, error) {
 
 func jobsCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("jobs", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var af attrFlags
 	af.register(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object per process")
 	all := fs.Bool("all", false, "also list processes that are in no job")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "jobs: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if rc, done := parseArgs(fs, args, stderr); done {
+		return rc
 	}
 	af.ctldWait = time.Minute // past the lookup's own timeout
 	r, err := af.resolver()

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -34,18 +33,8 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	var f runFlags
 	f.register(fs)
 	fs.Usage = func() { printRunHelp(fs.Output(), fs) }
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stderr)
-			fs.Usage()
-			return 0
-		}
-		fmt.Fprintf(stderr, "run: %v (see run --help)\n", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "run: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if rc, done := parseArgs(fs, args, stderr); done {
+		return rc
 	}
 	if err := f.check(); err != nil {
 		// One line, whatever the error wraps (a YAML error's lines).

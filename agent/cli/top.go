@@ -2,7 +2,6 @@ package cli
 
 import (
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -21,26 +20,18 @@ func init() {
 
 func topCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("top", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	dir := fs.String("dir", "", "output directory of 'slurmscope-agent run --output-dir' (one subdirectory per job)")
 	job := fs.String("job", "", "only this job (its subdirectory name, e.g. 12 or "+sink.NoJobDir+")")
 	n := fs.Int("n", 15, "functions to list per job")
 	asJSON := fs.Bool("json", false, "print one JSON object per job")
 	cum := fs.Bool("cum", false, "order by cumulative time (anywhere on the stack), listing callers such as main too")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: slurmscope-agent top --dir DIR [--job ID] [-n 15] [--cum] [--json]")
-		fmt.Fprintln(stderr, "\nMerges the CPU profiles the agent wrote per job and lists the functions with the most self CPU time (--cum: the most time anywhere on the stack).")
+		fmt.Fprintln(fs.Output(), "usage: slurmscope-agent top --dir DIR [--job ID] [-n 15] [--cum] [--json]")
+		fmt.Fprintln(fs.Output(), "\nMerges the CPU profiles the agent wrote per job and lists the functions with the most self CPU time (--cum: the most time anywhere on the stack).")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "top: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if rc, done := parseArgs(fs, args, stderr); done {
+		return rc
 	}
 	if *dir == "" {
 		fmt.Fprintln(stderr, "top: --dir is required")
