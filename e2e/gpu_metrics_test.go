@@ -373,7 +373,7 @@ func waitTaskPID(t *testing.T, c *slurmtest.Cluster, id, comm string) int {
 // the NVML stand-in, and returns the address it serves /metrics on.
 func startMetricsAgent(t *testing.T, agent, stub, scenario, outDir string, extra ...string) string {
 	t.Helper()
-	args := append([]string{"run", "--cpu-profiling=false", "--gpu-interval", "1s", "--node-name", gpuNode,
+	args := append([]string{"run", "--cpu-profiling=false", "--offcpu-profiling=false", "--gpu-interval", "1s", "--node-name", gpuNode,
 		"--metrics-addr", "127.0.0.1:0", "--nvml-library", stub, "--output-dir", outDir}, extra...)
 	p := launchAgent(t, []string{gputest.EnvScenario + "=" + scenario}, agent, args...)
 	p.waitLog(t, "did not log `serving metrics` (with --cpu-profiling=false it must still serve /metrics)",

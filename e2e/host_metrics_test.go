@@ -74,7 +74,7 @@ func startHostRig(t *testing.T, agent string, o slurmtest.Options) *hostRig {
 		t.Fatalf("building hostload: %v\n%s", err, out)
 	}
 	dir := t.TempDir()
-	p := launchAgent(t, nil, agent, "run", "--cpu-profiling=false", "--gpu-metrics=false", "--host-metrics-interval", "1s",
+	p := launchAgent(t, nil, agent, "run", "--cpu-profiling=false", "--offcpu-profiling=false", "--gpu-metrics=false", "--host-metrics-interval", "1s",
 		"--node-name", hostNode, "--metrics-addr", "127.0.0.1:0", "--output-dir", filepath.Join(dir, "out"))
 	p.waitLog(t, "did not log `serving metrics`", func(log string) bool { return metricsAddr.MatchString(log) })
 	base := runPrometheus(t, dir, fmt.Sprintf(`global:

@@ -73,7 +73,7 @@ next:
 // env added (SLURM_CONF for --slurmctld).
 func startAgentWith(t *testing.T, agent, stub, scenario string, env []string, args ...string) string {
 	t.Helper()
-	args = append([]string{"run", "--cpu-profiling=false", "--gpu-interval", "1s", "--node-name", gpuNode,
+	args = append([]string{"run", "--cpu-profiling=false", "--offcpu-profiling=false", "--gpu-interval", "1s", "--node-name", gpuNode,
 		"--metrics-addr", "127.0.0.1:0", "--nvml-library", stub, "--output-dir", t.TempDir()}, args...)
 	p := launchAgent(t, append([]string{gputest.EnvScenario + "=" + scenario}, env...), agent, args...)
 	p.waitLog(t, "did not serve /metrics", func(log string) bool { return metricsAddr.MatchString(log) })

@@ -132,6 +132,7 @@ type frame struct {
 type sample struct {
 	frames []frame
 	n, ns  int64
+	vals   []int64 // every value, in the profile's sample type order
 	setup  string
 }
 
@@ -187,6 +188,7 @@ func readSamples(t *testing.T, dir, prefix string) []sample {
 		for _, s := range p.Sample {
 			var st sample
 			st.n = s.Value[0]
+			st.vals = s.Value
 			if l := s.Label[schema.StackSetupLabel]; len(l) == 1 {
 				st.setup = l[0]
 			}

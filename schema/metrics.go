@@ -293,6 +293,15 @@ var (
 	AgentGPUTraceAttachedFiles     = Metric{Name: MetricPrefix + "agent_gpu_trace_attached_files", Type: Gauge, Help: "Injection library files the GPU tracer is attached to."}
 	AgentBPFRunTime                = counter("agent_bpf_run_seconds_total", "seconds", "Time the kernel spent in the sampling program (needs kernel.bpf_stats_enabled=1).")
 	AgentBPFRuns                   = counter("agent_bpf_runs_total", "", "Runs of the sampling program (needs kernel.bpf_stats_enabled=1).")
+	// Off-CPU time (agent/offcpu): a switch is a thread of a profiled job
+	// leaving the CPU.
+	AgentOffCPUSwitches             = counter("agent_offcpu_switches_total", "", "Switches off the CPU recorded by the off-CPU probe and drained (each stands for 1/p switches when sampled with probability p).")
+	AgentOffCPUSwitchesUnattributed = counter("agent_offcpu_switches_unattributed_total", "", "Recorded switches not put in any profile, by reason (exited, other_node, not_in_job).", "reason")
+	AgentOffCPUSwitchesNotRecorded  = counter("agent_offcpu_switches_not_recorded_total", "", "Switches of profiled jobs' threads not recorded, by reason: sampled (above the per-job rate; the recorded ones' times are scaled for them), map_full, share (the job had its eighth of a map in the interval), no_storage.", "reason")
+	AgentOffCPUStacksLost           = counter("agent_offcpu_stacks_lost_total", "", "Stacks of recorded switches not kept (stack_error, stack_map_full, interpreter_stack_map_full) or evicted before the switch was drained (evicted).", "reason")
+	AgentOffCPUJobs                 = Metric{Name: MetricPrefix + "agent_offcpu_jobs", Type: Gauge, Help: "Job cgroups the off-CPU probe records switches of."}
+	AgentOffCPUBPFRunTime           = counter("agent_offcpu_bpf_run_seconds_total", "seconds", "Time the kernel spent in the off-CPU program, on every switch of the node (needs kernel.bpf_stats_enabled=1).")
+	AgentOffCPUBPFRuns              = counter("agent_offcpu_bpf_runs_total", "", "Runs of the off-CPU program: every context switch of the node (needs kernel.bpf_stats_enabled=1).")
 	// AgentCPUMapsFull names the job that filled the sampler's kernel maps,
 	// which every job shares: the one with the most distinct keys in a
 	// generation that dropped samples (map_full) or stacks (stack_map_full,
@@ -379,7 +388,8 @@ var Metrics = []Metric{
 	JobLastSeen, JobCgroupUnsupported, CgroupPollDuration, CgroupPolls, CgroupReadErrors,
 	AgentCPUSamples, AgentCPUSamplesLost, AgentCPUSamplesUnattributed, AgentProfiles, AgentProfileBytes, AgentErrors,
 	AgentSampledCPUs, AgentLastInterval, AgentStartTime, AgentGPUKernelTime, AgentGPUKernelTimeUnattributed, AgentGPUTraceLost, AgentGPUTraceAttachedFiles,
-	AgentBPFRunTime, AgentBPFRuns, AgentCPUMapsFull, AgentSymbolizeErrors, AgentELFRefused, AgentCgroupRefused, AgentJobIDConflicts,
+	AgentBPFRunTime, AgentBPFRuns, AgentOffCPUSwitches, AgentOffCPUSwitchesUnattributed, AgentOffCPUSwitchesNotRecorded,
+	AgentOffCPUStacksLost, AgentOffCPUJobs, AgentOffCPUBPFRunTime, AgentOffCPUBPFRuns, AgentCPUMapsFull, AgentSymbolizeErrors, AgentELFRefused, AgentCgroupRefused, AgentJobIDConflicts,
 	AgentMemoryBudget, AgentMemoryBudgetUsed, AgentMemoryBudgetEvictions, AgentMemoryBudgetEvictedBytes,
 	AgentMemoryBudgetRefused, AgentJobFileReadsDeferred,
 	AgentUnwindMode, AgentUnwindWalks, AgentUnwindFrames, AgentUnwindTableBytes, AgentUnwindBudget, AgentUnwindProcesses, AgentUnwindFiles,

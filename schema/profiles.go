@@ -38,10 +38,35 @@ var (
 		SampleTypes: []ValueType{{"kernel_launches", "count"}, {"gpu_time", "nanoseconds"}},
 		PeriodType:  ValueType{"gpu_time", "nanoseconds"},
 	}
+	// OffCPU is the time a job's threads spent off the CPU (agent/offcpu),
+	// under the stack each one left it in. One pushed profile holds both
+	// kinds of off-CPU time as sample types of their own, as Go's memory
+	// profile holds alloc_space and inuse_space, so that no query sums
+	// them: blocked (sleeping, waiting on I/O, a futex, a socket) and
+	// runnable (preempted, waiting for a CPU). A sample has one of the
+	// two; switches counts the switches recorded, of either kind.
+	OffCPU = ProfileType{
+		Name:        "off_cpu",
+		Title:       "Off-CPU time, blocked",
+		Description: "Time threads spent blocked (sleeping, on I/O, a lock, a socket), under the stack they blocked in.",
+		SampleTypes: []ValueType{{"switches", "count"}, {"runnable", "nanoseconds"}, {"blocked", "nanoseconds"}},
+		PeriodType:  ValueType{"off_cpu", "nanoseconds"},
+	}
+	// OffCPURunnable reads the runnable sample type of the off_cpu profile:
+	// time a thread was ready to run but waited for a CPU (an
+	// oversubscribed job, or one whose cores other work took).
+	OffCPURunnable = ProfileType{
+		Name:        OffCPU.Name,
+		Title:       "Off-CPU time, waiting for a CPU",
+		Description: "Time threads were runnable but not running (preempted, waiting for a CPU), under the stack they were preempted in.",
+		SampleTypes: []ValueType{{"runnable", "nanoseconds"}},
+		PeriodType:  OffCPU.PeriodType,
+	}
 )
 
-// ProfileTypes lists every profile type the agent pushes.
-var ProfileTypes = []ProfileType{ProcessCPU, GPUTime}
+// ProfileTypes lists every profile type a query can read: one per main
+// sample type of what the agent pushes (the off_cpu profile is two).
+var ProfileTypes = []ProfileType{ProcessCPU, GPUTime, OffCPU, OffCPURunnable}
 
 // DefaultProfileType is what a query that names no profile type reads,
 // unless the datasource's settings name another.

@@ -213,21 +213,23 @@ func TestHostMetricPairs(t *testing.T) {
 
 func TestProfileTypes(t *testing.T) {
 	want := map[string]string{
-		ProcessCPU.ID(): "process_cpu:cpu:nanoseconds:cpu:nanoseconds",
-		GPUTime.ID():    "gpu:gpu_time:nanoseconds:gpu_time:nanoseconds",
+		ProcessCPU.ID():     "process_cpu:cpu:nanoseconds:cpu:nanoseconds",
+		GPUTime.ID():        "gpu:gpu_time:nanoseconds:gpu_time:nanoseconds",
+		OffCPU.ID():         "off_cpu:blocked:nanoseconds:off_cpu:nanoseconds",
+		OffCPURunnable.ID(): "off_cpu:runnable:nanoseconds:off_cpu:nanoseconds",
 	}
 	for got, w := range want {
 		if got != w {
 			t.Errorf("id %s, want %s", got, w)
 		}
 	}
-	names := map[string]bool{}
+	ids := map[string]bool{}
 	for _, p := range ProfileTypes {
-		if names[p.Name] || p.Title == "" || p.Description == "" || len(p.SampleTypes) == 0 {
-			t.Errorf("%s: repeated, or lacks a title, description or sample type", p.Name)
+		if ids[p.ID()] || p.Title == "" || p.Description == "" || len(p.SampleTypes) == 0 {
+			t.Errorf("%s: repeated, or lacks a title, description or sample type", p.ID())
 		}
-		names[p.Name] = true
-		if got, ok := ProfileTypeOf(p.ID()); !ok || got.Name != p.Name {
+		ids[p.ID()] = true
+		if got, ok := ProfileTypeOf(p.ID()); !ok || got.ID() != p.ID() {
 			t.Errorf("ProfileTypeOf(%s) = %s, %v", p.ID(), got.Name, ok)
 		}
 	}
@@ -237,6 +239,7 @@ func TestProfileTypes(t *testing.T) {
 		"gpu:kernel_launches:count:gpu_time:nanoseconds": false,
 		"process_cpu:cpu:nanoseconds":                    false,
 		"gpux:gpu_time:nanoseconds:gpu_time:nanoseconds": false,
+		"off_cpu:switches:count:off_cpu:nanoseconds":     false,
 	} {
 		if _, got := ProfileTypeOf(id); got != ok {
 			t.Errorf("ProfileTypeOf(%q) ok = %v, want %v", id, got, ok)

@@ -23,6 +23,7 @@ agent/cpu/regen-check.sh
 agent/gputrace/regen-check.sh
 agent/stackwalk/regen-check.sh
 agent/unwind/unwindtest/regen-check.sh
+agent/offcpu/regen-check.sh
 
 step "go vet"
 go vet ./...

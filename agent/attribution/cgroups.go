@@ -1,6 +1,10 @@
 package attribution
 
-import "sort"
+import (
+	"sort"
+
+	"github.com/slurmscope/slurmscope/agent/procfs"
+)
 
 // JobCgroup is the cgroup directory Slurm made for a job of this node.
 type JobCgroup struct {
@@ -41,4 +45,21 @@ func (r *Resolver) JobCgroups() []JobCgroup {
 	r.mu.RUnlock()
 	sort.Slice(out, func(a, b int) bool { return out[a].Dir < out[b].Dir })
 	return out
+}
+
+// JobCgroupOf returns the cgroup directory of the job a cached process of
+// this node is in, settled or not, from the path the process was
+// attributed by; false when it is in none (or not cached).
+func (r *Resolver) JobCgroupOf(id procfs.ID) (JobCgroup, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	e := r.procs[id.PID]
+	if e == nil || e.start != id.Start || e.job == nil || e.foreign {
+		return JobCgroup{}, false
+	}
+	d := e.loc.JobDir()
+	if d == "" {
+		return JobCgroup{}, false
+	}
+	return JobCgroup{Job: e.job.snap.Load(), Version: e.loc.Version, Dir: d}, true
 }

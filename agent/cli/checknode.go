@@ -230,10 +230,12 @@ func (e *checkEnv) sys(elem ...string) string {
 	return filepath.Join(append([]string{e.f.sysRoot}, elem...)...)
 }
 
-// cpuProfiling and gpuKernels say which eBPF sources run would load.
+// cpuProfiling, gpuKernels and offCPU say which eBPF sources run would
+// load.
 func (e *checkEnv) cpuProfiling() bool { return e.flag("cpu-profiling") == "true" }
 func (e *checkEnv) gpuKernels() bool   { return e.flag("gpu-inject-lib") != "" }
-func (e *checkEnv) ebpf() bool         { return e.cpuProfiling() || e.gpuKernels() }
+func (e *checkEnv) offCPU() bool       { return e.flag("offcpu-profiling") == "true" }
+func (e *checkEnv) ebpf() bool         { return e.cpuProfiling() || e.gpuKernels() || e.offCPU() }
 
 // metricsServer is run's /metrics service, whose flags are its own.
 func (e *checkEnv) metricsServer() *metricsServer {
@@ -325,7 +327,7 @@ func checkKernel(e *checkEnv) checkResult {
 	}
 	found := "Linux " + rel
 	if !e.ebpf() {
-		return okf("%s; no eBPF source on (--cpu-profiling=false, no --gpu-inject-lib)", found)
+		return okf("%s; no eBPF source on (--cpu-profiling=false, --offcpu-profiling=false, no --gpu-inject-lib)", found)
 	}
 	fp := e.f.unwind == "fp"
 	need := kernelVersion{5, 8}
@@ -335,6 +337,9 @@ func checkKernel(e *checkEnv) checkResult {
 	switch {
 	case !v.atLeast(need.major, need.minor):
 		return failHint(fmt.Sprintf("%s: the agent needs %s or later with these flags", found, need), hintKernel58)
+	case e.offCPU() && !v.atLeast(5, 15) && (!e.cpuProfiling() || fp || v.atLeast(5, 17)):
+		return warnHint(found+": no off-CPU profiles before Linux 5.15 (task storage in tracing programs, bpf_task_pt_regs); the agent runs without them",
+			"--offcpu-profiling=false says so")
 	case !e.cpuProfiling() || fp:
 		return okf("%s", found)
 	case e.arch != "amd64":
@@ -353,7 +358,7 @@ func checkBTF(e *checkEnv) checkResult {
 	case err == nil && st.Mode().IsRegular():
 		return okf("%s present (%d bytes)", p, st.Size())
 	case !e.ebpf():
-		return skipf("no eBPF source on (--cpu-profiling=false, no --gpu-inject-lib)")
+		return skipf("no eBPF source on (--cpu-profiling=false, --offcpu-profiling=false, no --gpu-inject-lib)")
 	case err == nil:
 		return failHint(p+" is not a regular file", "--sys-root must name the host's /sys")
 	case errors.Is(err, os.ErrNotExist):
@@ -498,7 +503,7 @@ func readInt(p string) (int, error) {
 
 func checkParanoid(e *checkEnv) checkResult {
 	if !e.ebpf() {
-		return skipf("no eBPF source on (--cpu-profiling=false, no --gpu-inject-lib)")
+		return skipf("no eBPF source on (--cpu-profiling=false, --offcpu-profiling=false, no --gpu-inject-lib)")
 	}
 	p := e.proc("sys", "kernel", "perf_event_paranoid")
 	v, err := readInt(p)

@@ -155,10 +155,11 @@ func TestCheckKernel(t *testing.T) {
 		{"6.1.0", "arm64", nil, statusWarn, "x86-64 only"},
 		{"5.8.0", "amd64", nil, statusWarn, "5.17"},
 		{"5.7.19", "amd64", nil, statusFail, "Linux 5.8 or later"},
-		{"5.5.0", "amd64", []string{"--unwind=fp", "--python-frames=false"}, statusOK, "5.5.0"},
+		{"5.5.0", "amd64", []string{"--unwind=fp", "--python-frames=false", "--offcpu-profiling=false"}, statusOK, "5.5.0"},
+		{"5.10.0", "amd64", []string{"--unwind=fp"}, statusWarn, "no off-CPU profiles before Linux 5.15"},
 		{"5.5.0", "amd64", []string{"--unwind=fp", "--python-frames=false", "--gpu-inject-lib=/x.so"}, statusFail, "5.8"},
 		{"5.4.0", "amd64", []string{"--unwind=fp", "--python-frames=false"}, statusFail, "5.5 is enough"},
-		{"4.18.0-553.el8", "amd64", []string{"--cpu-profiling=false"}, statusOK, "no eBPF source"},
+		{"4.18.0-553.el8", "amd64", []string{"--cpu-profiling=false", "--offcpu-profiling=false"}, statusOK, "no eBPF source"},
 		{"3.10.0-1160.el7.x86_64", "amd64", nil, statusFail, "3.10"},
 		{"garbage", "amd64", nil, statusWarn, "not major.minor"},
 	} {
@@ -173,7 +174,7 @@ func TestCheckKernel(t *testing.T) {
 func TestCheckBTF(t *testing.T) {
 	wantResult(t, "node", checkBTF(nodeEnv(t, fixture("node")...)), statusOK, "btf/vmlinux present")
 	wantResult(t, "bare", checkBTF(nodeEnv(t, fixture("bare")...)), statusFail, "missing", "BTF")
-	wantResult(t, "bare without eBPF", checkBTF(nodeEnv(t, append(fixture("bare"), "--cpu-profiling=false")...)), statusSkip)
+	wantResult(t, "bare without eBPF", checkBTF(nodeEnv(t, append(fixture("bare"), "--cpu-profiling=false", "--offcpu-profiling=false")...)), statusSkip)
 	dir := writeTree(t, map[string]string{"kernel/btf/vmlinux/x": ""})
 	wantResult(t, "a directory", checkBTF(nodeEnv(t, "--sys-root="+dir)), statusFail, "not a regular file")
 }
@@ -228,7 +229,7 @@ func TestCheckParanoid(t *testing.T) {
 	}
 	proc := writeTree(t, map[string]string{"self/status": status(0, allCaps)})
 	wantResult(t, "no perf events", checkParanoid(nodeEnv(t, "--proc-root="+proc)), statusFail, "without perf events")
-	wantResult(t, "no eBPF", checkParanoid(nodeEnv(t, "--proc-root="+proc, "--cpu-profiling=false")), statusSkip)
+	wantResult(t, "no eBPF", checkParanoid(nodeEnv(t, "--proc-root="+proc, "--cpu-profiling=false", "--offcpu-profiling=false")), statusSkip)
 }
 
 // TestCheckKallsyms: symbolize.KallsymsHidden on the fixture's kallsyms,

@@ -28,6 +28,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/httpclient"
 	"github.com/slurmscope/slurmscope/agent/interp"
 	"github.com/slurmscope/slurmscope/agent/jobinfo"
+	"github.com/slurmscope/slurmscope/agent/offcpu"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/procfs/procfstest"
 	"github.com/slurmscope/slurmscope/agent/pyroscope"
@@ -72,10 +73,13 @@ func TestAgentExportsTheSchemasMetrics(t *testing.T) {
 	var described []prometheus.Collector
 	cpuSrc := cpu.NewSource(nil, 97, nil)
 	gpuSrc := gputrace.NewSource(nil, procfs.FS{}, nil, nil)
-	d := daemon.New(daemon.Config{}, []source.Source{cpuSrc, gpuSrc}, nil, nil, nil)
+	offSrc := offcpu.NewSource(nil, nil, nil, "", "")
+	d := daemon.New(daemon.Config{}, []source.Source{cpuSrc, gpuSrc, offSrc}, nil, nil, nil)
 	described = append(described, d.Collectors()...)
 	described = append(described, cpuSrc.Collectors()...)
 	described = append(described, gpuSrc.Collectors()...)
+	described = append(described, offSrc.Collectors()...)
+	described = append(described, offcpu.ProgramMetrics(func() (uint64, uint64, bool) { return 1, 1, true })...)
 	described = append(described, cpu.ProgramMetrics(func() (uint64, uint64, bool) { return 1, 1, true })...)
 	described = append(described, budget.NewCollector(budget.New(budget.Options{}), budget.NewWork(budget.WorkOptions{})))
 	described = append(described, symbolize.New(symbolize.Options{}).Collector(), elfcheck.Collector())

@@ -17,6 +17,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/daemon"
 	"github.com/slurmscope/slurmscope/agent/elfcheck"
 	"github.com/slurmscope/slurmscope/agent/gputrace"
+	"github.com/slurmscope/slurmscope/agent/offcpu"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/pyroscope"
 	"github.com/slurmscope/slurmscope/agent/service"
@@ -26,11 +27,12 @@ import (
 )
 
 // profileKinds are the profile types the agent runs, each its own package
-// behind agent/source; a new one (off-CPU time, say) is one more line here.
+// behind agent/source; a new one is one more line here.
 func profileKinds(gpuKernels *gputrace.Kind) []source.Kind {
 	return []source.Kind{
 		&cpu.Kind{},
 		gpuKernels,
+		&offcpu.Kind{},
 	}
 }
 
@@ -90,7 +92,11 @@ func newProfiler(f runFlags, senv service.Env) (*profiler, error) {
 	}
 	p.closers = append(p.closers, stacks.Close)
 	env := source.Env{Proc: proc, SysRoot: f.sysRoot, ExcludePID: os.Getpid(), Interval: f.interval,
-		Budget: bud, Owner: owner, Job: job, Reg: reg, Log: log}
+		Budget: bud, Owner: owner, Job: job, Reg: reg, Log: log, CgroupRoot: f.attr.cgroupRoot,
+		JobCgroup: func(id procfs.ID) (int, string, bool) {
+			c, ok := res.JobCgroupOf(id)
+			return c.Version, c.Dir, ok
+		}}
 	stacks.forSources(&env)
 	var sources []source.Source
 	var names []string

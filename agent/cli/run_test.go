@@ -24,7 +24,7 @@ func TestRunServesMetricsWithoutProfiler(t *testing.T) {
 	spoolDir, outDir := filepath.Join(tmp, "spool"), filepath.Join(tmp, "out")
 	fs, f := runFlagSet(t)
 	if err := fs.Parse([]string{"--proc-root", procfstest.SyntheticNode(t, 4), "--cgroup-root", tmp,
-		"--cpu-profiling=false", "--gpu-metrics=false", "--host-metrics=false", "--unwind=fp", "--python-frames=false",
+		"--cpu-profiling=false", "--offcpu-profiling=false", "--gpu-metrics=false", "--host-metrics=false", "--unwind=fp", "--python-frames=false",
 		"--metrics-addr=127.0.0.1:0", "--pyroscope-url=http://127.0.0.1:1", "--spool-dir=" + spoolDir, "--output-dir=" + outDir}); err != nil {
 		t.Fatal(err)
 	}

@@ -18,10 +18,13 @@ import (
 // schema.
 type Type = schema.ProfileType
 
-// CPU and GPU are the types the agent builds.
+// CPU, GPU and OffCPU are the types the agent builds.
 var (
 	CPU = schema.ProcessCPU
 	GPU = schema.GPUTime
+	// OffCPU is pushed as one profile; its runnable time is read as
+	// schema.OffCPURunnable.
+	OffCPU = schema.OffCPU
 )
 
 // Label is one wire label.

@@ -174,6 +174,12 @@ type Env struct {
 	// Stacks captures user stacks for the source's probe; nil: frame
 	// pointers only (bpf_get_stack) and no interpreter frames.
 	Stacks Stacks
+	// JobCgroup gives the cgroup directory of a profiled process's job
+	// (relative to its hierarchy's mount, version 1 or 2) from the
+	// attribution's cache; CgroupRoot is where the hierarchies are mounted
+	// (/sys/fs/cgroup). JobCgroup may be nil in tests.
+	JobCgroup  func(procfs.ID) (version int, dir string, ok bool)
+	CgroupRoot string
 	// Reg takes the source's own metrics; the daemon exports Info's.
 	Reg prometheus.Registerer
 	Log *slog.Logger

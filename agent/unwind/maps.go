@@ -65,7 +65,7 @@ func mapSpecs(o Options) map[string]*ebpf.MapSpec {
 		mapMappings: {Name: mapMappings, Type: ebpf.LPMTrie, KeySize: mappingKeySize, ValueSize: mappingValSize, MaxEntries: uint32(o.MaxMappings), Flags: bpfFNoPrealloc},
 		mapProcs:    {Name: mapProcs, Type: ebpf.Hash, KeySize: 4, ValueSize: procValSize, MaxEntries: uint32(o.MaxProcesses)}, // #nosec G115 -- at most maxMapEntries (withDefaults)
 		mapStats:    {Name: mapStats, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: statMax},
-		mapScratch:  {Name: mapScratch, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: scratchSize, MaxEntries: 2}, // unwind.h UNWIND_SLOTS
+		mapScratch:  {Name: mapScratch, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: scratchSize, MaxEntries: 3}, // unwind.h UNWIND_SLOTS
 		mapCache:    {Name: mapCache, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: cacheEntrySize, MaxEntries: cacheEntries},
 		mapGen:      {Name: mapGen, Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1},
 	}

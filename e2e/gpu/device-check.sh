@@ -61,7 +61,7 @@ fetch() {
 	fi
 }
 
-agent_args=(run --cpu-profiling="${DEVCHECK_CPU_PROFILING:-false}" --gpu-interval "$GPU_INTERVAL"
+agent_args=(run --cpu-profiling="${DEVCHECK_CPU_PROFILING:-false}" --offcpu-profiling="${DEVCHECK_CPU_PROFILING:-false}" --gpu-interval "$GPU_INTERVAL"
 	--node-name "$NODE" --metrics-addr 127.0.0.1:0 --output-dir "$work/profiles" --slurm-cgroup-v2-parent "/$SLICE")
 [[ -n ${NVML_LIBRARY:-} ]] && agent_args+=(--nvml-library "$NVML_LIBRARY")
 log "starting: $agent ${agent_args[*]}"

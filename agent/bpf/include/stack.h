@@ -249,14 +249,17 @@ static __always_inline int stack_interrupted_user(void *ctx)
 }
 
 // stack_native returns the current thread's native user stack; see above.
-static __always_inline struct unwind_stack *stack_native(void *ctx, __u32 tgid, __u64 start_boottime_ns, long *err)
+// from_task: ctx holds no registers (a tracepoint's arguments), take the
+// ones saved at kernel entry.
+static __always_inline struct unwind_stack *stack_native_regs(void *ctx, int from_task, __u32 tgid,
+							      __u64 start_boottime_ns, long *err)
 {
 #if defined(__TARGET_ARCH_x86)
 	if (stack_tables) {
 		struct unwind_regs regs;
 
 		*err = -EFAULT;
-		if (unwind_user_regs(ctx, &regs) != 0)
+		if ((from_task ? unwind_task_regs(&regs) : unwind_user_regs(ctx, &regs)) != 0)
 			return 0;
 		struct unwind_stack *st = unwind_user(&regs, tgid, start_boottime_ns);
 
@@ -274,6 +277,19 @@ static __always_inline struct unwind_stack *stack_native(void *ctx, __u32 tgid, 
 	}
 #endif
 	return stack_get(ctx, BPF_F_USER_STACK, err);
+}
+
+static __always_inline struct unwind_stack *stack_native(void *ctx, __u32 tgid, __u64 start_boottime_ns, long *err)
+{
+	return stack_native_regs(ctx, 0, tgid, start_boottime_ns, err);
+}
+
+// stack_native_task is stack_native for a program whose context holds no
+// registers (tp_btf): the current task's user registers saved at kernel
+// entry.
+static __always_inline struct unwind_stack *stack_native_task(void *ctx, __u32 tgid, __u64 start_boottime_ns, long *err)
+{
+	return stack_native_regs(ctx, 1, tgid, start_boottime_ns, err);
 }
 
 // stack_interp_frames walks the current thread's interpreter frames; 0

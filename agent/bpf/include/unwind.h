@@ -90,8 +90,9 @@
 // same thread on the same CPU; on one slot it overwrote the uprobe walk's
 // state halfway (launch stacks jumping to _start under load). A program
 // that includes this file sets UNWIND_SLOT before it: 0 for the perf_event
-// sampler, 1 for uprobes.
-#define UNWIND_SLOTS 2
+// sampler, 1 for uprobes, 2 for the sched_switch tracepoint (agent/offcpu),
+// which a uprobe program preempted on its CPU runs inside.
+#define UNWIND_SLOTS 3
 #ifndef UNWIND_SLOT
 #define UNWIND_SLOT 0
 #endif
@@ -355,28 +356,38 @@ static __always_inline void unwind_stat(__u32 idx)
 		*v += 1; // per-CPU slot; a sample interrupting a uprobe may lose one count
 }
 
+// unwind_task_regs takes the current task's user registers as they were
+// saved at kernel entry (bpf_task_pt_regs): for a program whose context
+// holds no registers (a tracepoint), or one that interrupted the kernel.
+static __always_inline int unwind_task_regs(struct unwind_regs *regs)
+{
+	// rip, cs, eflags, rsp: what is read of pt_regs besides rbp (the
+	// whole struct would take a third of the BPF stack).
+	unsigned long u[4];
+	void *task = bpf_get_current_task_btf();
+	void *pt = (void *)bpf_task_pt_regs(task);
+
+	if (!pt || bpf_probe_read_kernel(u, sizeof(u), pt + __builtin_offsetof(struct unwind_x86_regs, rip)) != 0 ||
+	    (u[1] & 3) != 3 ||
+	    bpf_probe_read_kernel(&regs->bp, sizeof(regs->bp), pt + __builtin_offsetof(struct unwind_x86_regs, rbp)) != 0)
+		return -1; // a kernel thread, or no user frame saved
+	regs->pc = u[0];
+	regs->sp = u[3];
+	unwind_stat(UNWIND_STAT_KERNEL_REGS);
+	return regs->pc ? 0 : -1;
+}
+
 // unwind_user_regs: see the interface above.
 static __always_inline int unwind_user_regs(void *ctx, struct unwind_regs *regs)
 {
 	struct unwind_x86_regs *r = ctx;
 
 	// CPL 3 in cs: the program interrupted user mode (always so in a uprobe).
-	if ((r->cs & 3) == 3) {
-		regs->pc = r->rip;
-		regs->sp = r->rsp;
-		regs->bp = r->rbp;
-	} else {
-		struct unwind_x86_regs u;
-		void *task = bpf_get_current_task_btf();
-		void *pt = (void *)bpf_task_pt_regs(task);
-
-		if (!pt || bpf_probe_read_kernel(&u, sizeof(u), pt) != 0 || (u.cs & 3) != 3)
-			return -1; // a kernel thread, or no user frame saved
-		regs->pc = u.rip;
-		regs->sp = u.rsp;
-		regs->bp = u.rbp;
-		unwind_stat(UNWIND_STAT_KERNEL_REGS);
-	}
+	if ((r->cs & 3) != 3)
+		return unwind_task_regs(regs);
+	regs->pc = r->rip;
+	regs->sp = r->rsp;
+	regs->bp = r->rbp;
 	return regs->pc ? 0 : -1;
 }
 

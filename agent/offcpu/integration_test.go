@@ -1,0 +1,232 @@
+package offcpu
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slurmscope/slurmscope/internal/testenv"
+	"github.com/slurmscope/slurmscope/internal/testenv/simjob"
+)
+
+// sleeper is a Python process that, once told to start, sleeps in many
+// short naps and reports the time it measured in them.
+const sleeper = `
+import sys, time
+print("ready", flush=True)
+sys.stdin.readline()
+t0 = time.perf_counter()
+for _ in range(150):
+    time.sleep(0.01)
+print(time.perf_counter() - t0, flush=True)
+sys.stdin.readline()
+`
+
+// startSleeper starts the sleeper, stopped at its first read.
+func startSleeper(t *testing.T) (*exec.Cmd, *bufio.Writer, *bufio.Reader) {
+	t.Helper()
+	cmd := exec.Command("python3", "-c", sleeper)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	r := bufio.NewReader(out)
+	if _, err := r.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	// Asleep in its read: that switch-out is before the test's start.
+	for !asleep(t, cmd.Process.Pid) {
+		runtime.Gosched()
+	}
+	return cmd, bufio.NewWriter(in), r
+}
+
+// asleep reports whether a process is in state S (blocked, switched out).
+func asleep(t *testing.T, pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && i+2 < len(b) && b[i+2] == 'S'
+}
+
+// TestIntegrationBlockedTime: a job's process that sleeps is recorded
+// blocked, for the time it measured itself, with kernel stacks; a process
+// outside the job, sleeping the same way, is not recorded.
+func TestIntegrationBlockedTime(t *testing.T) {
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF, testenv.Tools("python3"))
+	job, err := simjob.Create("slurmscope-offcpu-test.slice", strconv.Itoa(os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { job.Remove() })
+	tr, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	id, err := cgroupID(filepath.Dir(filepath.Dir(filepath.Dir(job.Leaf))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.AddJob(id, false, 1); err != nil {
+		t.Fatal(err)
+	}
+
+	in, inW, inR := startSleeper(t)
+	out, outW, outR := startSleeper(t)
+	if err := job.Add(in.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	tr.Drain() // what came before the start
+	var measured float64
+	for _, p := range []struct {
+		w *bufio.Writer
+		r *bufio.Reader
+	}{{inW, inR}, {outW, outR}} {
+		p.w.WriteString("go\n")
+		p.w.Flush()
+		line, err := p.r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if measured == 0 {
+			if measured, err = strconv.ParseFloat(strings.TrimSpace(line), 64); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	samples, st, err := tr.Drain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocked, runnable, switches uint64
+	withKernel := 0
+	for _, s := range samples {
+		switch s.Proc.PID {
+		case out.Process.Pid:
+			t.Errorf("a process outside the job was recorded: %+v", s)
+		case in.Process.Pid:
+			switches += s.Switches
+			if s.Runnable {
+				runnable += s.Ns
+				continue
+			}
+			blocked += s.Ns
+			if len(s.Kernel) > 0 {
+				withKernel += int(s.Switches)
+			}
+		}
+	}
+	t.Logf("measured %.3f s asleep; recorded blocked %.3f s, runnable %.3f s in %d switches; %+v",
+		measured, float64(blocked)/1e9, float64(runnable)/1e9, switches, st)
+	if got := float64(blocked) / 1e9; got < measured*0.97 || got > measured*1.10 {
+		t.Errorf("blocked %.3f s, the process measured %.3f s asleep", got, measured)
+	}
+	if switches < 150 || withKernel < 150 {
+		t.Errorf("%d switches, %d with a kernel stack; want at least the 150 naps", switches, withKernel)
+	}
+	if st.SampledOut != 0 {
+		t.Errorf("%d switches sampled out at ~100 a second", st.SampledOut)
+	}
+}
+
+// runDelay is a process's time runnable on a runqueue, waiting for a CPU,
+// as the kernel accounts it (/proc/<pid>/schedstat, field 2).
+func runDelay(t *testing.T, pid int) uint64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		t.Fatalf("schedstat %q", b)
+	}
+	n, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestIntegrationRunnableTime: a job's busy process that shares its CPU
+// with two others is recorded runnable for the time the kernel says it
+// waited on the runqueue, and not blocked.
+func TestIntegrationRunnableTime(t *testing.T) {
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF, testenv.Tools("taskset"))
+	job, err := simjob.Create("slurmscope-offcpu-test.slice", strconv.Itoa(os.Getpid()+1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { job.Remove() })
+	tr, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	id, err := cgroupID(filepath.Dir(filepath.Dir(filepath.Dir(job.Leaf))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.AddJob(id, false, 1); err != nil {
+		t.Fatal(err)
+	}
+	var busy []*exec.Cmd
+	for range 3 {
+		cmd := exec.Command("taskset", "-c", "0", "sh", "-c", "while :; do :; done")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		busy = append(busy, cmd)
+	}
+	pid := busy[0].Process.Pid
+	if err := job.Add(pid); err != nil {
+		t.Fatal(err)
+	}
+	tr.Drain()
+	before := runDelay(t, pid)
+	// Long enough for some hundreds of CFS slices.
+	time.Sleep(2 * time.Second)
+	samples, st, err := tr.Drain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := runDelay(t, pid) - before
+	var runnable, blocked uint64
+	for _, s := range samples {
+		if s.Proc.PID != pid {
+			t.Errorf("a process outside the job was recorded: %+v", s)
+			continue
+		}
+		if s.Runnable {
+			runnable += s.Ns
+		} else {
+			blocked += s.Ns
+		}
+	}
+	t.Logf("the kernel says %.3f s on the runqueue; recorded runnable %.3f s, blocked %.3f s; %+v",
+		float64(waited)/1e9, float64(runnable)/1e9, float64(blocked)/1e9, st)
+	if r := float64(runnable) / float64(waited); waited == 0 || r < 0.9 || r > 1.1 {
+		t.Errorf("runnable %d ns, the kernel's run delay %d ns", runnable, waited)
+	}
+	if blocked > runnable/20 {
+		t.Errorf("a busy loop recorded %d ns blocked", blocked)
+	}
+}
