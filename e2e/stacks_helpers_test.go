@@ -540,8 +540,8 @@ func running(ss []sample, file string) []sample {
 }
 
 // checkPySplit: a 70/30 split between two pure-Python functions, within 5
-// points, with at least 98% of the script's set-up samples under them, at
-// the right file and lines, under main and <module>.
+// points, at the right file and lines, under main and <module>, and at
+// most 2% of the script's set-up samples without Python frames.
 func checkPySplit(t *testing.T, r jobRun) { checkPySplitOf(t, r, pyWorkload("split.py")) }
 
 // checkPySplitOf is checkPySplit of a copy of split.py at script.
@@ -549,10 +549,11 @@ func checkPySplitOf(t *testing.T, r jobRun, script string) {
 	ss := r.logSetUp(t, true)
 	defs := defLines(t, script)
 	run := running(ss, script)
-	var a, b, bad int64
+	var a, b, bad, missed int64
 	for _, s := range run {
 		py := s.python()
 		if len(py) == 0 {
+			missed += s.n
 			continue
 		}
 		leaf := py[0]
@@ -573,14 +574,19 @@ func checkPySplitOf(t *testing.T, r jobRun, script string) {
 		}
 	}
 	under := float64(a+b) / float64(max(total(run), 1))
-	t.Logf("hot_a %d, hot_b %d: %.1f%% of the script's %d samples (of %d)", a, b, 100*under, total(run), total(ss))
+	t.Logf("hot_a %d, hot_b %d: %.1f%% of the script's %d samples (of %d); %d without Python frames", a, b, 100*under, total(run), total(ss), missed)
 	r.enough(t, "set-up samples under hot_a or hot_b", a+b, 0.5)
 	if share := float64(a) / float64(a+b); share < 0.65 || share > 0.75 {
 		t.Errorf("hot_a %.1f%% of the two, want 70 +- 5", 100*share)
 	}
-	if under < 0.98 {
-		t.Errorf("%.1f%% of the samples under hot_a/hot_b, want >= 98%%", 100*under)
-		logTop(t, "the script's samples not under hot_a/hot_b", where(run, func(s sample) bool { return !s.has("hot_a") && !s.has("hot_b") }))
+	// The walk's misses, not the script's own loop: its time in main
+	// (process_time's system call, randint) grows with the host's load
+	// and is rightly under main (one run beside four busy loops: 98.0%
+	// under hot_a/hot_b, the commonest of the other 41 samples under
+	// main, in process_time's system call and randint).
+	if frac := float64(missed) / float64(max(total(run), 1)); frac > 0.02 {
+		t.Errorf("%.1f%% of the script's set-up samples have no Python frames, want <= 2%%", 100*frac)
+		logTop(t, "the script's samples without Python frames", where(run, func(s sample) bool { return len(s.python()) == 0 }))
 	}
 }
 
