@@ -159,7 +159,7 @@ func testCPUProfiles(t *testing.T, mode slurmtest.Mode, agent string) {
 	}
 	ag.stop(t)
 
-	profs := readProfiles(t, out)
+	profs, offProfs := readProfiles(t, out)
 	byID := map[string]*workload{}
 	for _, w := range all {
 		byID[w.id] = w
@@ -188,7 +188,12 @@ func testCPUProfiles(t *testing.T, mode slurmtest.Mode, agent string) {
 				schema.HostName.Label: profiledNode,
 				schema.ServiceName:    w.job.Name,
 			}
-			for _, f := range files {
+			// Its off-CPU profiles (the batch shell's waits, its
+			// preemptions) are labelled alike.
+			if len(offProfs[w.id]) == 0 {
+				t.Errorf("job %s (%s): no off-CPU profiles", w.id, w.key)
+			}
+			for _, f := range append(files, offProfs[w.id]...) {
 				got := commentLabels(f.p)
 				for k, v := range want {
 					if got[k] != v {
@@ -431,13 +436,21 @@ type profFile struct {
 	p    *profile.Profile
 }
 
-var profName = regexp.MustCompile(`^process_cpu-[0-9]+(-[0-9]+)?\.pb\.gz$`)
+var profName = regexp.MustCompile(`^(process_cpu|off_cpu)-[0-9]+(-[0-9]+)?\.pb\.gz$`)
+
+// profTypes are the sample types of each profile type's files.
+var profTypes = map[string]string{
+	schema.ProcessCPU.Name: "samples/count,cpu/nanoseconds",
+	schema.OffCPU.Name:     "switches/count,runnable/nanoseconds,blocked/nanoseconds",
+}
 
 // readProfiles parses every file under dir, by job directory, holding
-// each to the file contract: name, sample types, valid pprof.
-func readProfiles(t *testing.T, dir string) map[string][]profFile {
+// each to the file contract: name, sample types, valid pprof. The CPU
+// profiles are returned, and the off-CPU ones apart.
+func readProfiles(t *testing.T, dir string) (cpu, off map[string][]profFile) {
 	t.Helper()
 	out := map[string][]profFile{}
+	off = map[string][]profFile{}
 	jobs, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -453,8 +466,9 @@ func readProfiles(t *testing.T, dir string) map[string][]profFile {
 		}
 		for _, f := range files {
 			path := filepath.Join(dir, j.Name(), f.Name())
-			if !profName.MatchString(f.Name()) {
-				t.Errorf("%s: name does not follow process_cpu-<unix seconds>.pb.gz", path)
+			m := profName.FindStringSubmatch(f.Name())
+			if m == nil {
+				t.Errorf("%s: name does not follow process_cpu-<unix seconds>.pb.gz or off_cpu-...", path)
 				continue
 			}
 			r, err := os.Open(path)
@@ -471,14 +485,18 @@ func readProfiles(t *testing.T, dir string) map[string][]profFile {
 			for _, st := range p.SampleType {
 				types = append(types, st.Type+"/"+st.Unit)
 			}
-			if strings.Join(types, ",") != "samples/count,cpu/nanoseconds" {
-				t.Errorf("%s: sample types %v, want samples/count and cpu/nanoseconds", path, types)
+			if strings.Join(types, ",") != profTypes[m[1]] {
+				t.Errorf("%s: sample types %v, want %s", path, types, profTypes[m[1]])
+				continue
+			}
+			if m[1] == schema.OffCPU.Name {
+				off[j.Name()] = append(off[j.Name()], profFile{path, p})
 				continue
 			}
 			out[j.Name()] = append(out[j.Name()], profFile{path, p})
 		}
 	}
-	return out
+	return out, off
 }
 
 func commentLabels(p *profile.Profile) map[string]string {

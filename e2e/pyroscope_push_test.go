@@ -157,15 +157,20 @@ func TestPushToPyroscope(t *testing.T) {
 	if share := float64(spinSelf) / float64(fg.Total); share < 0.9 {
 		t.Errorf("spinForPushTest has %.0f%% of the job's CPU time, want >= 90%%; self times: %v", share*100, self)
 	}
-	for name, want := range map[string]string{schema.JobName.Label: "push e2e ✓", schema.JobUser.Label: "root",
-		schema.JobPartition.Label: "e2e", schema.HostName.Label: "e2e-node", schema.ServiceName: "push e2e ✓"} {
-		resp, err := q.LabelValues(ctx, connect.NewRequest(&typesv1.LabelValuesRequest{Name: name, Matchers: []string{sel},
-			Start: start.Add(-time.Minute).UnixMilli(), End: time.Now().Add(time.Minute).UnixMilli()}))
-		if err != nil {
-			t.Fatalf("LabelValues(%s): %v", name, err)
-		}
-		if got := resp.Msg.Names; len(got) != 1 || got[0] != want {
-			t.Errorf("%s = %q, want [%q]", name, got, want)
+	// The CPU profile and the off-CPU one (the Go runtime's threads park
+	// and sleep) carry the same labels.
+	for _, pt := range []string{schema.ProcessCPU.ID(), schema.OffCPU.ID()} {
+		m := fmt.Sprintf(`{%s=%q, __profile_type__=%q}`, schema.JobID.Label, jobID, pt)
+		for name, want := range map[string]string{schema.JobName.Label: "push e2e ✓", schema.JobUser.Label: "root",
+			schema.JobPartition.Label: "e2e", schema.HostName.Label: "e2e-node", schema.ServiceName: "push e2e ✓"} {
+			resp, err := q.LabelValues(ctx, connect.NewRequest(&typesv1.LabelValuesRequest{Name: name, Matchers: []string{m},
+				Start: start.Add(-time.Minute).UnixMilli(), End: time.Now().Add(time.Minute).UnixMilli()}))
+			if err != nil {
+				t.Fatalf("LabelValues(%s): %v", name, err)
+			}
+			if got := resp.Msg.Names; len(got) != 1 || got[0] != want {
+				t.Errorf("%s: %s = %q, want [%q]", pt, name, got, want)
+			}
 		}
 	}
 }
