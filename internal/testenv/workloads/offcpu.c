@@ -6,9 +6,14 @@
 // and "measured wait_b <s>".
 //
 //	offcpu <rounds>
+//
+// With "pingpong <rate>" it is the off-CPU bench's load instead: two
+// threads pass a byte back and forth through pipes, about rate switches a
+// second in all (paced every 10 ms), until killed.
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -70,6 +75,44 @@ __attribute__((noinline)) void run(int rounds, double *a, double *b)
 	}
 }
 
+static int ping[2], pong[2];
+
+static void *ponger(void *arg)
+{
+	char c;
+
+	(void)arg;
+	while (read(ping[0], &c, 1) == 1)
+		if (write(pong[1], &c, 1) != 1)
+			break;
+	return NULL;
+}
+
+// pingpong makes rate switches a second: each round trip blocks each
+// thread once.
+static int pingpong(long rate)
+{
+	pthread_t th;
+	struct timespec next;
+	long per_tick = rate / 100 / 2;
+	char c = 'x';
+
+	if (pipe(ping) || pipe(pong) || pthread_create(&th, NULL, ponger, NULL))
+		return 1;
+	clock_gettime(CLOCK_MONOTONIC, &next);
+	for (;;) {
+		for (long i = 0; i < per_tick; i++)
+			if (write(ping[1], &c, 1) != 1 || read(pong[0], &c, 1) != 1)
+				return 1;
+		next.tv_nsec += 10000000;
+		if (next.tv_nsec >= 1000000000) {
+			next.tv_nsec -= 1000000000;
+			next.tv_sec++;
+		}
+		clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	int rounds = argc > 1 ? atoi(argv[1]) : 300;
@@ -77,6 +120,8 @@ int main(int argc, char **argv)
 	pthread_t th;
 	char go;
 
+	if (argc > 2 && strcmp(argv[1], "pingpong") == 0)
+		return pingpong(atol(argv[2]));
 	if (pipe(fds) || pipe(ack) || pthread_create(&th, NULL, writer, NULL))
 		return 1;
 	printf("ready\n");

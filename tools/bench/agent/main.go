@@ -17,7 +17,10 @@
 // case), python (split.py under --python, Python frames), torch (a
 // PyTorch CPU training loop, one thread: Debian's python3-torch) or churn
 // (--churn-rate /bin/true and --churn-python `python3 -c pass` a second
-// beside one busy C process: shell pipelines, workflow managers); --procs
+// beside one busy C process: shell pipelines, workflow managers) or
+// switches (two threads passing a byte through pipes, --switch-rate
+// context switches a second: the off-CPU profile's cost; run it again
+// with --agent-flags=--offcpu-profiling=false beside); --procs
 // how many busy processes (default one per CPU) and --agent-flags extra
 // agent flags, so that the same load runs with and without a feature side
 // by side:
@@ -81,10 +84,11 @@ func main() {
 	beside := flag.String("beside", "", "a shell command to run in the job beside the load (e.g. a go build)")
 	vs := flag.String("vs", "", "another profiler's command line, run alone on the same load after the agent and measured the same way; prints both and their ratios")
 	var o loadOpts
-	flag.StringVar(&o.kind, "load", "go", "busy processes: go, c (built -O2 -fomit-frame-pointer), python, torch (a PyTorch CPU training loop) or churn (short processes beside one busy C process)")
+	flag.StringVar(&o.kind, "load", "go", "busy processes: go, c (built -O2 -fomit-frame-pointer), python, torch (a PyTorch CPU training loop), churn (short processes beside one busy C process) or switches (a pipe ping-pong at --switch-rate)")
 	flag.IntVar(&o.procs, "procs", 0, "how many busy processes (default one per CPU; 1 with --load churn)")
 	flag.IntVar(&o.churnRate, "churn-rate", 200, "--load churn: /bin/true processes started a second")
 	flag.IntVar(&o.churnPython, "churn-python", 1, "--load churn: python3 -c processes started a second")
+	flag.IntVar(&o.switchRate, "switch-rate", 10000, "--load switches: context switches a second")
 	flag.StringVar(&o.python, "python", "/usr/bin/python3.11", "the interpreter of --load python")
 	agentFlags := flag.String("agent-flags", "", "extra flags for the agent, space-separated (e.g. --unwind=fp)")
 	flag.StringVar(&o.cpuProfile, "agent-cpu-profile", "", "write the agent's own Go CPU profile of the steady state to this file (go tool pprof reads it)")
@@ -92,7 +96,7 @@ func main() {
 	flag.Parse()
 	if o.procs == 0 {
 		o.procs = runtime.NumCPU()
-		if o.kind == "churn" {
+		if o.kind == "churn" || o.kind == "switches" {
 			o.procs = 1
 		}
 	}
@@ -170,6 +174,7 @@ type loadOpts struct {
 	kind, python           string
 	procs                  int
 	churnRate, churnPython int
+	switchRate             int
 	agentFlags             []string
 	cpuProfile             string
 	allocProfile           string
@@ -191,6 +196,15 @@ func (o loadOpts) command(work, self string) (*exec.Cmd, error) {
 			}
 		}
 		return exec.Command(bin, "split", "1000000"), nil
+	case "switches":
+		bin := filepath.Join(work, "offcpu")
+		if _, err := os.Stat(bin); err != nil {
+			cc := exec.Command("gcc", "-O2", "-fomit-frame-pointer", "-g", "-pthread", "-o", bin, "internal/testenv/workloads/offcpu.c")
+			if out, err := cc.CombinedOutput(); err != nil {
+				return nil, fmt.Errorf("building the switch load (run from the repository root): %v\n%s", err, out)
+			}
+		}
+		return exec.Command(bin, "pingpong", strconv.Itoa(o.switchRate)), nil
 	case "python":
 		return exec.Command(o.python, "internal/testenv/workloads/python/split.py", "1000000"), nil
 	case "torch":
@@ -199,7 +213,7 @@ func (o loadOpts) command(work, self string) (*exec.Cmd, error) {
 		}
 		return exec.Command(o.python, "internal/testenv/workloads/python/torch_train.py", "1000000"), nil
 	}
-	return nil, fmt.Errorf("--load %q: want go, c, python, torch or churn", o.kind)
+	return nil, fmt.Errorf("--load %q: want go, c, python, torch, churn or switches", o.kind)
 }
 
 // config is one bench run.
@@ -501,6 +515,13 @@ func (r *result) report(c config, python bool) {
 			m[schema.AgentBPFRunTime.Name]*1e6/runs, runs)
 	}
 	fmt.Printf("BPF, steady state:       %.2f us per sample; %v in the other programs (fork, exec, exit hooks)\n", r.bpfPerSample/1e3, r.otherBPF.Round(time.Microsecond))
+	fmt.Printf("agent CPU, steady state: %.3f%% of one core\n", 100*r.steadyCPU.Seconds()/r.steadyFor.Seconds())
+	if rec := m[schema.AgentOffCPUSwitches.Name]; rec > 0 || m[schema.AgentOffCPUBPFRuns.Name] > 0 {
+		sampled := m[schema.AgentOffCPUSwitchesNotRecorded.Name+`{reason="sampled"}`]
+		runs, ns := m[schema.AgentOffCPUBPFRuns.Name], m[schema.AgentOffCPUBPFRunTime.Name]*1e9
+		fmt.Printf("off-CPU: %.0f switches recorded (%.0f a second), %.0f sampled out; program %.0f ns a run over %.0f runs (every switch of the node), %.2f us per recorded switch\n",
+			rec, rec/c.duration.Seconds(), sampled, ns/max(runs, 1), runs, ns/1e3/max(rec, 1))
+	}
 	fmt.Printf("agent peak RSS:          %.1f MiB (target <= 100 MiB)\n", float64(r.peakRSS)/(1<<20))
 	fmt.Printf("unwind table memory:     %.1f KiB (the tables loaded into BPF maps at the end)\n", m[schema.AgentUnwindTableBytes.Name]/1024)
 	fmt.Printf("profile bytes/interval:  %.0f (gzipped pprof, all jobs; %.0f bytes in %.1f intervals)\n",
