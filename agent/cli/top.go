@@ -25,9 +25,10 @@ func topCmd(args []string, stdout, stderr io.Writer) int {
 	n := fs.Int("n", 15, "functions to list per job")
 	asJSON := fs.Bool("json", false, "print one JSON object per job")
 	cum := fs.Bool("cum", false, "order by cumulative time (anywhere on the stack), listing callers such as main too")
+	kind := fs.String("type", "cpu", "which profiles: cpu, offcpu (time blocked), offcpu-runnable (time waiting for a CPU) or gpu (GPU kernel time)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: slurmscope-agent top --dir DIR [--job ID] [-n 15] [--cum] [--json]")
-		fmt.Fprintln(fs.Output(), "\nMerges the CPU profiles the agent wrote per job and lists the functions with the most self CPU time (--cum: the most time anywhere on the stack).")
+		fmt.Fprintln(fs.Output(), "usage: slurmscope-agent top --dir DIR [--job ID] [--type cpu] [-n 15] [--cum] [--json]")
+		fmt.Fprintln(fs.Output(), "\nMerges the profiles of one type the agent wrote per job and lists the functions with the most self time (--cum: the most time anywhere on the stack).")
 		fs.PrintDefaults()
 	}
 	if rc, done := parseArgs(fs, args, stderr); done {
@@ -41,11 +42,16 @@ func topCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "top: -n must not be negative")
 		return 2
 	}
+	tk, ok := topKinds[*kind]
+	if !ok {
+		fmt.Fprintf(stderr, "top: --type %s: want cpu, offcpu, offcpu-runnable or gpu\n", printable.String(*kind, `""`))
+		return 2
+	}
 	if *job != "" && (strings.ContainsAny(*job, `/\`) || *job == "." || *job == "..") {
 		fmt.Fprintf(stderr, "top: --job %s is not a job directory name\n", printable.String(*job, `""`))
 		return 2
 	}
-	jobs, err := sink.ReadDir(*dir, *job, func(path string, err error) {
+	jobs, err := sink.ReadDirOf(*dir, *job, tk.typ, func(path string, err error) {
 		fmt.Fprintf(stderr, "top: skipping %s: %s\n", printable.String(path, `""`), printable.String(err.Error(), ""))
 	})
 	if err != nil {
@@ -53,19 +59,32 @@ func topCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if len(jobs) == 0 {
-		fmt.Fprintf(stderr, "top: no readable profiles under %s\n", printable.String(*dir, `""`))
+		fmt.Fprintf(stderr, "top: no readable %s profiles under %s\n", tk.typ.Name, printable.String(*dir, `""`))
 		return 1
 	}
 	if *asJSON {
 		err = writeTopJSON(stdout, jobs, *n, *cum)
 	} else {
-		err = writeTopText(stdout, jobs, *n, *cum)
+		err = writeTopText(stdout, jobs, *n, *cum, tk)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "top: %v\n", err)
 		return 1
 	}
 	return 0
+}
+
+// topKind is a profile type top reads, and how it words its totals.
+type topKind struct {
+	typ          schema.ProfileType
+	value, count string
+}
+
+var topKinds = map[string]topKind{
+	"cpu":             {schema.ProcessCPU, "CPU", "samples"},
+	"offcpu":          {schema.OffCPU, "blocked", "switches"},
+	"offcpu-runnable": {schema.OffCPURunnable, "waiting for a CPU", ""},
+	"gpu":             {schema.GPUTime, "GPU", "kernel launches"},
 }
 
 func pct(part, total int64) float64 {
@@ -85,7 +104,7 @@ func topRows(j *sink.Job, n int, cum bool) []sink.Func {
 	return j.Top(n)
 }
 
-func writeTopText(w io.Writer, jobs []*sink.Job, n int, cum bool) error {
+func writeTopText(w io.Writer, jobs []*sink.Job, n int, cum bool, tk topKind) error {
 	for i, j := range jobs {
 		if i > 0 {
 			fmt.Fprintln(w)
@@ -111,7 +130,11 @@ func writeTopText(w io.Writer, jobs []*sink.Job, n int, cum bool) error {
 		}
 		add("host", schema.HostName.Label)
 		fmt.Fprintf(w, "%s  %s\n", title, strings.Join(attrs, "  "))
-		fmt.Fprintf(w, "  %.2f s CPU, %d samples, %d file(s)", seconds(j.CPU), j.Samples, j.Files)
+		fmt.Fprintf(w, "  %.2f s %s, ", seconds(j.CPU), tk.value)
+		if tk.count != "" {
+			fmt.Fprintf(w, "%d %s, ", j.Samples, tk.count)
+		}
+		fmt.Fprintf(w, "%d file(s)", j.Files)
 		if id := j.Value(schema.JobID.Label); id != "" && id != j.Dir {
 			// The directory decides; a differing label means files were moved.
 			fmt.Fprintf(w, " (labelled %s %s)", schema.JobID.Label, printable.String(id, ""))

@@ -305,8 +305,41 @@ func TestTopErrors(t *testing.T) {
 	}
 	runTop(t, 2, "--dir", dir, "--job", "../12")
 	runTop(t, 2)
-	if _, errs := runTop(t, 1, "--dir", t.TempDir()); !strings.Contains(errs, "no readable profiles") {
+	if _, errs := runTop(t, 1, "--dir", t.TempDir()); !strings.Contains(errs, "no readable process_cpu profiles") {
 		t.Errorf("empty dir: %s", errs)
 	}
 	runTop(t, 1, "--dir", filepath.Join(dir, "nonexistent"))
+	runTop(t, 2, "--dir", dir, "--type", "memory")
+}
+
+// TestTopOffCPU: --type offcpu reads the off_cpu files only, by their
+// blocked time and switches, and the default reads the CPU ones without
+// a word about the others; --type offcpu-runnable the runnable time.
+func TestTopOffCPU(t *testing.T) {
+	dir := t.TempDir()
+	newTopProfile(lbl(schema.JobID.Label, "12")).add(5, "hot", "main").write(t, filepath.Join(dir, "12", "process_cpu-1.pb.gz"))
+	off := newTopProfile(lbl(schema.JobID.Label, "12"))
+	off.p.SampleType = []*profile.ValueType{{Type: "switches", Unit: "count"}, {Type: "runnable", Unit: "nanoseconds"}, {Type: "blocked", Unit: "nanoseconds"}}
+	off.p.PeriodType, off.p.Period = &profile.ValueType{Type: "off_cpu", Unit: "nanoseconds"}, 1
+	off.add(0, "do_nanosleep", "wait_a", "main").add(0, "anon_pipe_read", "wait_b", "main").add(0, "irqentry_exit_to_user_mode", "hot", "main")
+	off.p.Sample[0].Value = []int64{30, 0, 3_000_000_000}
+	off.p.Sample[1].Value = []int64{10, 0, 1_000_000_000}
+	off.p.Sample[2].Value = []int64{4, 500_000_000, 0}
+	off.write(t, filepath.Join(dir, "12", "off_cpu-1.pb.gz"))
+
+	out, errs := runTop(t, 0, "--dir", dir, "--type", "offcpu")
+	if !strings.Contains(out, "4.00 s blocked, 44 switches, 1 file(s)") || !strings.Contains(out, "do_nanosleep") || errs != "" {
+		t.Errorf("--type offcpu:\n%s\n%s", out, errs)
+	}
+	if lines := strings.Split(out, "\n"); len(lines) < 5 || !strings.Contains(lines[3], "do_nanosleep") || !strings.Contains(lines[3], "75.0%") {
+		t.Errorf("want do_nanosleep first with 75%% of the blocked time:\n%s", out)
+	}
+	out, errs = runTop(t, 0, "--dir", dir, "--type", "offcpu-runnable")
+	if !strings.Contains(out, "0.50 s waiting for a CPU") || !strings.Contains(out, "irqentry_exit_to_user_mode") || errs != "" {
+		t.Errorf("--type offcpu-runnable:\n%s\n%s", out, errs)
+	}
+	out, errs = runTop(t, 0, "--dir", dir)
+	if !strings.Contains(out, "0.05 s CPU, 5 samples, 1 file(s)") || errs != "" {
+		t.Errorf("cpu:\n%s\n%s", out, errs)
+	}
 }

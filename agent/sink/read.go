@@ -12,19 +12,22 @@ import (
 	"strings"
 
 	"github.com/google/pprof/profile"
+
+	"github.com/slurmscope/slurmscope/schema"
 )
 
 // MaxFileBytes bounds what ReadDir reads of one file: a profile is a few
 // hundred kilobytes, and a stray multi-gigabyte file must not exhaust memory.
 const MaxFileBytes = 256 << 20
 
-// Job is one job directory's CPU profiles merged: the labels found in the
-// files' comments and CPU time per function.
+// Job is one job directory's profiles of one type merged: the labels
+// found in the files' comments and the main value (CPU time, for CPU
+// profiles) per function.
 type Job struct {
 	Dir     string // the directory's name: the job id, or NoJobDir
 	Files   int    // profiles read
-	CPU     int64  // nanoseconds
-	Samples int64
+	CPU     int64  // nanoseconds of the main value
+	Samples int64  // the type's count (samples, switches, launches)
 
 	labels map[string]map[string]bool // wire label -> values seen
 	self   map[string]int64           // function -> nanoseconds with it as the leaf
@@ -45,11 +48,18 @@ func (j *Job) Values(label string) []string {
 // Value is Values joined with commas.
 func (j *Job) Value(label string) string { return strings.Join(j.Values(label), ",") }
 
-// ReadDir reads what Dir wrote under dir, DIR/<job>/*.pb.gz (only
-// DIR/only/ when only is set), busiest job first. A file that cannot be read
-// or parsed, or has no CPU time in it, goes to skip and is left out: one bad
-// file must not hide every other job.
+// ReadDir reads the CPU profiles Dir wrote under dir: ReadDirOf with
+// schema.ProcessCPU.
 func ReadDir(dir, only string, skip func(string, error)) ([]*Job, error) {
+	return ReadDirOf(dir, only, schema.ProcessCPU, skip)
+}
+
+// ReadDirOf reads the profiles of one type that Dir wrote under dir,
+// DIR/<job>/<type>-*.pb.gz (only DIR/only/ when only is set), busiest job
+// first, summing typ's main value (Job.CPU) and its count. A file that
+// cannot be read or parsed, or lacks the value, goes to skip and is left
+// out: one bad file must not hide every other job.
+func ReadDirOf(dir, only string, typ schema.ProfileType, skip func(string, error)) ([]*Job, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
@@ -62,13 +72,13 @@ func ReadDir(dir, only string, skip func(string, error)) ([]*Job, error) {
 		}
 		found = true
 		j := &Job{Dir: e.Name(), labels: map[string]map[string]bool{}, self: map[string]int64{}, cum: map[string]int64{}}
-		files, err := filepath.Glob(filepath.Join(dir, e.Name(), "*.pb.gz"))
+		files, err := filepath.Glob(filepath.Join(dir, e.Name(), typ.Name+"-*.pb.gz"))
 		if err != nil {
 			return nil, err
 		}
 		sort.Strings(files)
 		for _, f := range files {
-			if err := j.add(f); err != nil {
+			if err := j.add(f, typ); err != nil {
 				skip(f, err)
 				continue
 			}
@@ -106,7 +116,7 @@ func lessJobID(a, b string) bool {
 
 // add folds one file into the job. It reads the whole file before changing
 // anything, so a file that fails half way leaves no trace.
-func (j *Job) add(path string) error {
+func (j *Job) add(path string, typ schema.ProfileType) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -123,21 +133,22 @@ func (j *Job) add(path string) error {
 	if err != nil {
 		return err
 	}
+	main, counted := typ.Main(), typ.SampleTypes[0]
 	cpuIdx, countIdx := -1, -1
 	for i, st := range p.SampleType {
 		switch {
-		case st.Type == "cpu" && st.Unit == "nanoseconds":
+		case st.Type == main.Type && st.Unit == main.Unit:
 			cpuIdx = i
-		case st.Type == "samples" && st.Unit == "count":
+		case st.Type == counted.Type && st.Unit == counted.Unit:
 			countIdx = i
 		}
 	}
-	// A profile with only sample counts still says how much CPU they stand
-	// for when its period is CPU time.
+	// A profile with only sample counts still says how much they stand
+	// for when its period is of the main type (CPU time).
 	perSample := int64(0)
 	if cpuIdx < 0 {
-		if countIdx < 0 || p.PeriodType == nil || p.PeriodType.Type != "cpu" || p.PeriodType.Unit != "nanoseconds" || p.Period <= 0 {
-			return errors.New("no cpu/nanoseconds sample type: not a CPU profile")
+		if countIdx < 0 || p.PeriodType == nil || p.PeriodType.Type != main.Type || p.PeriodType.Unit != main.Unit || p.Period <= 0 {
+			return fmt.Errorf("no %s/%s sample type: not a %s profile", main.Type, main.Unit, typ.Name)
 		}
 		perSample = p.Period
 	}
