@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -228,5 +229,89 @@ func TestIntegrationRunnableTime(t *testing.T) {
 	}
 	if blocked > runnable/20 {
 		t.Errorf("a busy loop recorded %d ns blocked", blocked)
+	}
+}
+
+// TestIntegrationOneJobCannotFillTheMaps: a job that makes many distinct
+// count keys (hundreds of short sleeping processes) gets at most its share
+// of a small counts map, and another job's sleeper keeps all its time.
+func TestIntegrationOneJobCannotFillTheMaps(t *testing.T) {
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF, testenv.Tools("python3", "sh", "sleep"))
+	var ids []uint64
+	var jobs []*simjob.Job
+	for i := range 2 {
+		job, err := simjob.Create("slurmscope-offcpu-test.slice", strconv.Itoa(os.Getpid()+2+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { job.Remove() })
+		id, err := cgroupID(filepath.Dir(filepath.Dir(filepath.Dir(job.Leaf))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids, jobs = append(ids, id), append(jobs, job)
+	}
+	// A counts map of 64: each job may make 8 keys a generation.
+	tr, err := New(Options{MaxCountEntries: 64, MaxStackEntries: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	for i, id := range ids {
+		if err := tr.AddJob(id, false, uint32(i+1)); err != nil { // #nosec G115 -- 0 or 1
+			t.Fatal(err)
+		}
+	}
+	cg, err := os.Open(jobs[0].Leaf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Close()
+	// The hostile job: 200 processes, each its own key, born in its cgroup.
+	storm := exec.Command("sh", "-c", "for i in $(seq 200); do sleep 0.01 & done; wait")
+	storm.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	in, w, r := startSleeper(t)
+	if err := jobs[1].Add(in.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	tr.Drain()
+	if err := storm.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.WriteString("go\n")
+	w.Flush()
+	line, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	measured, err := strconv.ParseFloat(strings.TrimSpace(line), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := storm.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	samples, st, err := tr.Drain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocked uint64
+	stormKeys := 0
+	for _, s := range samples {
+		if s.Proc.PID == in.Process.Pid {
+			if !s.Runnable {
+				blocked += s.Ns
+			}
+			continue
+		}
+		stormKeys++
+	}
+	t.Logf("the sleeper measured %.3f s asleep, recorded %.3f s; the storm has %d keys, %d switches lost to its share; %+v",
+		measured, float64(blocked)/1e9, stormKeys, st.LostShare, st)
+	if stormKeys > 8 || st.LostShare == 0 {
+		t.Errorf("the storm has %d keys and lost %d to its share: want at most its 8, the rest lost", stormKeys, st.LostShare)
+	}
+	if got := float64(blocked) / 1e9; got < measured*0.97 || got > measured*1.10 {
+		t.Errorf("the other job's sleeper: blocked %.3f s, it measured %.3f s", got, measured)
 	}
 }
