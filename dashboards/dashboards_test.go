@@ -500,17 +500,20 @@ func TestDashboards(t *testing.T) {
 	}
 }
 
-// The dashboards cover what the job dashboard is for.
-func TestJobDashboardCoverage(t *testing.T) {
-	var job *dashboard
+func jobDashboard(t *testing.T) dashboard {
+	t.Helper()
 	for _, d := range dashboards(t) {
 		if d.UID == "slurmscope-job" {
-			job = &d
+			return d
 		}
 	}
-	if job == nil {
-		t.Fatal("no dashboard with uid slurmscope-job")
-	}
+	t.Fatal("no dashboard with uid slurmscope-job")
+	return dashboard{}
+}
+
+// The dashboards cover what the job dashboard is for.
+func TestJobDashboardCoverage(t *testing.T) {
+	job := jobDashboard(t)
 	var profileTypes, metrics, types []string
 	for _, p := range allPanels(job.Panels) {
 		for _, raw := range p.Targets {
@@ -531,7 +534,7 @@ func TestJobDashboardCoverage(t *testing.T) {
 	if !slices.Contains(types, querytype.Findings) {
 		t.Error("job dashboard has no findings table")
 	}
-	for _, want := range []string{schema.ProcessCPU.ID(), schema.GPUTime.ID()} {
+	for _, want := range []string{schema.ProcessCPU.ID(), schema.OffCPU.ID(), schema.GPUTime.ID()} {
 		if !slices.Contains(profileTypes, want) {
 			t.Errorf("job dashboard has no %s query", want)
 		}
@@ -539,6 +542,41 @@ func TestJobDashboardCoverage(t *testing.T) {
 	for _, want := range []schema.Metric{schema.JobGPUUtilization, schema.JobGPUMemoryUsed, schema.GPUSMActive, schema.GPUTensorActive, schema.JobInfo} {
 		if !slices.Contains(metrics, want.Name) {
 			t.Errorf("job dashboard has no %s panel", want.Name)
+		}
+	}
+}
+
+// Where the job ran and where its threads blocked sit side by side: its
+// CPU flame graph and its off-CPU (blocked) one, the same size on one
+// row. No panel of the dashboard covers another.
+func TestJobDashboardFlameGraphsSideBySide(t *testing.T) {
+	flames := map[string]panel{}
+	var placed []panel
+	for _, p := range allPanels(jobDashboard(t).Panels) {
+		placed = append(placed, p)
+		if p.Type != "flamegraph" {
+			continue
+		}
+		for _, raw := range p.Targets {
+			var m target
+			_ = json.Unmarshal(raw, &m)
+			flames[m.ProfileType] = p
+		}
+	}
+	cpu, off := flames[schema.ProcessCPU.ID()], flames[schema.OffCPU.ID()]
+	if cpu.Type == "" || off.Type == "" {
+		t.Fatalf("flame graphs by profile type: %v", flames)
+	}
+	c, o := cpu.GridPos, off.GridPos
+	if c.Y != o.Y || c.H != o.H || c.W != o.W || c.X+c.W != o.X {
+		t.Errorf("CPU flame graph at %+v, off-CPU one at %+v: want them side by side, the same size", c, o)
+	}
+	for i, a := range placed {
+		for _, b := range placed[i+1:] {
+			g, h := a.GridPos, b.GridPos
+			if g.X < h.X+h.W && h.X < g.X+g.W && g.Y < h.Y+h.H && h.Y < g.Y+g.H {
+				t.Errorf("panels %q %+v and %q %+v overlap", a.Title, g, b.Title, h)
+			}
 		}
 	}
 }

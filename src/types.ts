@@ -123,8 +123,13 @@ export interface MetricInfo {
   type?: string;
 }
 
-/** GET /profile-types */
+/**
+ * GET /profile-types: the schema's types, one per sample type (off-CPU time
+ * is two: blocked, and waiting for a CPU), then Pyroscope's others.
+ */
 export interface ProfileTypeInfo {
   id: string;
   name: string;
+  /** What the type measures; the schema's types have one. */
+  description?: string;
 }

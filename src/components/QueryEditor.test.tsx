@@ -3,14 +3,16 @@ import userEvent from '@testing-library/user-event';
 import React, { useState } from 'react';
 
 import type { DataSource } from '../datasource';
-import { SlurmQuery } from '../types';
+import { ProfileTypeInfo, SlurmQuery } from '../types';
 import { maxNodesError } from './query/FlamegraphEditor';
 import { windowError } from './query/GPUMetricEditor';
 import { QueryEditor } from './QueryEditor';
 import { VariableQueryEditor } from './VariableQueryEditor';
 
+const cpuOnly: ProfileTypeInfo[] = [{ id: 'process_cpu:cpu:nanoseconds:cpu:nanoseconds', name: 'process_cpu / cpu' }];
+
 // The editor only calls the resource methods; a hand-written fake stands in.
-function fakeDatasource(defaultProfileType?: string) {
+function fakeDatasource(defaultProfileType?: string, profileTypes = cpuOnly) {
   const calls: string[] = [];
   const ds = {
     defaultProfileType: () => defaultProfileType,
@@ -31,7 +33,7 @@ function fakeDatasource(defaultProfileType?: string) {
     },
     profileTypes: async () => {
       calls.push('profileTypes');
-      return [{ id: 'process_cpu:cpu:nanoseconds:cpu:nanoseconds', name: 'process_cpu / cpu' }];
+      return profileTypes;
     },
     values: async () => [],
     validate: async () => ({ ok: true }),
@@ -127,6 +129,29 @@ describe('QueryEditor', () => {
     unmount();
     render(<Harness ds={fakeDatasource().ds} initial={{ refId: 'A', queryType: 'flamegraph' }} />);
     expect(await screen.findByText("the datasource's default", {}, { timeout: 20_000 })).toBeInTheDocument();
+  });
+
+  it('offers blocked and runnable off-CPU time as two profile types, each saying what it measures', async () => {
+    // As GET /profile-types lists them: one type per sample type of the agent's off_cpu profile.
+    const blocked = 'off_cpu:blocked:nanoseconds:off_cpu:nanoseconds';
+    const runnable = 'off_cpu:runnable:nanoseconds:off_cpu:nanoseconds';
+    const { ds, calls } = fakeDatasource(undefined, [
+      ...cpuOnly,
+      { id: blocked, name: 'Off-CPU time, blocked', description: 'Time threads spent blocked (sleeping, on I/O, a lock, a socket).' },
+      { id: runnable, name: 'Off-CPU time, waiting for a CPU', description: 'Time threads were runnable but not running.' },
+    ]);
+    render(<Harness ds={ds} initial={{ refId: 'A', queryType: 'flamegraph' }} />);
+    await waitFor(() => expect(calls).toContain('profileTypes'));
+    await userEvent.click(screen.getByLabelText('Profile type'));
+    expect(await screen.findByText('Off-CPU time, blocked')).toBeInTheDocument();
+    expect(screen.getByText('Off-CPU time, waiting for a CPU')).toBeInTheDocument();
+    expect(screen.getByText(`Time threads spent blocked (sleeping, on I/O, a lock, a socket). (${blocked})`)).toBeInTheDocument();
+    expect(screen.getByText(`Time threads were runnable but not running. (${runnable})`)).toBeInTheDocument();
+    await userEvent.keyboard('{Escape}');
+    await choose('Profile type', 'Off-CPU time, waiting');
+    expect(current().profileType).toBe(runnable);
+    await choose('Profile type', 'Off-CPU time, blocked');
+    expect(current().profileType).toBe(blocked);
   });
 
   it('edits a findings query, for a table or for alerts', async () => {

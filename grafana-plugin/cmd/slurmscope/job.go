@@ -19,7 +19,7 @@ import (
 )
 
 func init() {
-	register("job", "summarise one job: findings, nodes, host and GPU use, idle GPUs, top CPU functions and GPU kernels", jobCmd)
+	register("job", "summarise one job: findings, nodes, host and GPU use, idle GPUs, top CPU functions, off-CPU waits and GPU kernels", jobCmd)
 }
 
 func jobCmd(args []string, stdout, stderr io.Writer) int {
@@ -75,10 +75,11 @@ unused, GPUs waiting for saturated CPUs; the thresholds are the flags
 below), then its nodes and what its cgroup on each said (CPU time, cores
 used and allocated, memory peak and limit, OOM kills), per-GPU utilisation
 and memory (mean and max over the range), GPUs allocated to it that stayed
-idle, its top CPU functions and, where GPU kernel profiles exist, its top
-GPU kernels. It asks the same engine the Grafana datasource uses; a
---since longer than Pyroscope's max_query_length is asked for a chunk at
-a time.
+idle, its top CPU functions, where its threads blocked (the call and its
+caller in the program, where off-CPU profiles exist) and, where GPU kernel
+profiles exist, its top GPU kernels. It asks the same engine the Grafana
+datasource uses; a --since longer than Pyroscope's max_query_length is
+asked for a chunk at a time.
 
 Every flag but --config, --json, --since and --to may also come from the
 environment, SLURMSCOPE_<FLAG> (SLURMSCOPE_PYROSCOPE_URL), or from the
@@ -227,7 +228,8 @@ func writeJSON(w io.Writer, v any) error {
 // job that was judged and found fine has none either.
 func noData(r *query.JobReport) bool {
 	return len(r.Nodes) == 0 && len(r.Host) == 0 && len(r.GPUs) == 0 && len(r.IdleGPUs) == 0 &&
-		r.CPUTotal == 0 && len(r.TopCPU) == 0 && r.GPUProfile == "" && len(r.TopKernels) == 0
+		r.CPUTotal == 0 && len(r.TopCPU) == 0 && r.OffCPUBlocked == 0 && len(r.TopOffCPU) == 0 &&
+		r.GPUProfile == "" && len(r.TopKernels) == 0
 }
 
 // noDataReport is what `slurmscope job --json` prints in place of the
@@ -364,6 +366,7 @@ func printJob(w io.Writer, r *query.JobReport) {
 		}
 	}
 	printFuncs(w, fmt.Sprintf("top CPU functions (of %s CPU time)", seconds(r.CPUTotal)), r.TopCPU)
+	printWaits(w, r)
 	if r.GPUProfile != "" {
 		printFuncs(w, "top GPU kernels", r.TopKernels)
 	}
@@ -394,6 +397,27 @@ func printFuncs(w io.Writer, title string, fs []query.FuncStats) {
 	fmt.Fprintln(tw, "  SELF\tTOTAL\tFUNCTION\t")
 	for _, f := range fs {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t\n", seconds(f.Self), seconds(f.Total), printable.String(f.Name, `""`))
+	}
+	tw.Flush()
+}
+
+// printWaits lists where the job's threads blocked, beside its CPU
+// functions: the call that blocked and its caller in the program. A job
+// without off-CPU profiles has no such section.
+func printWaits(w io.Writer, r *query.JobReport) {
+	if len(r.TopOffCPU) == 0 || r.OffCPUBlocked <= 0 {
+		return
+	}
+	p := func(s string) string { return printable.String(s, `""`) }
+	fmt.Fprintf(w, "\ntop off-CPU functions, blocked (of %s blocked time):\n", seconds(r.OffCPUBlocked))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  BLOCKED\tSHARE\tFUNCTION\tCALLER\t")
+	for _, f := range r.TopOffCPU {
+		caller := "-"
+		if f.Caller != "" {
+			caller = p(f.Caller)
+		}
+		fmt.Fprintf(tw, "  %s\t%.0f%%\t%s\t%s\t\n", seconds(f.Blocked), 100*float64(f.Blocked)/float64(r.OffCPUBlocked), p(f.Function), caller)
 	}
 	tw.Flush()
 }

@@ -59,7 +59,7 @@ func partialJob(ctx context.Context, eng *query.Engine, jobID string, r query.Ra
 	switch failed {
 	case "pyroscope":
 		rest.Profiles = nil
-		note, noURL = "pyroscope failed, so this report has only Prometheus' part (no CPU functions or GPU kernels): ", "no Pyroscope URL"
+		note, noURL = "pyroscope failed, so this report has only Prometheus' part (no CPU functions, off-CPU waits or GPU kernels): ", "no Pyroscope URL"
 	case "prometheus":
 		rest.Metrics = nil
 		note, noURL = "prometheus failed, so this report has only Pyroscope's part (no findings, host or GPU use): ", "no Prometheus URL"

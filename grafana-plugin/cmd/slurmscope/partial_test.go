@@ -42,7 +42,7 @@ func TestJobPartial(t *testing.T) {
 			[]string{"note: prometheus failed, so this report has only Pyroscope's part (no findings, host or GPU use): prometheus: cannot connect", "nodes (1): node-a", "train"},
 			[]string{"slurmscope job: partial report (exit status 4): prometheus failed"}, "no Prometheus URL"},
 		{"Pyroscope down", []string{"4242", "--pyroscope-url", down, "--prometheus-url", prom}, exitPartial,
-			[]string{"note: pyroscope failed, so this report has only Prometheus' part (no CPU functions or GPU kernels): pyroscope: cannot connect", "findings: none", "nodes (1): node-a"},
+			[]string{"note: pyroscope failed, so this report has only Prometheus' part (no CPU functions, off-CPU waits or GPU kernels): pyroscope: cannot connect", "findings: none", "nodes (1): node-a"},
 			[]string{"slurmscope job: partial report (exit status 4): pyroscope failed"}, "no Pyroscope URL"},
 		{"both down", []string{"4242", "--pyroscope-url", down, "--prometheus-url", down}, exitFail,
 			nil, []string{"slurmscope job: pyroscope: cannot connect", "slurmscope job: prometheus: cannot connect"}, ""},

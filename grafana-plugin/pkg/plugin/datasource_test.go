@@ -28,6 +28,8 @@ type fakeProfiles struct {
 	mu   sync.Mutex
 	sels []string
 	err  error
+	// held are the profile types it holds; nil: memory and CPU.
+	held []*typesv1.ProfileType
 }
 
 func (f *fakeProfiles) record(s ...string) error {
@@ -62,6 +64,9 @@ func (f *fakeProfiles) LabelValues(_ context.Context, _ string, sels []string, _
 }
 
 func (f *fakeProfiles) ProfileTypes(context.Context, time.Time, time.Time) ([]*typesv1.ProfileType, error) {
+	if f.held != nil {
+		return f.held, f.record()
+	}
 	return []*typesv1.ProfileType{
 		{ID: "memory:alloc_space:bytes:space:bytes", Name: "memory", SampleType: "alloc_space"},
 		{ID: "process_cpu:cpu:nanoseconds:cpu:nanoseconds", Name: "process_cpu", SampleType: "cpu"},
@@ -338,10 +343,35 @@ func TestResourceListsAreTheSchemas(t *testing.T) {
 	want := []ProfileType{
 		{ID: schema.ProcessCPU.ID(), Name: schema.ProcessCPU.Title, Description: schema.ProcessCPU.Description, Default: true, HasData: true},
 		{ID: schema.GPUTime.ID(), Name: schema.GPUTime.Title, Description: schema.GPUTime.Description},
+		{ID: schema.OffCPU.ID(), Name: schema.OffCPU.Title, Description: schema.OffCPU.Description},
+		{ID: schema.OffCPURunnable.ID(), Name: schema.OffCPURunnable.Title, Description: schema.OffCPURunnable.Description},
 		{ID: "memory:alloc_space:bytes:space:bytes", Name: "memory / alloc_space", HasData: true},
 	}
 	if !reflect.DeepEqual(pts, want) {
 		t.Errorf("profile-types\n%+v, want\n%+v", pts, want)
+	}
+	// The agent's one off_cpu profile is three types in Pyroscope: blocked
+	// and runnable time are offered apart, each under its own id, and
+	// never as one; the switch count is Pyroscope's, listed as it names it.
+	offCPU := []*typesv1.ProfileType{
+		{ID: "off_cpu:switches:count:off_cpu:nanoseconds", Name: "off_cpu", SampleType: "switches"},
+		{ID: "off_cpu:runnable:nanoseconds:off_cpu:nanoseconds", Name: "off_cpu", SampleType: "runnable"},
+		{ID: "off_cpu:blocked:nanoseconds:off_cpu:nanoseconds", Name: "off_cpu", SampleType: "blocked"},
+		{ID: "process_cpu:cpu:nanoseconds:cpu:nanoseconds", Name: "process_cpu", SampleType: "cpu"},
+	}
+	pts = nil
+	if st := resource(t, NewWith(Settings{}, &fakeProfiles{held: offCPU}, &fakeMetrics{}), "profile-types", &pts); st != 200 {
+		t.Fatalf("profile-types: %d", st)
+	}
+	want = []ProfileType{
+		{ID: schema.ProcessCPU.ID(), Name: schema.ProcessCPU.Title, Description: schema.ProcessCPU.Description, Default: true, HasData: true},
+		{ID: schema.GPUTime.ID(), Name: schema.GPUTime.Title, Description: schema.GPUTime.Description},
+		{ID: "off_cpu:blocked:nanoseconds:off_cpu:nanoseconds", Name: "Off-CPU time, blocked", Description: schema.OffCPU.Description, HasData: true},
+		{ID: "off_cpu:runnable:nanoseconds:off_cpu:nanoseconds", Name: "Off-CPU time, waiting for a CPU", Description: schema.OffCPURunnable.Description, HasData: true},
+		{ID: "off_cpu:switches:count:off_cpu:nanoseconds", Name: "off_cpu / switches", HasData: true},
+	}
+	if !reflect.DeepEqual(pts, want) {
+		t.Errorf("profile-types with off-CPU data\n%+v, want\n%+v", pts, want)
 	}
 	// Without Pyroscope the schema's types are still listed, none with data.
 	pts = nil

@@ -153,12 +153,13 @@ func (d *Datasource) resource(ctx context.Context, req *backend.CallResourceRequ
 
 // profileTypes lists the schema's profile types, each under the id
 // Pyroscope holds it by where it has data, then the other types Pyroscope
-// has (other agents' profiles).
+// has (other agents' profiles). Types are told apart by their whole id:
+// the off-CPU types share a name.
 func profileTypes(held []*typesv1.ProfileType) []ProfileType {
 	out := make([]ProfileType, 0, len(schema.ProfileTypes)+len(held))
 	used := map[string]bool{}
 	for _, st := range schema.ProfileTypes {
-		pt := ProfileType{ID: st.ID(), Name: st.Title, Description: st.Description, Default: st.Name == schema.DefaultProfileType.Name}
+		pt := ProfileType{ID: st.ID(), Name: st.Title, Description: st.Description, Default: st.ID() == schema.DefaultProfileType.ID()}
 		for _, h := range held {
 			if !used[h.ID] && st.Matches(h.ID) {
 				pt.ID, pt.HasData, used[h.ID] = h.ID, true, true

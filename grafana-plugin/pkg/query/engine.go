@@ -7,7 +7,8 @@
 //
 // This file holds the engine, its backends and its fan-out under the call
 // budget; scope.go the ownership narrowing; each query family has a file
-// of its own (flamegraph, series, metrics, values, top, usage, job).
+// of its own (flamegraph, series, metrics, values, top, usage, offcpu,
+// job).
 package query
 
 import (

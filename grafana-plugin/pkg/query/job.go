@@ -25,14 +25,20 @@ type JobReport struct {
 	Findings []findings.Finding `json:"findings"`
 	Nodes    []string           `json:"nodes"`
 	// Host is what the job's cgroup on each node says.
-	Host       []HostStats `json:"host"`
-	GPUs       []GPUStats  `json:"gpus"`
-	IdleGPUs   []GPUStats  `json:"idle_allocated_gpus"`
-	CPUTotal   int64       `json:"cpu_total_ns"`
-	TopCPU     []FuncStats `json:"top_cpu_functions"`
-	GPUProfile string      `json:"gpu_profile_type,omitempty"`
-	TopKernels []FuncStats `json:"top_gpu_kernels,omitempty"`
-	Warnings   []string    `json:"warnings,omitempty"`
+	Host     []HostStats `json:"host"`
+	GPUs     []GPUStats  `json:"gpus"`
+	IdleGPUs []GPUStats  `json:"idle_allocated_gpus"`
+	CPUTotal int64       `json:"cpu_total_ns"`
+	TopCPU   []FuncStats `json:"top_cpu_functions"`
+	// OffCPUProfile is the blocked off-CPU profile type where the job has
+	// such profiles in the range; TopOffCPU are where its threads
+	// blocked, the most first, of OffCPUBlocked in all.
+	OffCPUProfile string          `json:"off_cpu_profile_type,omitempty"`
+	OffCPUBlocked int64           `json:"off_cpu_blocked_ns,omitempty"`
+	TopOffCPU     []findings.Wait `json:"top_off_cpu_functions,omitempty"`
+	GPUProfile    string          `json:"gpu_profile_type,omitempty"`
+	TopKernels    []FuncStats     `json:"top_gpu_kernels,omitempty"`
+	Warnings      []string        `json:"warnings,omitempty"`
 }
 
 // GPUStats is one GPU (or MIG instance) of the job over the range.
@@ -73,7 +79,8 @@ type FuncStats struct {
 const TopCPUFunctions = 15
 
 // Job gathers a job's report. A backend that is not configured is left
-// out with a warning; one that fails fails the report.
+// out with a warning; one that fails fails the report. Its findings name
+// the job's waits from the same off-CPU graph the report lists.
 func (e *Engine) Job(ctx context.Context, jobID string, r Range) (*JobReport, error) {
 	rep := &JobReport{JobID: jobID, From: r.From.UTC().Format("2006-01-02T15:04:05Z"), To: r.To.UTC().Format("2006-01-02T15:04:05Z")}
 	scope := Scope{Filter: filter.Equal(schema.JobID, jobID)}
@@ -125,7 +132,20 @@ func (e *Engine) Job(ctx context.Context, jobID string, r Range) (*JobReport, er
 			rep.TopKernels = funcStats(t.TopFunctions(TopCPUFunctions))
 			return nil
 		})
+		run(func() error {
+			pt, err := e.OffCPUProfileType(ctx, r)
+			if err != nil || pt == "" {
+				return err
+			}
+			t, err := e.FlameGraph(ctx, scope, pt, r, 0)
+			if err != nil || t.Total() == 0 {
+				return err // profiles of the type, but none of this job
+			}
+			rep.OffCPUProfile, rep.OffCPUBlocked, rep.TopOffCPU = pt, t.Total(), topWaits(t, TopCPUFunctions)
+			return nil
+		})
 	}
+	var jobs []findings.Job
 	if e.Metrics == nil {
 		rep.Warnings = append(rep.Warnings, "no Prometheus URL: no GPU metrics")
 	} else {
@@ -135,11 +155,11 @@ func (e *Engine) Job(ctx context.Context, jobID string, r Range) (*JobReport, er
 			return err
 		})
 		run(func() error {
-			jobs, err := e.Usage(ctx, scope, r)
+			var err error
+			jobs, err = e.Usage(ctx, scope, r)
 			if err != nil {
 				return err
 			}
-			rep.Findings = append([]findings.Finding{}, e.evaluate(jobs, "")...) // [], not null: judged, none found
 			for _, j := range jobs {
 				for _, n := range j.Nodes {
 					h := HostStats{Host: n.Host, Seconds: n.Seconds, CPUSeconds: n.CPUSeconds, AllocatedCores: n.Cores,
@@ -156,6 +176,14 @@ func (e *Engine) Job(ctx context.Context, jobID string, r Range) (*JobReport, er
 	wg.Wait()
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
+	}
+	if e.Metrics != nil {
+		for i := range jobs {
+			if jobs[i].ID == jobID {
+				jobs[i].Blocked, jobs[i].Waits = rep.OffCPUBlocked, rep.TopOffCPU
+			}
+		}
+		rep.Findings = append([]findings.Finding{}, e.evaluate(jobs, "")...) // [], not null: judged, none found
 	}
 	for _, g := range rep.GPUs {
 		if g.Allocated && g.UtilMax == 0 {

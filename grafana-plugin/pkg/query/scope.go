@@ -49,3 +49,9 @@ func (s Scope) Selectors(t filter.Target) ([]filter.Selector, error) {
 	}
 	return sels, nil
 }
+
+// narrowed is s with f ANDed into its filter; ownership stays as it is.
+func (s Scope) narrowed(f *filter.Filter) Scope {
+	s.Filter = filter.And(s.Filter, f)
+	return s
+}

@@ -147,12 +147,18 @@ func (e *Engine) ProfileTypes(ctx context.Context, r Range) ([]*typesv1.ProfileT
 // GPUProfileType returns the GPU kernel-time profile type with data in the
 // range, or "" if there is none.
 func (e *Engine) GPUProfileType(ctx context.Context, r Range) (string, error) {
+	return e.heldProfileType(ctx, r, schema.GPUTime)
+}
+
+// heldProfileType returns the id Pyroscope holds want under in the range
+// (its period may differ from the schema's), or "" if it holds none.
+func (e *Engine) heldProfileType(ctx context.Context, r Range, want schema.ProfileType) (string, error) {
 	pts, err := e.ProfileTypes(ctx, r)
 	if err != nil {
 		return "", err
 	}
 	for _, pt := range pts {
-		if schema.GPUTime.Matches(pt.ID) {
+		if want.Matches(pt.ID) {
 			return pt.ID, nil
 		}
 	}

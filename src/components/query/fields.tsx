@@ -31,7 +31,13 @@ export function ProfileTypeField({ query, update, datasource, range }: SubEditor
   // types rarely do.
   const profileTypes = useLoaded(() => datasource.profileTypes(range), [datasource]);
   const fallback = datasource.defaultProfileType();
-  const options: Array<SelectableValue<string>> = profileTypes.map((p) => ({ value: p.id, label: p.name, description: p.id }));
+  // What a type measures tells apart those of one profile (blocked and
+  // runnable off-CPU time); the id is what the settings' default takes.
+  const options: Array<SelectableValue<string>> = profileTypes.map((p) => ({
+    value: p.id,
+    label: p.name,
+    description: p.description ? `${p.description} (${p.id})` : p.id,
+  }));
   if (query.profileType && !profileTypes.some((p) => p.id === query.profileType)) {
     options.push({ value: query.profileType, label: query.profileType });
   }

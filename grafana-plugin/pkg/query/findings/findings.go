@@ -3,7 +3,8 @@
 // GPUs allocated but idle, CPUs allocated but unused, memory requested far
 // above the peak or close to the limit, OOM kills, GPU memory mostly
 // unused, and GPUs starved by saturated CPUs. Each finding has a severity,
-// the numbers behind it and one line of advice.
+// the numbers behind it and one line of advice. Where the job has off-CPU
+// profiles, unused CPUs also name where its threads blocked (waits.go).
 //
 // Evaluate is a pure function of its input and the thresholds; the query
 // engine gathers the input, and the datasource, its alerts and `slurmscope
@@ -146,6 +147,11 @@ type Job struct {
 	Nodes          []Node
 	// GPUs are those allocated to the job.
 	GPUs []GPU
+	// Blocked is the time its threads spent blocked off the CPU in the
+	// range (its off-CPU profile's blocked time), and Waits where, the
+	// most first; 0 and nil where it has no off-CPU profile.
+	Blocked int64
+	Waits   []Wait
 }
 
 // Node is the job's part on one node, from its cgroup there.
@@ -337,6 +343,14 @@ func cpuEfficiency(j Job) (float64, bool) {
 	return used / alloc, true
 }
 
+// NamesWaits says whether j's findings name its waits: it left cores
+// idle, and where its threads blocked instead says why. The engine looks
+// the waits up (a profile query per job) only for such jobs.
+func NamesWaits(j Job, t Thresholds) bool {
+	eff, ok := cpuEfficiency(j)
+	return ok && eff < t.WithDefaults().CPUEfficiencyBelow
+}
+
 func evalCPU(j Job, t Thresholds, eff float64, add func(Finding)) {
 	if eff >= t.CPUEfficiencyBelow {
 		return
@@ -354,11 +368,51 @@ func evalCPU(j Job, t Thresholds, eff float64, add func(Finding)) {
 	if nodes > 1 {
 		on = fmt.Sprintf(" on %d nodes", nodes)
 	}
-	add(Finding{Kind: CPUUnderused, Severity: Warning, Value: eff, Threshold: t.CPUEfficiencyBelow,
+	f := Finding{Kind: CPUUnderused, Severity: Warning, Value: eff, Threshold: t.CPUEfficiencyBelow,
 		Summary: fmt.Sprintf("used %s of %s cores (%s)%s", cores(used), cores(alloc), pct(eff), on),
 		Advice:  "Ask for fewer cores (--cpus-per-task, --ntasks), or make the program use them (threads, processes, OMP_NUM_THREADS).",
 		Numbers: []Number{{"used_cores", used, "short"}, {"allocated_cores", alloc, "short"}, {"cpu_efficiency", eff, "percentunit"},
-			{"wasted_core_hours", wasted, "h"}}})
+			{"wasted_core_hours", wasted, "h"}}}
+	if where, top := waitsSummary(j); where != "" {
+		f.Summary += "; " + where
+		f.Advice = "Ask for fewer cores (--cpus-per-task, --ntasks), or make the program use them, starting where its threads block: " +
+			"overlap that wait with work (prefetching, more data-loader workers, asynchronous I/O) or shorten it."
+		f.Numbers = append(f.Numbers, Number{"blocked_time", float64(j.Blocked), "ns"}, Number{"top_wait_share", top, "percentunit"})
+	}
+	add(f)
+}
+
+// A finding names at most namedWaits waits: the largest, and the next
+// ones that hold at least minWaitShare of the blocked time each.
+const (
+	namedWaits   = 3
+	minWaitShare = 0.1
+)
+
+// waitsSummary says where j's threads blocked ("73% of its threads'
+// blocked time is in `read` under `load_batch`, 20% in ..."), and the
+// largest wait's share; "" without off-CPU data.
+func waitsSummary(j Job) (string, float64) {
+	if j.Blocked <= 0 || len(j.Waits) == 0 {
+		return "", 0
+	}
+	var parts []string
+	for i, w := range j.Waits {
+		share := float64(w.Blocked) / float64(j.Blocked)
+		if i == namedWaits || i > 0 && share < minWaitShare {
+			break
+		}
+		in := " in "
+		if i == 0 {
+			in = " of its threads' blocked time is in "
+		}
+		at := pct(share) + in + "`" + w.Function + "`"
+		if w.Caller != "" {
+			at += " under `" + w.Caller + "`"
+		}
+		parts = append(parts, at)
+	}
+	return strings.Join(parts, ", "), float64(j.Waits[0].Blocked) / float64(j.Blocked)
 }
 
 func evalMemory(j Job, t Thresholds, add func(Finding)) {

@@ -470,6 +470,23 @@ func (t *Tree) TopFunctions(n int) []Function {
 	return out
 }
 
+// Stacks calls fn for every node with self value: its stack, root first
+// and the root itself left out, and that value. The slice is reused from
+// call to call: fn copies what it keeps.
+func (t *Tree) Stacks(fn func(stack []string, self int64)) {
+	var path []string
+	t.walkIDs(func(level int, id int32) {
+		if level == 0 {
+			return
+		}
+		nd := t.nodes[id]
+		path = append(path[:level-1], t.names[nd.name])
+		if nd.self > 0 {
+			fn(path, nd.self)
+		}
+	})
+}
+
 func cmpDesc(a, b int64) int {
 	if a > b {
 		return -1

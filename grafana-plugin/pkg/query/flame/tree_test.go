@@ -285,6 +285,29 @@ func TestTopFunctions(t *testing.T) {
 	}
 }
 
+// Stacks gives back every stack that was added, with its value, from the
+// tree as Pyroscope's format carries it: a node with children and self
+// value of its own is a stack too.
+func TestStacks(t *testing.T) {
+	in := New()
+	in.Add([]string{"main", "load", "read"}, 5)
+	in.Add([]string{"main", "load"}, 2)
+	in.Add([]string{"main", "work"}, 3)
+	in.Add([]string{"main", "work"}, 1)
+	tr, err := FromFlamegraphs(in.Flamegraph())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	tr.Stacks(func(stack []string, self int64) {
+		got = append(got, fmt.Sprintf("%s %d", strings.Join(stack, ";"), self))
+	})
+	want := []string{"main;load 2", "main;load;read 5", "main;work 4"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("stacks %q, want %q", got, want)
+	}
+}
+
 func TestKthLargest(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for n := 1; n < 60; n++ {

@@ -48,6 +48,8 @@ func (q *findingsQuery) Check() (err error) {
 	return nil
 }
 
+// Needs names Prometheus only: a table's waits come from Pyroscope where
+// it is configured, and are left out where it is not.
 func (q *findingsQuery) Needs() Backends { return Backends{Prometheus: true} }
 
 func (q *findingsQuery) Shape() Shape {
@@ -57,13 +59,20 @@ func (q *findingsQuery) Shape() Shape {
 	return Shape{}
 }
 
+// Run gives a table's findings the waits of jobs with idle cores, from
+// Pyroscope where it is configured; numbers, which alert rules read every
+// minute, go without: waits do not change a finding's value.
 func (q *findingsQuery) Run(ctx context.Context, env Env) (data.Frames, error) {
-	fs, err := env.Engine.Findings(ctx, env.Scope, env.Range, q.kind)
+	if q.Format == FormatNumeric {
+		fs, err := env.Engine.Findings(ctx, env.Scope, env.Range, q.kind)
+		if err != nil {
+			return nil, err
+		}
+		return findingNumbers(fs), nil
+	}
+	fs, err := env.Engine.FindingsWithWaits(ctx, env.Scope, env.Range, q.kind)
 	if err != nil {
 		return nil, err
-	}
-	if q.Format == FormatNumeric {
-		return findingNumbers(fs), nil
 	}
 	return data.Frames{findingsFrame(fs)}, nil
 }
