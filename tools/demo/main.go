@@ -209,8 +209,9 @@ func demo(ctx context.Context, o options) (err error) {
 		{"ssalice", trainName, "", fmt.Sprintf(
 			"if command -v python3 >/dev/null; then exec python3 train.py %d; fi\n"+
 				"end=$(( $(date +%%s) + %d )); while [ $(date +%%s) -lt $end ]; do :; done\n", secs, secs), []string{"-c", "1", "--mem=200M"}},
-		// Holds two cores and 300 MB and uses neither.
-		{"ssbob", "idle-cores", "node-a", fmt.Sprintf("exec sleep %d\n", secs), []string{"-c", "2", "--mem=300M"}},
+		// Holds two cores and 300 MB and uses neither: it waits, 70% in
+		// wait_a (a sleep) and 30% in wait_b (a pipe read), rounds of 10 ms.
+		{"ssbob", "idle-cores", "node-a", fmt.Sprintf("echo go | %s %d\n", filepath.Join(bin, "offcpu"), secs*100), []string{"-c", "2", "--mem=300M"}},
 	}
 	step("submitting jobs")
 	var ids []string
@@ -258,7 +259,12 @@ func demo(ctx context.Context, o options) (err error) {
 		return err
 	}
 	step("slurmscope-agent top --dir %s -n 6 --cum: time anywhere on the stack, callers and main too (cpusplit is built without frame pointers)", o.out)
-	return show(ctx, agent, "top", "--dir", out, "-n", "6", "--cum")
+	if err := show(ctx, agent, "top", "--dir", out, "-n", "6", "--cum"); err != nil {
+		return err
+	}
+	idle := ids[len(ids)-1]
+	step("slurmscope-agent top --dir %s --job %s --type offcpu --cum -n 8: where the job with idle cores waits (its off-CPU profile, blocked time)", o.out, idle)
+	return show(ctx, agent, "top", "--dir", out, "--job", idle, "--type", "offcpu", "--cum", "-n", "8")
 }
 
 // printFindings asks the datasource's engine for each job's findings.
@@ -326,6 +332,7 @@ func build(ctx context.Context, root, bin string) error {
 		{"go", "build", "-o", filepath.Join(bin, "slurmscope-agent"), "./agent/cmd/slurmscope-agent"},
 		{"go", "build", "-o", filepath.Join(bin, "gosplit"), "./internal/testenv/workloads/gosplit"},
 		append(append([]string{"gcc"}, cflags...), "-o", filepath.Join(bin, "cpusplit"), "internal/testenv/workloads/cpusplit.c"),
+		append(append([]string{"gcc"}, cflags...), "-pthread", "-o", filepath.Join(bin, "offcpu"), "internal/testenv/workloads/offcpu.c"),
 	} {
 		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 		cmd.Dir = root
@@ -336,7 +343,7 @@ func build(ctx context.Context, root, bin string) error {
 	return nil
 }
 
-var profileFile = regexp.MustCompile(`^(process_cpu-[0-9]+.*\.pb\.gz|\.tmp-.*)$`)
+var profileFile = regexp.MustCompile(`^((process_cpu|off_cpu)-[0-9]+.*\.pb\.gz|\.tmp-.*)$`)
 
 // clearOutput empties dir of an earlier demo's profiles: SLURM's job ids
 // start again at 1, and old files would merge into the new jobs. Anything
