@@ -156,6 +156,18 @@ var (
 		Description: "Job step: 0..n, batch, extern or interactive.",
 		Source:      "the cgroup path (step_<s>)",
 		From:        Sources{Decide: FromCgroup}}
+	// The task a process runs as within its job: per process, like the
+	// step, so on profiles only, never on Prometheus series (per-rank
+	// series would multiply the per-job ones again).
+	TaskRank = Attribute{Name: "slurm.task.rank", Label: "slurm_task_rank", Type: Int, Scope: ScopeProcess,
+		Description: "Global rank of the process's task in its step: the launcher's rank where one starts several ranks under one Slurm task.",
+		Source:      "the process's environment: RANK, OMPI_COMM_WORLD_RANK, PMI_RANK or PMIX_RANK (a launcher's: torchrun, mpirun) over SLURM_PROCID"}
+	TaskLocalID = Attribute{Name: "slurm.task.local_id", Label: "slurm_task_local_id", Type: Int, Scope: ScopeProcess,
+		Description: "Local id of the process's Slurm task on its node.",
+		Source:      "the cgroup path (task_<n>), which the job cannot change"}
+	NodeIndex = Attribute{Name: "slurm.node.index", Label: "slurm_node_index", Type: Int, Scope: ScopeProcess,
+		Description: "Index of the node in the job's allocation.",
+		Source:      "the process's environment (SLURM_NODEID)"}
 	JobAccount = Attribute{Name: "slurm.job.account", Label: "slurm_job_account", Type: String, Scope: ScopeJob,
 		Description: "SLURM account charged for the job.",
 		Source:      "job metadata",
@@ -191,7 +203,7 @@ const ServiceName = "service_name"
 
 // All lists every attribute in the order the UI presents them.
 var All = []Attribute{
-	JobID, JobName, JobUser, JobStep, JobAccount, JobPartition, JobQOS,
+	JobID, JobName, JobUser, JobStep, TaskRank, TaskLocalID, NodeIndex, JobAccount, JobPartition, JobQOS,
 	HostName, GPUName, GPUUUID, GPUIndex, GPUMIGProfile, GPUMIGInstance,
 }
 

@@ -81,10 +81,10 @@ type topKind struct {
 }
 
 var topKinds = map[string]topKind{
-	"cpu":             {schema.ProcessCPU, "CPU", "samples"},
-	"offcpu":          {schema.OffCPU, "blocked", "switches"},
-	"offcpu-runnable": {schema.OffCPURunnable, "waiting for a CPU", ""},
-	"gpu":             {schema.GPUTime, "GPU", "kernel launches"},
+	"cpu":               {schema.ProcessCPU, "CPU", "samples"},
+	"offcpu":            {schema.OffCPU, "blocked", "switches"},
+	"offcpu-runnable":   {schema.OffCPURunnable, "waiting for a CPU", ""},
+	schema.GPUTime.Name: {schema.GPUTime, "GPU", "kernel launches"},
 }
 
 func pct(part, total int64) float64 {
