@@ -10,6 +10,7 @@
 
 #include "common.h"
 #include "stack.h"
+#include "stackstore.h"
 
 const struct stack_event *unused_event __attribute__((unused));
 const struct interp_stack *unused_interp_stack __attribute__((unused));

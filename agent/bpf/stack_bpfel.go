@@ -20,6 +20,15 @@ type stackInterpFrame struct {
 	Data  uint64
 }
 
+type stackInterpNewEvent struct {
+	_               structs.HostLayout
+	Tgid            uint32
+	Pad             uint32
+	StartBoottimeNs uint64
+	Key             uint64
+	Stack           stackInterpStack
+}
+
 type stackInterpProc struct {
 	_             structs.HostLayout
 	StartBoottime uint64
@@ -106,6 +115,7 @@ type stackUnwindStack struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	stackMapInterpNew          = "interp_new"
 	stackMapInterpProcs        = "interp_procs"
 	stackMapPyFrameScratch     = "py_frame_scratch"
 	stackMapPyThreads          = "py_threads"
@@ -116,11 +126,13 @@ const (
 	stackMapStackSeen          = "stack_seen"
 	stackMapStackStats         = "stack_stats"
 	stackVarStackForkJobShare  = "stack_fork_job_share"
+	stackVarStackHashSeed      = "stack_hash_seed"
 	stackVarStackInterpreters  = "stack_interpreters"
 	stackVarStackTables        = "stack_tables"
 	stackVarUnusedEvent        = "unused_event"
 	stackVarUnusedEventFlag    = "unused_event_flag"
 	stackVarUnusedInterpFlag   = "unused_interp_flag"
+	stackVarUnusedInterpNew    = "unused_interp_new"
 	stackVarUnusedInterpProc   = "unused_interp_proc"
 	stackVarUnusedInterpStack  = "unused_interp_stack"
 	stackVarUnusedInterpStatus = "unused_interp_status"
@@ -177,6 +189,7 @@ type stackProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type stackMapSpecs struct {
+	InterpNew          *ebpf.MapSpec `ebpf:"interp_new"`
 	InterpProcs        *ebpf.MapSpec `ebpf:"interp_procs"`
 	PyFrameScratch     *ebpf.MapSpec `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.MapSpec `ebpf:"py_threads"`
@@ -193,11 +206,13 @@ type stackMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type stackVariableSpecs struct {
 	StackForkJobShare  *ebpf.VariableSpec `ebpf:"stack_fork_job_share"`
+	StackHashSeed      *ebpf.VariableSpec `ebpf:"stack_hash_seed"`
 	StackInterpreters  *ebpf.VariableSpec `ebpf:"stack_interpreters"`
 	StackTables        *ebpf.VariableSpec `ebpf:"stack_tables"`
 	UnusedEvent        *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedEventFlag    *ebpf.VariableSpec `ebpf:"unused_event_flag"`
 	UnusedInterpFlag   *ebpf.VariableSpec `ebpf:"unused_interp_flag"`
+	UnusedInterpNew    *ebpf.VariableSpec `ebpf:"unused_interp_new"`
 	UnusedInterpProc   *ebpf.VariableSpec `ebpf:"unused_interp_proc"`
 	UnusedInterpStack  *ebpf.VariableSpec `ebpf:"unused_interp_stack"`
 	UnusedInterpStatus *ebpf.VariableSpec `ebpf:"unused_interp_status"`
@@ -226,6 +241,7 @@ func (o *stackObjects) Close() error {
 //
 // It can be passed to loadStackObjects or ebpf.CollectionSpec.LoadAndAssign.
 type stackMaps struct {
+	InterpNew          *ebpf.Map `ebpf:"interp_new"`
 	InterpProcs        *ebpf.Map `ebpf:"interp_procs"`
 	PyFrameScratch     *ebpf.Map `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.Map `ebpf:"py_threads"`
@@ -239,6 +255,7 @@ type stackMaps struct {
 
 func (m *stackMaps) Close() error {
 	return _StackClose(
+		m.InterpNew,
 		m.InterpProcs,
 		m.PyFrameScratch,
 		m.PyThreads,
@@ -256,11 +273,13 @@ func (m *stackMaps) Close() error {
 // It can be passed to loadStackObjects or ebpf.CollectionSpec.LoadAndAssign.
 type stackVariables struct {
 	StackForkJobShare  *ebpf.Variable `ebpf:"stack_fork_job_share"`
+	StackHashSeed      *ebpf.Variable `ebpf:"stack_hash_seed"`
 	StackInterpreters  *ebpf.Variable `ebpf:"stack_interpreters"`
 	StackTables        *ebpf.Variable `ebpf:"stack_tables"`
 	UnusedEvent        *ebpf.Variable `ebpf:"unused_event"`
 	UnusedEventFlag    *ebpf.Variable `ebpf:"unused_event_flag"`
 	UnusedInterpFlag   *ebpf.Variable `ebpf:"unused_interp_flag"`
+	UnusedInterpNew    *ebpf.Variable `ebpf:"unused_interp_new"`
 	UnusedInterpProc   *ebpf.Variable `ebpf:"unused_interp_proc"`
 	UnusedInterpStack  *ebpf.Variable `ebpf:"unused_interp_stack"`
 	UnusedInterpStatus *ebpf.Variable `ebpf:"unused_interp_status"`

@@ -22,12 +22,3 @@ func stackFrames(st *bpf.UnwindStack) ([]uint64, bool) {
 	n := min(int(st.Len), len(st.Ips))
 	return append([]uint64(nil), st.Ips[:n]...), st.End == endFrameLimit || n == len(st.Ips)
 }
-
-// sumPerCPU sums the per-CPU values of each BPF counter.
-func sumPerCPU(vals []uint64) uint64 {
-	var t uint64
-	for _, v := range vals {
-		t += v
-	}
-	return t
-}

@@ -58,8 +58,8 @@ func TestStackFrames(t *testing.T) {
 }
 
 func TestSumPerCPU(t *testing.T) {
-	if got := sumPerCPU([]uint64{1, 0, 40, 1}); got != 42 {
-		t.Errorf("sumPerCPU = %d", got)
+	if got := bpf.SumPerCPU([]uint64{1, 0, 40, 1}); got != 42 {
+		t.Errorf("SumPerCPU = %d", got)
 	}
 }
 
@@ -100,7 +100,7 @@ func TestObjectLayout(t *testing.T) {
 	}
 	// Interpreter stacks are read straight from interp_stacks and the
 	// interp_new events, as the shared types lay them out.
-	if err := bpf.LayoutMatches(spec, "interp_new_event", newInterpEvent{}); err != nil {
+	if err := bpf.LayoutMatches(spec, "interp_new_event", bpf.InterpNewEvent{}); err != nil {
 		t.Error(err)
 	}
 	if err := bpf.LayoutMatches(spec, "interp_stack", bpf.InterpStack{}); err != nil {

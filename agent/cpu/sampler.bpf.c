@@ -31,6 +31,7 @@
 #include "common.h"
 #include "stack.h"
 #include "stackstore.h"
+#include "generations.h"
 
 // The key and value layouts are mirrored in Go (bpf2go generates
 // samplerCountKey and samplerCountVal); keep padding explicit so that the
@@ -120,46 +121,6 @@ struct interp_quota_map interp_quota_1 SEC(".maps");
 
 // Set by the loader: a job group's share of interp_stacks; 0: none.
 volatile const __u32 interp_share = 0;
-
-// Each interpreter stack new to its generation is also sent here, so that
-// user space reads what its frames name while the process lives (a 2 s
-// `python -c` is gone by the next drain); the drain then finds them cached.
-// Mirrored in Go (newInterpEvent), checked against this object's BTF.
-struct interp_new_event {
-	__u32 tgid;
-	__u32 pad;
-	__u64 start_boottime_ns;
-	__u64 key;
-	struct interp_stack stack;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 20); // placeholder; the loader sets it
-} interp_new SEC(".maps");
-
-const struct interp_new_event *unused_interp_new __attribute__((unused));
-
-// gen_switch[0] holds one of gen_0 / gen_1, whose only element is 0 or 1: the
-// generation the program writes to. User space flips it with a map-in-map
-// update, and the kernel does not return from that update until every
-// program that might still see the old inner map has finished.
-struct gen_map {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u32);
-};
-
-struct gen_map gen_0 SEC(".maps");
-struct gen_map gen_1 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__array(values, struct gen_map);
-} gen_switch SEC(".maps");
 
 // Counters are per generation too, so that a drain reports exactly what
 // happened to the samples it returns.
@@ -272,23 +233,7 @@ static __always_inline __u64 interp_stack(void *stats, void *interp_stacks, void
 		stat_inc(stats, err == -E2BIG || err == -ENOMEM ? STAT_INTERP_MAP_FULL : STAT_INTERP_STATUS + INTERP_STATUS_FRAME_READ);
 		return 0;
 	}
-	struct interp_new_event *e = bpf_ringbuf_reserve(&interp_new, sizeof(*e), 0);
-
-	if (!e) {
-		stat_inc(stats, STAT_INTERP_NEW_LOST);
-		return h;
-	}
-	e->tgid = pid_tgid >> 32;
-	e->pad = 0;
-	e->start_boottime_ns = start;
-	e->key = h;
-	// Too large for an inlined copy; in is a map value, kernel memory.
-	if (bpf_probe_read_kernel(&e->stack, sizeof(e->stack), in)) {
-		bpf_ringbuf_discard(e, 0);
-		stat_inc(stats, STAT_INTERP_NEW_LOST);
-		return h;
-	}
-	bpf_ringbuf_submit(e, 0);
+	stack_interp_announce(stats, STAT_INTERP_NEW_LOST, pid_tgid >> 32, start, h, in);
 	return h;
 }
 
@@ -346,21 +291,17 @@ int sample_cpu(void *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
-	__u32 zero = 0;
 
 	// pid 0 is the per-CPU idle task; its "stack" is the idle loop.
 	if ((__u32)pid_tgid == 0)
 		return 0;
 
-	// The loader fills gen_switch before it attaches, so gen is never NULL
-	// in practice; the verifier wants the checks.
-	void *gen_inner = bpf_map_lookup_elem(&gen_switch, &zero);
-	__u32 *gen = gen_inner ? bpf_map_lookup_elem(gen_inner, &zero) : 0;
+	int gen = gen_current();
 
-	if (!gen)
+	if (gen < 0)
 		return 0;
 
-	if (*gen == 0) {
+	if (gen == 0) {
 		if (exclude_tgid != 0 && tgid == exclude_tgid)
 			stat_inc(&stats_0, STAT_SKIPPED_SELF);
 		else

@@ -4,15 +4,8 @@
 // # Draining without races
 //
 // The program writes to one of two generations of maps (a counts hash and a
-// stacks hash each). Drain points the program at the other generation
-// by replacing the inner map of an ARRAY_OF_MAPS, and the kernel does not
-// return from that update before every program that may still use the old
-// value has finished (it waits for an RCU grace period, see
-// maybe_wait_bpf_programs in kernel/bpf/syscall.c; the kernel selftests rely
-// on the same guarantee). The drained generation is therefore quiescent:
-// reading and then clearing it cannot lose or double count a sample, which
-// iterate-and-delete on a live map would (an increment landing between the
-// read and the delete vanishes).
+// stacks hash each); Drain flips it to the other (agent/bpf Generations)
+// and reads and clears the quiescent one.
 //
 // Each generation has its own stacks map so that clearing stacks after a
 // drain can never delete a stack that a not yet drained count still refers
@@ -33,10 +26,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"time"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
@@ -214,12 +205,11 @@ type Stats struct {
 
 // generation is one set of maps the program can write to.
 type generation struct {
-	selector *ebpf.Map // gen_0 / gen_1: what gen_switch points at
-	counts   *ebpf.Map
-	stacks   *ebpf.Map
-	interp   *ebpf.Map
-	quota    *ebpf.Map // each job group's count of new interpreter stacks
-	stats    *ebpf.Map
+	counts *ebpf.Map
+	stacks *ebpf.Map
+	interp *ebpf.Map
+	quota  *ebpf.Map // each job group's count of new interpreter stacks
+	stats  *ebpf.Map
 }
 
 // Sampler samples stacks until Close. Its methods are safe for concurrent
@@ -229,7 +219,7 @@ type Sampler struct {
 	sysRoot string
 	objs    samplerObjects
 	gens    [2]generation
-	active  int // index into gens the program writes to
+	flip    *bpf.Generations
 	cpus    *cpuSet
 	stats   Stats // totals through the last drained generation
 	closed  bool
@@ -322,19 +312,12 @@ func New(opts Options) (*Sampler, error) {
 		return nil, fmt.Errorf("cpu sampler: %w", err)
 	}
 	s.gens = [2]generation{
-		{selector: s.objs.Gen0, counts: s.objs.Counts0, stacks: s.objs.Stacks0, interp: s.objs.InterpStacks0, quota: s.objs.InterpQuota0, stats: s.objs.Stats0},
-		{selector: s.objs.Gen1, counts: s.objs.Counts1, stacks: s.objs.Stacks1, interp: s.objs.InterpStacks1, quota: s.objs.InterpQuota1, stats: s.objs.Stats1},
+		{counts: s.objs.Counts0, stacks: s.objs.Stacks0, interp: s.objs.InterpStacks0, quota: s.objs.InterpQuota0, stats: s.objs.Stats0},
+		{counts: s.objs.Counts1, stacks: s.objs.Stacks1, interp: s.objs.InterpStacks1, quota: s.objs.InterpQuota1, stats: s.objs.Stats1},
 	}
-	for i, g := range s.gens {
-		gen := uint32(i) // #nosec G115 -- i is 0 or 1, the two generations
-		if err := g.selector.Put(uint32(0), gen); err != nil {
-			s.objs.Close()
-			return nil, fmt.Errorf("cpu sampler: init generation: %w", err)
-		}
-	}
-	if err := s.objs.GenSwitch.Put(uint32(0), s.gens[0].selector); err != nil {
+	if s.flip, err = bpf.NewGenerations(s.objs.GenSwitch, s.objs.Gen0, s.objs.Gen1); err != nil {
 		s.objs.Close()
-		return nil, fmt.Errorf("cpu sampler: init generation: %w", err)
+		return nil, fmt.Errorf("cpu sampler: %w", err)
 	}
 
 	if opts.NewInterp != nil {
@@ -384,13 +367,11 @@ func (s *Sampler) Drain() ([]Sample, Stats, error) {
 	}
 	hotplugErr := s.syncCPUs()
 
-	old := s.gens[s.active]
-	next := 1 - s.active
-	// Returns only once no program can still be writing to old.
-	if err := s.objs.GenSwitch.Put(uint32(0), s.gens[next].selector); err != nil {
-		return nil, Stats{}, fmt.Errorf("cpu sampler: switch generation: %w", err)
+	i, err := s.flip.Flip()
+	if err != nil {
+		return nil, Stats{}, fmt.Errorf("cpu sampler: %w", err)
 	}
-	s.active = next
+	old := s.gens[i]
 
 	samples, err := s.readGeneration(old)
 	if err == nil {
@@ -412,42 +393,17 @@ func (s *Sampler) Drain() ([]Sample, Stats, error) {
 	return samples, st, hotplugErr
 }
 
-// newInterpEvent is struct interp_new_event (sampler.bpf.c), checked
-// against the object's BTF by TestObjectLayout.
-type newInterpEvent struct {
-	Tgid            uint32
-	Pad             uint32
-	StartBoottimeNs uint64
-	Key             uint64
-	Stack           bpf.InterpStack
-}
-
 // readInterpNew hands each new interpreter stack to fn until the sampler
-// closes.
+// closes. At the default priority, unlike the table loaders (agent/prio):
+// a raised goroutine is locked to its thread, and handing it its thread at
+// every new stack cost a fifth of the agent's CPU with 32 busy Python
+// processes (steady 0.52-0.59% raised, 0.43% not; go run
+// ./tools/bench/agent --load python --procs 32). A short process's code
+// objects are still read within milliseconds of its first samples, and
+// forked siblings share them through their parent.
 func (s *Sampler) readInterpNew(fn func(pid uint32, startNs uint64, raw *bpf.InterpStack)) {
 	defer close(s.interpDone)
-	// At the default priority, unlike the table loaders (agent/prio): a
-	// raised goroutine is locked to its thread, and handing it its thread
-	// at every new stack cost a fifth of the agent's CPU with 32 busy
-	// Python processes (steady 0.52-0.59% raised, 0.43% not; go run
-	// ./tools/bench/agent --load python --procs 32). A short process's
-	// code objects are still read within milliseconds of its first
-	// samples, and forked siblings share them through their parent.
-	var rec ringbuf.Record
-	for {
-		if err := s.interpNew.ReadInto(&rec); err != nil {
-			if errors.Is(err, os.ErrClosed) {
-				return
-			}
-			continue
-		}
-		var ev newInterpEvent
-		if len(rec.RawSample) < int(unsafe.Sizeof(ev)) {
-			continue
-		}
-		ev = *(*newInterpEvent)(unsafe.Pointer(&rec.RawSample[0]))
-		fn(ev.Tgid, ev.StartBoottimeNs, &ev.Stack)
-	}
+	bpf.ReadInterpNew(s.interpNew, fn)
 }
 
 func (s *Sampler) readGeneration(g generation) ([]Sample, error) {
@@ -543,15 +499,8 @@ func clearGeneration(g generation) error {
 	if err := bpf.EachEntry(g.quota, true, func(*uint32, *uint32) {}); err != nil {
 		return fmt.Errorf("clear %s: %w", g.quota, err)
 	}
-	ncpu, err := ebpf.PossibleCPU()
-	if err != nil {
+	if err := bpf.ZeroPerCPU(g.stats, uint32(samplerStatIndexSTAT_MAX)); err != nil {
 		return fmt.Errorf("clear stats: %w", err)
-	}
-	zeros := make([]uint64, ncpu)
-	for idx := range uint32(samplerStatIndexSTAT_MAX) {
-		if err := g.stats.Put(idx, zeros); err != nil {
-			return fmt.Errorf("clear stats: %w", err)
-		}
 	}
 	return nil
 }
@@ -580,7 +529,7 @@ func (s *Sampler) addStats(g generation) error {
 		if err := g.stats.Lookup(uint32(idx), &perCPU); err != nil {
 			return fmt.Errorf("read stats: %w", err)
 		}
-		*dst += sumPerCPU(perCPU)
+		*dst += bpf.SumPerCPU(perCPU)
 	}
 	st.LostStackErrors = st.KernelStackMapFull + st.KernelStackErrors + st.UserStackMapFull + st.UserStackErrors
 	return nil
@@ -596,11 +545,7 @@ func (s *Sampler) ProgramStats() (runNs, runCount uint64, ok bool) {
 	if s.closed {
 		return 0, 0, false
 	}
-	ps, err := s.objs.SampleCpu.Stats()
-	if err != nil || ps.RunCount == 0 {
-		return 0, 0, false
-	}
-	return uint64(ps.Runtime.Nanoseconds()), ps.RunCount, true // #nosec G115 -- the kernel's run time, not negative
+	return bpf.RunStats(s.objs.SampleCpu)
 }
 
 // Close detaches from every CPU and unloads the program. Undrained samples

@@ -155,7 +155,7 @@ func checkStackKeys(t *testing.T, s *Sampler, maps []mapping) {
 		sawZeroKey      bool
 		allIn, allAbove bool
 	)
-	it := s.gens[s.active].stacks.Iterate()
+	it := s.gens[s.flip.Active()].stacks.Iterate()
 	for it.Next(&key, &st) {
 		if key == 0 {
 			sawZeroKey = true
@@ -206,7 +206,7 @@ func checkStackKeys(t *testing.T, s *Sampler, maps []mapping) {
 // were lost are freed too.
 func checkDrained(t *testing.T, s *Sampler, drain int) {
 	t.Helper()
-	g := s.gens[1-s.active]
+	g := s.gens[1-s.flip.Active()]
 	for _, m := range []*ebpf.Map{g.counts, g.stacks, g.interp} {
 		if n := mapLen(t, m); n != 0 {
 			t.Errorf("drain %d left %d entries in %s", drain, n, m)
@@ -232,7 +232,7 @@ func TestIntegrationManyStacks(t *testing.T) {
 	b := startBurnerMode(t, "stacks")
 	startTicks := procStat(t, b.pid)[22]
 	waitBurnerSamples(t, b.pid, 1500, 10*time.Second, func() bool {
-		return mapLen(t, s.gens[s.active].stacks) >= s.stackEntries/2
+		return mapLen(t, s.gens[s.flip.Active()].stacks) >= s.stackEntries/2
 	})
 	maps := execMappings(t, b.pid)
 	checkStackKeys(t, s, maps)

@@ -117,8 +117,7 @@ func TestIntegrationBlockedTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var blocked, runnable, switches uint64
-	withKernel := 0
+	var blocked, runnable, switches, blockedSwitches, withKernel uint64
 	for _, s := range samples {
 		switch s.Proc.PID {
 		case out.Process.Pid:
@@ -130,8 +129,9 @@ func TestIntegrationBlockedTime(t *testing.T) {
 				continue
 			}
 			blocked += s.Ns
+			blockedSwitches += s.Switches
 			if len(s.Kernel) > 0 {
-				withKernel += int(s.Switches)
+				withKernel += s.Switches
 			}
 		}
 	}
@@ -140,8 +140,10 @@ func TestIntegrationBlockedTime(t *testing.T) {
 	if got := float64(blocked) / 1e9; got < measured*0.97 || got > measured*1.10 {
 		t.Errorf("blocked %.3f s, the process measured %.3f s asleep", got, measured)
 	}
-	if switches < 150 || withKernel < 150 {
-		t.Errorf("%d switches, %d with a kernel stack; want at least the 150 naps", switches, withKernel)
+	// Not one blocked switch per nap: a nap whose deadline passed while
+	// the process waited for a CPU (a loaded host) returns at once.
+	if blockedSwitches == 0 || withKernel != blockedSwitches {
+		t.Errorf("%d blocked switches, %d with a kernel stack; want every one", blockedSwitches, withKernel)
 	}
 	if st.SampledOut != 0 {
 		t.Errorf("%d switches sampled out at ~100 a second", st.SampledOut)

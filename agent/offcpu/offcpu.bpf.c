@@ -38,6 +38,7 @@
 #define UNWIND_SLOT 2
 #include "stack.h"
 #include "stackstore.h"
+#include "generations.h"
 
 #define BPF_MAP_TYPE_TASK_STORAGE 29
 #define BPF_LOCAL_STORAGE_GET_F_CREATE (1ULL << 0)
@@ -183,41 +184,6 @@ struct {
 	__type(key, int);
 	__type(value, struct offcpu_task);
 } pending SEC(".maps");
-
-// Each interpreter stack new to interp_stacks is also sent here, so that
-// user space reads what its frames name while the process lives (as the
-// CPU sampler's interp_new). Mirrored in Go.
-struct interp_new_event {
-	__u32 tgid;
-	__u32 pad;
-	__u64 start_boottime_ns;
-	__u64 key;
-	struct interp_stack stack;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 20); // placeholder; the loader sets it
-} interp_new SEC(".maps");
-
-const struct interp_new_event *unused_interp_new __attribute__((unused));
-
-struct gen_map {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u32);
-};
-
-struct gen_map gen_0 SEC(".maps");
-struct gen_map gen_1 SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__array(values, struct gen_map);
-} gen_switch SEC(".maps");
 
 struct stats_map {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -397,22 +363,7 @@ static __always_inline __u64 interp_key(void *stats, void *quota, __u32 group, v
 		stat_inc(stats, STAT_INTERP_MAP_FULL);
 		return 0;
 	}
-	struct interp_new_event *e = bpf_ringbuf_reserve(&interp_new, sizeof(*e), 0);
-
-	if (!e) {
-		stat_inc(stats, STAT_INTERP_NEW_LOST);
-		return h;
-	}
-	e->tgid = pid_tgid >> 32;
-	e->pad = 0;
-	e->start_boottime_ns = start;
-	e->key = h;
-	if (bpf_probe_read_kernel(&e->stack, sizeof(e->stack), in)) {
-		bpf_ringbuf_discard(e, 0);
-		stat_inc(stats, STAT_INTERP_NEW_LOST);
-		return h;
-	}
-	bpf_ringbuf_submit(e, 0);
+	stack_interp_announce(stats, STAT_INTERP_NEW_LOST, pid_tgid >> 32, start, h, in);
 	return h;
 }
 
@@ -561,15 +512,13 @@ int on_switch(__u64 *ctx)
 	int preempt = (int)ctx[0];
 	struct task_struct *prev = (struct task_struct *)ctx[1];
 	struct task_struct *next = (struct task_struct *)ctx[2];
-	__u32 zero = 0;
-	void *gen_inner = bpf_map_lookup_elem(&gen_switch, &zero);
-	__u32 *gen = gen_inner ? bpf_map_lookup_elem(gen_inner, &zero) : 0;
+	int gen = gen_current();
 
-	if (!gen)
+	if (gen < 0)
 		return 0;
-	void *counts = *gen ? (void *)&counts_1 : (void *)&counts_0;
-	void *stats = *gen ? (void *)&stats_1 : (void *)&stats_0;
-	void *quota = *gen ? (void *)&quota_1 : (void *)&quota_0;
+	void *counts = gen ? (void *)&counts_1 : (void *)&counts_0;
+	void *stats = gen ? (void *)&stats_1 : (void *)&stats_0;
+	void *quota = gen ? (void *)&quota_1 : (void *)&quota_0;
 
 	if (next->pid != 0 && !(next->flags & PF_KTHREAD))
 		switch_in(next, counts, stats, quota);

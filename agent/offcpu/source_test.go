@@ -6,7 +6,11 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+	"unsafe"
 
+	"github.com/cilium/ebpf"
+
+	"github.com/slurmscope/slurmscope/agent/bpf"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/source"
 )
@@ -191,5 +195,36 @@ func TestSchedEntry(t *testing.T) {
 	os.WriteFile(filepath.Join(proc, "kallsyms"), []byte("0000000000000000 T _stext\n0000000000000000 t __schedule\n0000000000000000 T schedule\n"), 0o644)
 	if r := schedEntry(procfs.New(proc)); r != (addrRange{}) {
 		t.Errorf("hidden: %x", r)
+	}
+}
+
+// TestObjectLayout: the committed object keeps the layout the Go side
+// decodes; a C edit that breaks it without regenerating fails here,
+// without root.
+func TestObjectLayout(t *testing.T) {
+	spec, err := loadOffcpu()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, val := unsafe.Sizeof(offcpuCountKey{}), unsafe.Sizeof(offcpuCountVal{})
+	if key != 48 || val != 16 {
+		t.Errorf("count key/value are %d/%d bytes, want 48/16", key, val)
+	}
+	for _, name := range []string{offcpuMapCounts0, offcpuMapCounts1} {
+		if m := spec.Maps[name]; m.KeySize != uint32(key) || m.ValueSize != uint32(val) {
+			t.Errorf("%s: key/value %d/%d bytes, Go has %d/%d", name, m.KeySize, m.ValueSize, key, val)
+		}
+	}
+	// Stacks outlive generations: least recently used go first.
+	for _, name := range []string{offcpuMapStacks, offcpuMapInterpStacks} {
+		if m := spec.Maps[name]; m.Type != ebpf.LRUHash || m.KeySize != 8 {
+			t.Errorf("%s: %s, key %d bytes; want an LRU hash keyed by the stack's hash", name, m.Type, m.KeySize)
+		}
+	}
+	if err := bpf.LayoutMatches(spec, "interp_new_event", bpf.InterpNewEvent{}); err != nil {
+		t.Error(err)
+	}
+	if err := bpf.LayoutMatches(spec, "unwind_stack", bpf.UnwindStack{}); err != nil {
+		t.Error(err)
 	}
 }

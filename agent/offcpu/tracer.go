@@ -22,9 +22,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -65,18 +63,17 @@ type Preparer interface {
 }
 
 const (
-	defaultJobRate     = 1000
-	defaultCounts      = 16384
-	defaultStacks      = 16384
-	defaultInterp      = 4096
-	shares             = 8 // a job fills at most 1/shares of a map in a generation
-	maxMapEntries      = 1 << 22
-	interpNewBytes     = 1 << 20
-	endFrameLimit      = 1 // UNWIND_END_FRAME_LIMIT
-	v1Key              = 1 << 63
-	maxSubsys          = 16
-	stateRunnable      = 1 // OFFCPU_RUNNABLE
-	generationSelector = 0
+	defaultJobRate = 1000
+	defaultCounts  = 16384
+	defaultStacks  = 16384
+	defaultInterp  = 4096
+	shares         = 8 // a job fills at most 1/shares of a map in a generation
+	maxMapEntries  = 1 << 22
+	interpNewBytes = 1 << 20
+	endFrameLimit  = 1 // UNWIND_END_FRAME_LIMIT
+	v1Key          = 1 << 63
+	maxSubsys      = 16
+	stateRunnable  = 1 // OFFCPU_RUNNABLE
 )
 
 // Sample is one distinct (process, stacks, state) and its switches since
@@ -110,7 +107,7 @@ type Stats struct {
 }
 
 type generation struct {
-	selector, counts, quota, stats *ebpf.Map
+	counts, quota, stats *ebpf.Map
 }
 
 // Tracer traces switches until Close. Its methods are safe for concurrent
@@ -119,7 +116,7 @@ type Tracer struct {
 	mu        sync.Mutex
 	objs      offcpuObjects
 	gens      [2]generation
-	active    int
+	flip      *bpf.Generations
 	link      link.Link
 	stats     Stats
 	closed    bool
@@ -193,18 +190,12 @@ func New(o Options) (*Tracer, error) {
 		return nil, fmt.Errorf("off-CPU tracer: %w", err)
 	}
 	t.gens = [2]generation{
-		{selector: t.objs.Gen0, counts: t.objs.Counts0, quota: t.objs.Quota0, stats: t.objs.Stats0},
-		{selector: t.objs.Gen1, counts: t.objs.Counts1, quota: t.objs.Quota1, stats: t.objs.Stats1},
+		{counts: t.objs.Counts0, quota: t.objs.Quota0, stats: t.objs.Stats0},
+		{counts: t.objs.Counts1, quota: t.objs.Quota1, stats: t.objs.Stats1},
 	}
-	for i, g := range t.gens {
-		if err := g.selector.Put(uint32(generationSelector), uint32(i)); err != nil { // #nosec G115 -- 0 or 1
-			t.objs.Close()
-			return nil, fmt.Errorf("off-CPU tracer: init generation: %w", err)
-		}
-	}
-	if err := t.objs.GenSwitch.Put(uint32(0), t.gens[0].selector); err != nil {
+	if t.flip, err = bpf.NewGenerations(t.objs.GenSwitch, t.objs.Gen0, t.objs.Gen1); err != nil {
 		t.objs.Close()
-		return nil, fmt.Errorf("off-CPU tracer: init generation: %w", err)
+		return nil, fmt.Errorf("off-CPU tracer: %w", err)
 	}
 	if o.NewInterp != nil {
 		if t.interpNew, err = ringbuf.NewReader(t.objs.InterpNew); err != nil {
@@ -272,13 +263,11 @@ func (t *Tracer) Drain() ([]Sample, Stats, error) {
 	if t.closed {
 		return nil, Stats{}, errors.New("off-CPU tracer: closed")
 	}
-	old := t.gens[t.active]
-	next := 1 - t.active
-	// Returns once no program can still be writing to old.
-	if err := t.objs.GenSwitch.Put(uint32(0), t.gens[next].selector); err != nil {
-		return nil, Stats{}, fmt.Errorf("off-CPU tracer: switch generation: %w", err)
+	i, err := t.flip.Flip()
+	if err != nil {
+		return nil, Stats{}, fmt.Errorf("off-CPU tracer: %w", err)
 	}
-	t.active = next
+	old := t.gens[i]
 	samples, err := t.read(old)
 	if err == nil {
 		err = t.addStats(old)
@@ -356,15 +345,8 @@ func clear(g generation) error {
 	if err := bpf.EachEntry(g.quota, true, func(*uint64, *uint32) {}); err != nil {
 		return fmt.Errorf("clear quota: %w", err)
 	}
-	ncpu, err := ebpf.PossibleCPU()
-	if err != nil {
+	if err := bpf.ZeroPerCPU(g.stats, uint32(offcpuStatIndexSTAT_MAX)); err != nil {
 		return fmt.Errorf("clear stats: %w", err)
-	}
-	zeros := make([]uint64, ncpu)
-	for idx := range uint32(offcpuStatIndexSTAT_MAX) {
-		if err := g.stats.Put(idx, zeros); err != nil {
-			return fmt.Errorf("clear stats: %w", err)
-		}
 	}
 	return nil
 }
@@ -387,7 +369,7 @@ func (t *Tracer) addStats(g generation) error {
 		if err := g.stats.Lookup(uint32(idx), &perCPU); err != nil {
 			return fmt.Errorf("read stats: %w", err)
 		}
-		*dst += sum(perCPU)
+		*dst += bpf.SumPerCPU(perCPU)
 	}
 	for _, pair := range [][2]offcpuStatIndex{
 		{offcpuStatIndexSTAT_KSTACK_MAP_FULL, offcpuStatIndexSTAT_USTACK_MAP_FULL},
@@ -398,7 +380,7 @@ func (t *Tracer) addStats(g generation) error {
 			if err := g.stats.Lookup(uint32(idx), &perCPU); err != nil {
 				return fmt.Errorf("read stats: %w", err)
 			}
-			n += sum(perCPU)
+			n += bpf.SumPerCPU(perCPU)
 		}
 		if pair[0] == offcpuStatIndexSTAT_KSTACK_MAP_FULL {
 			st.StackMapFull += n
@@ -409,40 +391,9 @@ func (t *Tracer) addStats(g generation) error {
 	return nil
 }
 
-func sum(vals []uint64) uint64 {
-	var n uint64
-	for _, v := range vals {
-		n += v
-	}
-	return n
-}
-
-// interpNewEvent is struct interp_new_event (offcpu.bpf.c).
-type interpNewEvent struct {
-	Tgid            uint32
-	Pad             uint32
-	StartBoottimeNs uint64
-	Key             uint64
-	Stack           bpf.InterpStack
-}
-
 func (t *Tracer) readInterpNew(fn func(pid uint32, startNs uint64, raw *bpf.InterpStack)) {
 	defer close(t.done)
-	var rec ringbuf.Record
-	for {
-		if err := t.interpNew.ReadInto(&rec); err != nil {
-			if errors.Is(err, os.ErrClosed) {
-				return
-			}
-			continue
-		}
-		var ev interpNewEvent
-		if len(rec.RawSample) < int(unsafe.Sizeof(ev)) {
-			continue
-		}
-		ev = *(*interpNewEvent)(unsafe.Pointer(&rec.RawSample[0]))
-		fn(ev.Tgid, ev.StartBoottimeNs, &ev.Stack)
-	}
+	bpf.ReadInterpNew(t.interpNew, fn)
 }
 
 // ProgramStats returns the program's run time and runs, as the kernel
@@ -453,11 +404,7 @@ func (t *Tracer) ProgramStats() (runNs, runCount uint64, ok bool) {
 	if t.closed {
 		return 0, 0, false
 	}
-	ps, err := t.objs.OnSwitch.Stats()
-	if err != nil || ps.RunCount == 0 {
-		return 0, 0, false
-	}
-	return uint64(ps.Runtime.Nanoseconds()), ps.RunCount, true // #nosec G115 -- the kernel's run time, not negative
+	return bpf.RunStats(t.objs.OnSwitch)
 }
 
 // Close detaches and unloads the program.

@@ -102,4 +102,49 @@ static __always_inline __u64 interp_stack_hash(const struct interp_stack *in, __
 	return h ? h : 1;
 }
 
+// Each interpreter stack new to a probe's map is also sent here, so that
+// user space reads what its frames name while the process lives (a 2 s
+// `python -c` is gone by the next drain); the drain then finds them
+// cached. Generated once in Go (agent/bpf InterpNewEvent).
+struct interp_new_event {
+	__u32 tgid;
+	__u32 pad;
+	__u64 start_boottime_ns;
+	__u64 key;
+	struct interp_stack stack;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20); // placeholder; the loader sets it
+} interp_new SEC(".maps");
+
+// Keeps the struct in each object's BTF, which tests check it against.
+const struct interp_new_event *unused_interp_new __attribute__((unused));
+
+// stack_interp_announce sends interpreter stack in (kernel memory: a map
+// value), stored under key for process tgid started at start; a full ring
+// buffer counts lost in stats.
+static __always_inline void stack_interp_announce(void *stats, __u32 lost, __u32 tgid, __u64 start, __u64 key,
+						  struct interp_stack *in)
+{
+	struct interp_new_event *e = bpf_ringbuf_reserve(&interp_new, sizeof(*e), 0);
+
+	if (!e) {
+		stat_inc(stats, lost);
+		return;
+	}
+	e->tgid = tgid;
+	e->pad = 0;
+	e->start_boottime_ns = start;
+	e->key = key;
+	// Too large for an inlined copy.
+	if (bpf_probe_read_kernel(&e->stack, sizeof(e->stack), in)) {
+		bpf_ringbuf_discard(e, 0);
+		stat_inc(stats, lost);
+		return;
+	}
+	bpf_ringbuf_submit(e, 0);
+}
+
 #endif // SLURMSCOPE_STACKSTORE_H
