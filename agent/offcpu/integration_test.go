@@ -67,25 +67,39 @@ func asleep(t *testing.T, pid int) bool {
 	return i > 0 && i+2 < len(b) && b[i+2] == 'S'
 }
 
+// newJob makes the n-th simulated job of the test and returns it with its
+// job cgroup's id.
+func newJob(t *testing.T, n int) (*simjob.Job, uint64) {
+	t.Helper()
+	job, err := simjob.Create("slurmscope-offcpu-test.slice", strconv.Itoa(os.Getpid()+n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { job.Remove() })
+	id, err := cgroupID(filepath.Dir(filepath.Dir(filepath.Dir(job.Leaf))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return job, id
+}
+
+func newTracer(t *testing.T, o Options) *Tracer {
+	t.Helper()
+	tr, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	return tr
+}
+
 // TestIntegrationBlockedTime: a job's process that sleeps is recorded
 // blocked, for the time it measured itself, with kernel stacks; a process
 // outside the job, sleeping the same way, is not recorded.
 func TestIntegrationBlockedTime(t *testing.T) {
 	testenv.RequireIntegration(t, testenv.Root, testenv.BTF, testenv.Tools("python3"))
-	job, err := simjob.Create("slurmscope-offcpu-test.slice", strconv.Itoa(os.Getpid()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { job.Remove() })
-	tr, err := New(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	id, err := cgroupID(filepath.Dir(filepath.Dir(filepath.Dir(job.Leaf))))
-	if err != nil {
-		t.Fatal(err)
-	}
+	job, id := newJob(t, 0)
+	tr := newTracer(t, Options{})
 	if err := tr.AddJob(id, false, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -173,20 +187,8 @@ func runDelay(t *testing.T, pid int) uint64 {
 // waited on the runqueue, and not blocked.
 func TestIntegrationRunnableTime(t *testing.T) {
 	testenv.RequireIntegration(t, testenv.Root, testenv.BTF, testenv.Tools("taskset"))
-	job, err := simjob.Create("slurmscope-offcpu-test.slice", strconv.Itoa(os.Getpid()+1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { job.Remove() })
-	tr, err := New(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
-	id, err := cgroupID(filepath.Dir(filepath.Dir(filepath.Dir(job.Leaf))))
-	if err != nil {
-		t.Fatal(err)
-	}
+	job, id := newJob(t, 1)
+	tr := newTracer(t, Options{})
 	if err := tr.AddJob(id, false, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -242,23 +244,11 @@ func TestIntegrationOneJobCannotFillTheMaps(t *testing.T) {
 	var ids []uint64
 	var jobs []*simjob.Job
 	for i := range 2 {
-		job, err := simjob.Create("slurmscope-offcpu-test.slice", strconv.Itoa(os.Getpid()+2+i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { job.Remove() })
-		id, err := cgroupID(filepath.Dir(filepath.Dir(filepath.Dir(job.Leaf))))
-		if err != nil {
-			t.Fatal(err)
-		}
+		job, id := newJob(t, 2+i)
 		ids, jobs = append(ids, id), append(jobs, job)
 	}
 	// A counts map of 64: each job may make 8 keys a generation.
-	tr, err := New(Options{MaxCountEntries: 64, MaxStackEntries: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tr.Close()
+	tr := newTracer(t, Options{MaxCountEntries: 64, MaxStackEntries: 64})
 	for i, id := range ids {
 		if err := tr.AddJob(id, false, uint32(i+1)); err != nil { // #nosec G115 -- 0 or 1
 			t.Fatal(err)
