@@ -26,7 +26,8 @@
 //
 // A blocked switch (the task sleeps: TASK_INTERRUPTIBLE, UNINTERRUPTIBLE,
 // stopped) and a runnable one (preempted, still TASK_RUNNING) are counted
-// under keys that say which, never summed.
+// under keys that say which, never summed. A runnable switch keeps its
+// native and kernel frames, not its interpreter's (see switch_out).
 //
 // Counts are per generation, drained like the CPU sampler's (gen_switch).
 // Stacks are not: a thread that sleeps for minutes is counted when it
@@ -451,7 +452,14 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, int 
 			store_new(stats, quota, group, us, HASH_DOMAIN_USER, STAT_USTACK_MAP_FULL, STAT_USTACK_ERROR);
 	else
 		stat_inc(stats, STAT_USTACK_ERROR);
-	key->interp_stack = interp_key(stats, quota, group, prev, pid_tgid, key->start_boottime_ns, &setup);
+	// Interpreter frames for blocked switches only: a preemption lands
+	// anywhere in the code, as a CPU sample does, and naming those frames
+	// again would spend the job's frame-resolution allowance that its CPU
+	// profile needs (a forking Python pool under load lost its CPU
+	// frames so).
+	key->interp_stack = 0;
+	if (!runnable)
+		key->interp_stack = interp_key(stats, quota, group, prev, pid_tgid, key->start_boottime_ns, &setup);
 	key->setup = setup;
 	p->group = group;
 	p->pad = 0;
