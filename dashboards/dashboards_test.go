@@ -8,6 +8,7 @@ package dashboards
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -300,7 +301,14 @@ type target struct {
 	Metric      string `json:"metric"`
 	Entity      string `json:"entity"`
 	RankBy      string `json:"rankBy"`
+	// A diff's sides, CEL like the filter.
+	LeftFilter  string `json:"leftFilter"`
+	RightFilter string `json:"rightFilter"`
 }
+
+// sideFilters are the fields of a query model that hold CEL besides
+// filter: a diff's sides.
+var sideFilters = []string{"leftFilter", "rightFilter"}
 
 func checkSlurmscope(t *testing.T, where string, raw json.RawMessage, vars map[string]variable) {
 	t.Helper()
@@ -314,15 +322,18 @@ func checkSlurmscope(t *testing.T, where string, raw json.RawMessage, vars map[s
 		t.Errorf("%s: queryType %q, want one of %v", where, m.QueryType, querytype.Names())
 		return
 	}
-	src := substitute(t, where, m.Filter, "cel", vars)
-	f, err := filter.Compile(src)
-	if err != nil {
-		t.Errorf("%s: filter %q (as %q): %v", where, m.Filter, src, err)
-	} else if err := f.Err(); err != nil {
-		t.Errorf("%s: filter %q: %v", where, m.Filter, err)
+	checkCEL(t, where+" filter", m.Filter, vars)
+	// The type's fields, checked as the datasource checks them, with
+	// variables in its other CEL fields substituted as in the filter.
+	var model map[string]any
+	_ = json.Unmarshal(raw, &model)
+	for _, name := range sideFilters {
+		if src, ok := model[name].(string); ok && src != "" {
+			model[name] = checkCEL(t, where+" "+name, src, vars)
+		}
 	}
-	// The type's fields, checked as the datasource checks them.
-	if _, err := querytype.Parse(m.QueryType, raw); err != nil {
+	sub, _ := json.Marshal(model)
+	if _, err := querytype.Parse(m.QueryType, sub); err != nil {
 		t.Errorf("%s: %v", where, err)
 	}
 	// A dashboard names what the datasource would otherwise default: the
@@ -334,6 +345,20 @@ func checkSlurmscope(t *testing.T, where string, raw json.RawMessage, vars map[s
 	if slices.Contains(fields, "metric") && m.Metric == "" {
 		t.Errorf("%s: no metric", where)
 	}
+}
+
+// checkCEL checks one CEL field after substituting its variables, and
+// returns it substituted.
+func checkCEL(t *testing.T, where, cel string, vars map[string]variable) string {
+	t.Helper()
+	src := substitute(t, where, cel, "cel", vars)
+	f, err := filter.Compile(src)
+	if err != nil {
+		t.Errorf("%s %q (as %q): %v", where, cel, src, err)
+	} else if err := f.Err(); err != nil {
+		t.Errorf("%s %q: %v", where, cel, err)
+	}
+	return src
 }
 
 // ---------- PromQL ----------
@@ -560,7 +585,9 @@ func TestJobDashboardFlameGraphsSideBySide(t *testing.T) {
 		for _, raw := range p.Targets {
 			var m target
 			_ = json.Unmarshal(raw, &m)
-			flames[m.ProfileType] = p
+			if m.QueryType == querytype.Flamegraph {
+				flames[m.ProfileType] = p
+			}
 		}
 	}
 	cpu, off := flames[schema.ProcessCPU.ID()], flames[schema.OffCPU.ID()]
@@ -578,6 +605,155 @@ func TestJobDashboardFlameGraphsSideBySide(t *testing.T) {
 				t.Errorf("panels %q %+v and %q %+v overlap", a.Title, g, b.Title, h)
 			}
 		}
+	}
+}
+
+// dashboardByUID returns the dashboard of uid.
+func dashboardByUID(t *testing.T, uid string) dashboard {
+	t.Helper()
+	for _, d := range dashboards(t) {
+		if d.UID == uid {
+			return d
+		}
+	}
+	t.Fatalf("no dashboard with uid %s", uid)
+	return dashboard{}
+}
+
+// varAttribute is the attribute whose values a query variable lists.
+func varAttribute(v variable) string {
+	var q struct{ Attribute string }
+	_ = json.Unmarshal(v.Query, &q)
+	return q.Attribute
+}
+
+// diffTargets are the dashboard's diff queries, by the id of their panel.
+func diffTargets(d dashboard) map[int][]target {
+	out := map[int][]target{}
+	for _, p := range allPanels(d.Panels) {
+		for _, raw := range p.Targets {
+			var m target
+			_ = json.Unmarshal(raw, &m)
+			if m.QueryType == querytype.Diff {
+				out[p.ID] = append(out[p.ID], m)
+			}
+		}
+	}
+	return out
+}
+
+// panelLinks are the data links of each panel of the dashboard's file,
+// by panel id.
+func panelLinks(t *testing.T, d dashboard) map[int][]string {
+	t.Helper()
+	b, err := os.ReadFile(d.file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Panels []struct {
+			ID          int `json:"id"`
+			FieldConfig struct {
+				Defaults struct {
+					Links []struct{ URL string } `json:"links"`
+				} `json:"defaults"`
+			} `json:"fieldConfig"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	out := map[int][]string{}
+	for _, p := range doc.Panels {
+		for _, l := range p.FieldConfig.Defaults.Links {
+			out[p.ID] = append(out[p.ID], l.URL)
+		}
+	}
+	return out
+}
+
+// The job dashboard shows each rank's time, so that a straggler stands
+// out, and a click on a rank opens the diff of that rank (the $rank
+// variable) against the job's other ranks.
+func TestJobDashboardRanks(t *testing.T) {
+	job := jobDashboard(t)
+	var rank *variable
+	for i, v := range job.Templating.List {
+		if v.Name == "rank" {
+			rank = &job.Templating.List[i]
+		}
+	}
+	if rank == nil || rank.Multi || rank.IncludeAll || varAttribute(*rank) != schema.TaskRank.Name {
+		t.Fatalf("want a single-value $rank variable of %s, got %+v", schema.TaskRank.Name, rank)
+	}
+	diffs := diffTargets(job)
+	rankVsRest := 0
+	for id, ts := range diffs {
+		for _, m := range ts {
+			if strings.Contains(m.LeftFilter, schema.TaskRank.Name+" != $rank") && strings.Contains(m.RightFilter, schema.TaskRank.Name+" == $rank") {
+				rankVsRest = id
+			}
+		}
+	}
+	if rankVsRest == 0 {
+		t.Fatalf("no diff of $rank (right) against the other ranks (left): %+v", diffs)
+	}
+	links := panelLinks(t, job)
+	perRank := false
+	for _, p := range allPanels(job.Panels) {
+		for _, raw := range p.Targets {
+			var m target
+			_ = json.Unmarshal(raw, &m)
+			if m.QueryType != querytype.TopEntities || m.Entity != schema.TaskRank.Name || m.RankBy != string(query.ByCPUTime) {
+				continue
+			}
+			perRank = true
+			want := fmt.Sprintf("viewPanel=%d", rankVsRest)
+			if !slices.ContainsFunc(links[p.ID], func(u string) bool {
+				return strings.Contains(u, "/d/"+job.UID+"/") && strings.Contains(u, "var-rank=${__data.fields[\"slurm.task.rank\"]}") && strings.HasSuffix(u, want)
+			}) {
+				t.Errorf("panel %q: no link to the diff of its rank (%s): %q", p.Title, want, links[p.ID])
+			}
+		}
+	}
+	if !perRank {
+		t.Error("job dashboard has no CPU time per rank panel")
+	}
+}
+
+// The comparison dashboard takes two job ids and compares them, CPU and
+// blocked time; the job dashboard links to it.
+func TestCompareDashboard(t *testing.T) {
+	d := dashboardByUID(t, "slurmscope-compare")
+	vars := map[string]variable{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = v
+	}
+	for _, name := range []string{"left", "right"} {
+		v, ok := vars[name]
+		if !ok || v.Multi || v.IncludeAll || varAttribute(v) != schema.JobID.Name {
+			t.Errorf("want a single-value $%s variable of %s, got %s", name, schema.JobID.Name, v.Query)
+		}
+	}
+	types := map[string]bool{}
+	for _, ts := range diffTargets(d) {
+		for _, m := range ts {
+			if m.LeftFilter == schema.JobID.Name+" == $left" && m.RightFilter == schema.JobID.Name+" == $right" {
+				types[m.ProfileType] = true
+			}
+		}
+	}
+	for _, pt := range []string{schema.ProcessCPU.ID(), schema.OffCPU.ID()} {
+		if !types[pt] {
+			t.Errorf("no diff of job $right against job $left in %s", pt)
+		}
+	}
+	b, err := os.ReadFile(jobDashboard(t).file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "/d/"+d.UID+"/") {
+		t.Error("the job dashboard does not link to the comparison dashboard")
 	}
 }
 

@@ -84,6 +84,27 @@ describe('applyTemplateVariables', () => {
     expect(out.filter).toBe('host.name == "node-b"');
   });
 
+  it("interpolates both sides of a diff, filters CEL-escaped and ranges' ends plainly", () => {
+    const q: SlurmQuery = {
+      refId: 'A',
+      queryType: QueryType.Diff,
+      filter: 'slurm.job.id == $job',
+      leftFilter: 'slurm.task.rank != $rank',
+      rightFilter: 'slurm.task.rank == $rank',
+      rightFrom: '$from',
+      rightTo: '2026-11-30T12:00:00Z',
+    };
+    const out = ds({ job: '42', rank: '1"7', from: '1764500000000' }).applyTemplateVariables(q, {});
+    expect(out).toMatchObject({
+      filter: 'slurm.job.id == "42"',
+      leftFilter: 'slurm.task.rank != "1\\"7"',
+      rightFilter: 'slurm.task.rank == "1\\"7"',
+      rightFrom: '1764500000000',
+      rightTo: '2026-11-30T12:00:00Z',
+    });
+    expect(out.leftFrom).toBeUndefined();
+  });
+
   it('leaves an empty filter empty', () => {
     expect(ds({}).applyTemplateVariables({ refId: 'A', filter: '' }, {}).filter).toBe('');
   });

@@ -57,12 +57,20 @@ export class DataSource extends DataSourceWithBackend<SlurmQuery, SlurmOptions> 
   applyTemplateVariables(q: SlurmQuery, scopedVars: ScopedVars): SlurmQuery {
     const resolve = resolver(this.templateSrv, scopedVars);
     const plain = (s?: string) => (s === undefined ? s : this.templateSrv.replace(s, scopedVars));
+    const cel = (s?: string) => (s ? interpolate(s, resolve) : s);
     return {
       ...q,
-      filter: q.filter ? interpolate(q.filter, resolve) : q.filter,
+      filter: cel(q.filter),
       profileType: plain(q.profileType),
       metric: plain(q.metric),
       window: plain(q.window),
+      // A diff's two sides: filters like the query's, and their ranges' ends.
+      leftFilter: cel(q.leftFilter),
+      rightFilter: cel(q.rightFilter),
+      leftFrom: plain(q.leftFrom),
+      leftTo: plain(q.leftTo),
+      rightFrom: plain(q.rightFrom),
+      rightTo: plain(q.rightTo),
     };
   }
 

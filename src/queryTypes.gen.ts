@@ -5,6 +5,7 @@
 
 export const QueryType = {
   Flamegraph: 'flamegraph',
+  Diff: 'diff',
   ProfileSeries: 'profileSeries',
   GPUMetric: 'gpuMetric',
   TopEntities: 'topEntities',
@@ -21,6 +22,11 @@ export const queryTypeOptions: Array<{ value: QueryTypeValue; label: string; des
     value: QueryType.Flamegraph,
     label: 'Flame graph',
     description: 'Profiles merged across the matching jobs and nodes',
+  },
+  {
+    value: QueryType.Diff,
+    label: 'Diff flame graph',
+    description: 'Two selections (jobs, ranks, nodes), each over its own range, compared in one flame graph',
   },
   {
     value: QueryType.ProfileSeries,
@@ -47,7 +53,7 @@ export const queryTypeOptions: Array<{ value: QueryTypeValue; label: string; des
     value: QueryType.Findings,
     label: 'Findings',
     description:
-      'What jobs should change: idle GPUs, unused cores, memory over-requested or near its limit, OOM kills, ...',
+      'What jobs should change: idle GPUs, unused cores, memory over-requested or near its limit, OOM kills, straggling ranks, ...',
   },
 ];
 
@@ -56,6 +62,7 @@ export type FindingKind =
   | 'oomKilled'
   | 'gpuIdle'
   | 'inputBound'
+  | 'straggler'
   | 'cpuUnderused'
   | 'memoryNearLimit'
   | 'memoryOverRequested'
@@ -70,6 +77,18 @@ export const MAX_MAX_NODES = 65536;
 export interface FlamegraphFields {
   profileType?: string;
   maxNodes?: number;
+}
+
+/** The fields of the diff query type. */
+export interface DiffFields {
+  profileType?: string;
+  maxNodes?: number;
+  leftFilter?: string;
+  rightFilter?: string;
+  leftFrom?: string;
+  leftTo?: string;
+  rightFrom?: string;
+  rightTo?: string;
 }
 
 /** The fields of the profileSeries query type. */
@@ -106,6 +125,7 @@ export interface FindingsFields {
 
 /** A query keeps the fields of the types it had before. */
 export type QueryTypeFields = FlamegraphFields &
+  DiffFields &
   ProfileSeriesFields &
   GPUMetricFields &
   TopEntitiesFields &

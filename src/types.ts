@@ -75,6 +75,8 @@ export interface FindingThresholds {
   gpuMemoryUsedBelow?: number;
   gpuUtilizationBelow?: number;
   cpuSaturatedAbove?: number;
+  /** Not a share: a ratio above 1, a rank's time over the median rank's. */
+  stragglerAbove?: number;
 }
 
 /** secureJsonData keys, per backend: `${backend}${SecretKey}` (Go: settings.go). */

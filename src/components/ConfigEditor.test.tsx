@@ -376,6 +376,20 @@ describe('ConfigEditor', () => {
     expect(latest().jsonData).toEqual({});
   });
 
+  it('the straggler threshold: a ratio to the median, typed and stored as it is', async () => {
+    const { user, latest } = setup(baseOptions({ jsonData: { findings: { stragglerAbove: 2 } } }));
+    const f = within(section('Findings thresholds'));
+    const field = f.getByLabelText(lbl('Straggler above (× the median)'));
+    expect(field).toHaveValue('2');
+    expect(field).toHaveAttribute('placeholder', '1.5');
+    expect(f.getByText(/is a straggler finding\. A ratio above 1\. Default 1\.5×\./)).toBeInTheDocument();
+    await user.clear(field);
+    await user.type(field, '1.25');
+    expect(latest().jsonData.findings).toEqual({ stragglerAbove: 1.25 });
+    await user.clear(field);
+    expect(latest().jsonData).toEqual({});
+  });
+
   it('findings thresholds: out of range, or memory used below not under above, shows errors', async () => {
     const { user } = setup();
     const f = within(section('Findings thresholds'));
@@ -397,6 +411,7 @@ describe('ConfigEditor', () => {
     ['Query limits', 'Max calls per query', '-3', '3'],
     ['Findings thresholds', 'CPU saturated above (%)', '0', '80'],
     ['Findings thresholds', 'Memory used above (%)', '10', '30'],
+    ['Findings thresholds', 'Straggler above (× the median)', '150', '2'],
   ])('%s: an invalid %s (%j) fails the registered validator until fixed', async (name, label, bad, good) => {
     let validator: (() => boolean | Promise<boolean>) | undefined;
     const validation = {

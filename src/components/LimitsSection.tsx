@@ -1,7 +1,8 @@
 // The settings page's "Query limits" and "Findings thresholds": what one
 // query may ask of the backends, and the shares findings are judged by.
 // Empty fields are unset (their keys removed), so the backend's defaults
-// apply; thresholds are typed as percentages and stored as ratios.
+// apply; shares are typed as percentages and stored as ratios, and the
+// straggler threshold, a ratio to the median, is typed as it is stored.
 import React, { useEffect, useId, useState } from 'react';
 
 import { Field, FieldSet, Input } from '@grafana/ui';
@@ -11,13 +12,14 @@ import {
   LimitKey,
   Settings,
   ThresholdKey,
+  isRatioThreshold,
   parseMaxQueryLength,
-  parsePercent,
   parsePositiveInt,
-  percentText,
+  parseThreshold,
   setLimit,
   setThreshold,
   thresholdErrors,
+  thresholdText,
 } from './config';
 
 interface Props {
@@ -87,7 +89,18 @@ const thresholds: Array<{ key: ThresholdKey; label: string; description: string 
     label: 'CPU saturated above (%)',
     description: 'CPU efficiency at or above this, with GPUs under GPU utilization below, is an inputBound finding.',
   },
+  {
+    key: 'stragglerAbove',
+    label: 'Straggler above (× the median)',
+    description:
+      "A rank of a multi-rank job whose time in one of the job's top functions is more than this many times the median rank's there is a straggler finding. A ratio above 1.",
+  },
 ];
+
+/** A threshold's default as its field shows it, with its unit. */
+function defaultText(key: ThresholdKey): string {
+  return thresholdText(key, BACKEND_DEFAULTS.findings[key]) + (isRatioThreshold(key) ? '×' : '%');
+}
 
 function parseLimit(key: LimitKey, text: string): string | number | undefined | null {
   return key === 'pyroscopeMaxQueryLength' ? parseMaxQueryLength(text) : parsePositiveInt(text);
@@ -104,7 +117,7 @@ export function LimitsSection({ options, onOptionsChange, onInvalidChange }: Pro
     maxCallsPerQuery: jsonData.maxCallsPerQuery ? String(jsonData.maxCallsPerQuery) : '',
   }));
   const [thresholdTexts, setThresholdTexts] = useState<Partial<Record<ThresholdKey, string>>>(() =>
-    Object.fromEntries(thresholds.map(({ key }) => [key, percentText(jsonData.findings?.[key] || undefined)]))
+    Object.fromEntries(thresholds.map(({ key }) => [key, thresholdText(key, jsonData.findings?.[key] || undefined)]))
   );
 
   const limitInvalid = (key: LimitKey) => parseLimit(key, limitTexts[key]) === null;
@@ -121,7 +134,7 @@ export function LimitsSection({ options, onOptionsChange, onInvalidChange }: Pro
   };
   const onThreshold = (key: ThresholdKey, text: string) => {
     setThresholdTexts((t) => ({ ...t, [key]: text }));
-    const v = parsePercent(text);
+    const v = parseThreshold(key, text);
     if (v !== null) {
       onOptionsChange(setThreshold(options, key, v));
     }
@@ -148,7 +161,7 @@ export function LimitsSection({ options, onOptionsChange, onInvalidChange }: Pro
           <Field
             key={key}
             label={label}
-            description={`${description} Default ${percentText(BACKEND_DEFAULTS.findings[key])}%.`}
+            description={`${description} Default ${defaultText(key)}.`}
             invalid={!!tErrors[key]}
             error={tErrors[key]}
           >
@@ -156,7 +169,7 @@ export function LimitsSection({ options, onOptionsChange, onInvalidChange }: Pro
               id={`${id}-${key}`}
               inputMode="decimal"
               value={thresholdTexts[key] ?? ''}
-              placeholder={percentText(BACKEND_DEFAULTS.findings[key])}
+              placeholder={thresholdText(key, BACKEND_DEFAULTS.findings[key])}
               onChange={(e) => onThreshold(key, e.currentTarget.value)}
             />
           </Field>

@@ -4,6 +4,7 @@ import React, { useState } from 'react';
 
 import type { DataSource } from '../datasource';
 import { ProfileTypeInfo, SlurmQuery } from '../types';
+import { sideTimeError } from './query/DiffEditor';
 import { maxNodesError } from './query/FlamegraphEditor';
 import { windowError } from './query/GPUMetricEditor';
 import { QueryEditor } from './QueryEditor';
@@ -173,6 +174,32 @@ describe('QueryEditor', () => {
     expect(screen.queryByLabelText('Profile type')).toBeNull();
   });
 
+  it('edits a diff query: two sides, each its own filter and range', async () => {
+    const { ds } = fakeDatasource();
+    const onRun = jest.fn();
+    render(<Harness ds={ds} onRun={onRun} initial={{ refId: 'A', queryType: 'flamegraph' }} />);
+    await userEvent.click(screen.getByRole('radio', { name: 'Diff flame graph' }));
+    expect(current().queryType).toBe('diff');
+    await act(() => Promise.resolve());
+    // The query's filter, then the baseline's and the comparison's.
+    const [, left, right] = screen.getAllByTestId('slurmscope-filter-input');
+    await userEvent.type(left, 'slurm.job.id == "1"');
+    await userEvent.type(right, 'slurm.job.id == "2"');
+    expect(current()).toMatchObject({ leftFilter: 'slurm.job.id == "1"', rightFilter: 'slurm.job.id == "2"' });
+    const [, rightFrom] = screen.getAllByLabelText('From');
+    await userEvent.type(rightFrom, 'yesterday');
+    fireEvent.blur(rightFrom);
+    expect(await screen.findByText(/Must be epoch milliseconds/)).toBeInTheDocument();
+    expect(current().rightFrom).toBeUndefined();
+    await userEvent.clear(rightFrom);
+    await userEvent.type(rightFrom, '2026-11-29T00:00:00Z');
+    fireEvent.blur(rightFrom);
+    expect(current().rightFrom).toBe('2026-11-29T00:00:00Z');
+    expect(onRun).toHaveBeenCalled();
+    expect(screen.getByLabelText('Max nodes')).toBeInTheDocument();
+    expect(screen.queryByLabelText('Metric')).toBeNull();
+  });
+
   it('ranks users by wasted core-hours', async () => {
     const { ds } = fakeDatasource();
     render(<Harness ds={ds} initial={{ refId: 'A', queryType: 'topEntities' }} />);
@@ -206,6 +233,17 @@ describe('field checks', () => {
   ])('maxNodes %p', (n, want) => {
     const got = maxNodesError(n);
     expect(want ? got : got).toEqual(want ? expect.stringContaining(want) : undefined);
+  });
+  it.each([
+    ['', true],
+    ['1764500000000', true],
+    ['2026-11-30T12:00:00Z', true],
+    ['2026-11-30T12:00:00.5+01:00', true],
+    ['${__from}', true],
+    ['2026-11-30', false],
+    ['now-1h', false],
+  ])('side time %p', (s, ok) => {
+    expect(sideTimeError(s) === undefined).toBe(ok);
   });
   it.each([
     ['', true],

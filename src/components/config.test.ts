@@ -6,6 +6,8 @@ import {
   parseMaxQueryLength,
   parsePercent,
   parsePositiveInt,
+  parseRatio,
+  parseThreshold,
   percentText,
   resetSecret,
   setBackend,
@@ -14,6 +16,7 @@ import {
   setSecret,
   setThreshold,
   thresholdErrors,
+  thresholdText,
   urlError,
 } from './config';
 
@@ -183,6 +186,35 @@ describe('thresholdErrors', () => {
     expect(thresholdErrors({ memoryUsedBelow: '0', memoryUsedAbove: '20' })).toEqual({
       memoryUsedBelow: 'Must be a percentage above 0 and at most 100',
     });
+  });
+
+  it('takes the straggler threshold as a ratio above 1, not a percentage', () => {
+    expect(thresholdErrors({ stragglerAbove: '1.5', cpuEfficiencyBelow: '50' })).toEqual({});
+    expect(thresholdErrors({ stragglerAbove: '150' })).toEqual({ stragglerAbove: 'Must be a ratio above 1 and at most 100' });
+    expect(thresholdErrors({ stragglerAbove: '1' })).toEqual({ stragglerAbove: 'Must be a ratio above 1 and at most 100' });
+  });
+});
+
+describe('ratio thresholds', () => {
+  it.each([
+    ['', undefined],
+    ['1.5', 1.5],
+    [' 2 ', 2],
+    ['100', 100],
+    ['1', null],
+    ['0.5', null],
+    ['101', null],
+    ['1,5', null],
+  ])('parseRatio(%j) is %p', (text, want) => {
+    expect(parseRatio(text)).toBe(want);
+  });
+
+  it('reads and shows each threshold as its field is typed', () => {
+    expect(parseThreshold('stragglerAbove', '2')).toBe(2);
+    expect(parseThreshold('gpuIdleBelow', '2')).toBe(0.02);
+    expect(thresholdText('stragglerAbove', 1.5)).toBe('1.5');
+    expect(thresholdText('gpuIdleBelow', 0.05)).toBe('5');
+    expect(thresholdText('stragglerAbove', undefined)).toBe('');
   });
 });
 

@@ -29,6 +29,7 @@ export const BACKEND_DEFAULTS = {
     gpuMemoryUsedBelow: 0.2,
     gpuUtilizationBelow: 0.3,
     cpuSaturatedAbove: 0.9,
+    stragglerAbove: 1.5,
   },
 } as const;
 
@@ -153,18 +154,61 @@ export function percentText(ratio: number | undefined): string {
   return ratio === undefined ? '' : String(Number((ratio * 100).toPrecision(15)));
 }
 
+/** The largest stragglerAbove the backend takes (Go: findings.MaxStragglerAbove). */
+export const MAX_STRAGGLER_ABOVE = 100;
+
+/**
+ * Whether a threshold is typed as it is stored, a ratio over 1 (1.5 for
+ * 1.5× the median), rather than as a percentage: stragglerAbove compares a
+ * rank's time with the median rank's, not a share with its whole.
+ */
+export function isRatioThreshold(key: ThresholdKey): boolean {
+  return key === 'stragglerAbove';
+}
+
+/**
+ * Parses a threshold typed as a ratio: '' is unset (undefined), a decimal
+ * above 1 and at most MAX_STRAGGLER_ABOVE is kept, else null.
+ */
+export function parseRatio(text: string): number | undefined | null {
+  const s = text.trim();
+  if (s === '') {
+    return undefined;
+  }
+  if (!/^([0-9]+\.?[0-9]*|\.[0-9]+)$/.test(s)) {
+    return null;
+  }
+  const r = Number(s);
+  return r > 1 && r <= MAX_STRAGGLER_ABOVE ? r : null;
+}
+
+/** Parses a threshold field as its key is typed (a percentage or a ratio). */
+export function parseThreshold(key: ThresholdKey, text: string): number | undefined | null {
+  return isRatioThreshold(key) ? parseRatio(text) : parsePercent(text);
+}
+
+/** A stored threshold as its field shows it; '' when unset. */
+export function thresholdText(key: ThresholdKey, value: number | undefined): string {
+  if (!isRatioThreshold(key)) {
+    return percentText(value);
+  }
+  return value === undefined ? '' : String(value);
+}
+
 /**
  * The message under each threshold field that the backend would refuse
  * (findings.Thresholds.Validate after WithDefaults): each a share in
- * (0, 1], and memoryUsedBelow under memoryUsedAbove, an unset one taking
- * its default.
+ * (0, 1] but stragglerAbove, a ratio in (1, 100], and memoryUsedBelow
+ * under memoryUsedAbove, an unset one taking its default.
  */
 export function thresholdErrors(texts: Partial<Record<ThresholdKey, string>>): Partial<Record<ThresholdKey, string>> {
   const errors: Partial<Record<ThresholdKey, string>> = {};
-  const value = (k: ThresholdKey) => parsePercent(texts[k] ?? '');
+  const value = (k: ThresholdKey) => parseThreshold(k, texts[k] ?? '');
   for (const k of Object.keys(texts) as ThresholdKey[]) {
     if (value(k) === null) {
-      errors[k] = 'Must be a percentage above 0 and at most 100';
+      errors[k] = isRatioThreshold(k)
+        ? `Must be a ratio above 1 and at most ${MAX_STRAGGLER_ABOVE}`
+        : 'Must be a percentage above 0 and at most 100';
     }
   }
   const below = value('memoryUsedBelow');

@@ -19,7 +19,7 @@ import (
 )
 
 func init() {
-	register("job", "summarise one job: findings, nodes, host and GPU use, idle GPUs, top CPU functions, off-CPU waits and GPU kernels", jobCmd)
+	register("job", "summarise one job: findings, nodes, host and GPU use, idle GPUs, top CPU functions, off-CPU waits and GPU kernels; or its ranks (--ranks)", jobCmd)
 }
 
 func jobCmd(args []string, stdout, stderr io.Writer) int {
@@ -37,6 +37,9 @@ func jobCmd(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		printErr(stderr, err.Error())
 		return exitUsage
+	}
+	if o.ranks {
+		return ranksCmd(eng, jobID, r, o, stdout, stderr)
 	}
 	ctx := context.Background()
 	rep, err := eng.Job(ctx, jobID, r)
@@ -67,7 +70,7 @@ func jobCmd(args []string, stdout, stderr io.Writer) int {
 }
 
 func jobUsage(fs *flag.FlagSet) {
-	fmt.Fprint(fs.Output(), `usage: slurmscope job <job id> [--pyroscope-url URL] [--prometheus-url URL] [--since 24h|7d|2026-11-28] [--json]
+	fmt.Fprint(fs.Output(), `usage: slurmscope job <job id> [--pyroscope-url URL] [--prometheus-url URL] [--since 24h|7d|2026-11-28] [--ranks] [--json]
 
 Prints the job's findings first (idle GPUs, unused cores, memory requested
 far above its peak or close to its limit, OOM kills, GPU memory mostly
@@ -81,6 +84,14 @@ profiles exist, its top GPU kernels. It asks the same engine the Grafana
 datasource uses; a --since longer than Pyroscope's max_query_length is
 asked for a chunk at a time.
 
+With --ranks, it prints the job's ranks instead (from profiles, which
+carry slurm.task.rank): each rank's CPU time, the function it spent the
+most in and its share, its CPU time against the median rank's, and, where
+off-CPU profiles exist, its blocked time; first the stragglers, ranks
+that spent more than --straggler-above times the median rank's time in
+one of the job's top functions, each named with that function. It reads
+a flame graph per rank (within --max-calls), and needs only Pyroscope.
+
 Every flag but --config, --json, --since and --to may also come from the
 environment, SLURMSCOPE_<FLAG> (SLURMSCOPE_PYROSCOPE_URL), or from the
 YAML file --config names ($SLURMSCOPE_CONFIG; by default `+defaultConfigPath+`
@@ -92,10 +103,11 @@ credentials come whole from the first of them that gives any.
 Exit status: 0 the report; 1 a backend failed; 2 bad usage; 3 no data:
 the backends hold no profile, series or node of the job in the range
 (a mistyped job id, a range that misses the job, or no agent on its
-nodes). Then the report is replaced by a note saying so on stderr, or,
-with --json, by an object with "no_data": true on stdout. 4 partial: one
-backend failed, and the report holds what the other gave, with a note
-(also on stderr) saying which failed and why.
+nodes; with --ranks, no profile of the job that names its rank). Then
+the report is replaced by a note saying so on stderr, or, with --json, by
+an object with "no_data": true on stdout. 4 partial: one backend failed,
+and the report holds what the other gave, with a note (also on stderr)
+saying which failed and why.
 
 `)
 	fs.PrintDefaults()
@@ -104,18 +116,9 @@ backend failed, and the report holds what the other gave, with a note
 // parseJobArgs parses args, whose flags may come before or after the job
 // id, and returns the job id, or the exit code (>= 0) to return now.
 func parseJobArgs(fs *flag.FlagSet, args []string, stderr io.Writer) (string, int) {
-	var pos []string
-	for rest := args; ; {
-		if err := fs.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return "", exitOK
-			}
-			return "", exitUsage
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos, rest = append(pos, fs.Arg(0)), fs.Args()[1:]
+	pos, code := parseArgs(fs, args)
+	if code >= 0 {
+		return "", code
 	}
 	if len(pos) == 1 && isArrayTaskID(pos[0]) {
 		id := printable.String(pos[0], "")
@@ -129,6 +132,25 @@ func parseJobArgs(fs *flag.FlagSet, args []string, stderr io.Writer) (string, in
 		return "", exitUsage
 	}
 	return pos[0], -1
+}
+
+// parseArgs parses args, whose flags may come before, between or after
+// the positional arguments, and returns those, or the exit code (>= 0) to
+// return now.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, int) {
+	var pos []string
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, exitOK
+			}
+			return nil, exitUsage
+		}
+		if fs.NArg() == 0 {
+			return pos, -1
+		}
+		pos, rest = append(pos, fs.Arg(0)), fs.Args()[1:]
+	}
 }
 
 // engine checks o and builds the engine and the range it asks for.
@@ -186,9 +208,12 @@ func (o *jobOptions) queryRange() (query.Range, error) {
 
 // printErr writes msg on stderr, a line each, escaped: a backend's message
 // may quote what a job named itself.
-func printErr(stderr io.Writer, msg string) {
+func printErr(stderr io.Writer, msg string) { printCmdErr(stderr, "job", msg) }
+
+// printCmdErr is printErr for command cmd.
+func printCmdErr(stderr io.Writer, cmd, msg string) {
 	for _, line := range strings.Split(msg, "\n") {
-		fmt.Fprintf(stderr, "slurmscope job: %s\n", printable.String(line, ""))
+		fmt.Fprintf(stderr, "slurmscope %s: %s\n", cmd, printable.String(line, ""))
 	}
 }
 

@@ -9,8 +9,9 @@ import (
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/findings"
 )
 
-// jobOptions is everything `slurmscope job` is told, by flags, the
-// environment or the config file (settings.go).
+// jobOptions is everything `slurmscope job` (and `slurmscope diff`, which
+// reaches the same servers) is told, by flags, the environment or the
+// config file (settings.go).
 type jobOptions struct {
 	pyro, prom backendOptions
 	tenant     string
@@ -23,6 +24,7 @@ type jobOptions struct {
 	asJSON     bool
 	config     string
 	th         findings.Thresholds
+	ranks      bool // job: the per-rank table instead of the report
 
 	src *sources // where each setting came from, for hints and errors
 }
@@ -47,10 +49,20 @@ type backendOptions struct {
 
 // flagOnly are the flags that say what to ask, not how to reach the
 // servers: they come from the command line only.
-var flagOnly = map[string]bool{"config": true, "json": true, "since": true, "to": true}
+var flagOnly = map[string]bool{"config": true, "json": true, "since": true, "to": true, "ranks": true,
+	"left": true, "right": true, "top": true, "profile-type": true}
 
 func newJobFlags(stderr io.Writer) (*flag.FlagSet, *jobOptions) {
-	fs := flag.NewFlagSet("slurmscope job", flag.ContinueOnError)
+	fs, o := newQueryFlags("slurmscope job", stderr)
+	fs.BoolVar(&o.ranks, "ranks", false, "print the job's ranks instead: each one's CPU time, top function and its share, and deviation from the median rank, with its straggler findings")
+	return fs, o
+}
+
+// newQueryFlags registers the flags of every command that asks the
+// servers: how to reach them, the range, the call limits and the finding
+// thresholds (a site's config file may set any of them).
+func newQueryFlags(name string, stderr io.Writer) (*flag.FlagSet, *jobOptions) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o := &jobOptions{pyro: backendOptions{name: "pyroscope"}, prom: backendOptions{name: "prometheus"},
 		timeout: durationValue(30 * time.Second), maxQuery: durationValue(query.DefaultMaxQueryLength),

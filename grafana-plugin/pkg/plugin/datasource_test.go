@@ -48,6 +48,16 @@ func (f *fakeProfiles) MergeStacktraces(_ context.Context, _, sel string, _, _ t
 	return t.Flamegraph(), nil
 }
 
+// Diff records both sides' selectors and answers main;work 10 on each.
+func (f *fakeProfiles) Diff(_ context.Context, _ string, left, right backends.Selection, _ int64) (*querierv1.FlameGraphDiff, error) {
+	if err := f.record(left.Selector, right.Selector); err != nil {
+		return nil, err
+	}
+	return &querierv1.FlameGraphDiff{Names: []string{"total", "main", "work"}, Levels: []*querierv1.Level{
+		{Values: []int64{0, 10, 0, 0, 10, 0, 0}}, {Values: []int64{0, 10, 0, 0, 10, 0, 1}}, {Values: []int64{0, 10, 10, 0, 10, 10, 2}},
+	}}, nil
+}
+
 func (f *fakeProfiles) SelectSeries(_ context.Context, _, sel string, groupBy []string, start, _ time.Time, _ time.Duration) ([]*typesv1.Series, error) {
 	if err := f.record(sel); err != nil {
 		return nil, err
@@ -108,6 +118,10 @@ type queryModel struct {
 	Attribute string   `json:"attribute,omitempty"`
 	Entity    string   `json:"entity,omitempty"`
 	RankBy    string   `json:"rankBy,omitempty"`
+	Finding   string   `json:"finding,omitempty"`
+	// A diff's sides.
+	LeftFilter  string `json:"leftFilter,omitempty"`
+	RightFilter string `json:"rightFilter,omitempty"`
 }
 
 func dataQuery(refID string, model any) backend.DataQuery {
@@ -144,6 +158,10 @@ func TestOwnershipIsEnforcedOnEveryCall(t *testing.T) {
 			dataQuery("E", queryModel{QueryType: querytype.TopEntities, Filter: escape, Entity: "slurm.job.user"}),
 			dataQuery("F", queryModel{QueryType: querytype.Findings, Filter: escape}),
 			dataQuery("G", queryModel{QueryType: querytype.TopEntities, Filter: escape, Entity: "slurm.job.user", RankBy: "wastedCoreHours"}),
+			// Each side of a diff, merged here or in one Diff call.
+			dataQuery("H", queryModel{QueryType: querytype.Diff, Filter: escape, LeftFilter: escape, RightFilter: escape}),
+			dataQuery("I", queryModel{QueryType: querytype.Diff, LeftFilter: `slurm.job.id == "1"`, RightFilter: `slurm.job.id != "1"`}),
+			dataQuery("J", queryModel{QueryType: querytype.Findings, Filter: escape, Finding: "straggler"}),
 		}})
 		if err != nil {
 			t.Fatal(err)
@@ -198,7 +216,9 @@ func TestGarbageQueries(t *testing.T) {
 		`{"queryType":"attributeValues"}`, `{"queryType":"profileSeries","groupBy":["nope"]}`,
 		`{"filter":"slurm.job.id ==="}`, `{"filter":"\xff"}`, `{"limit":-3,"queryType":"topEntities"}`,
 		`{"queryType":"findings","finding":"slow"}`, `{"queryType":"findings","format":"csv"}`,
-		`{"queryType":"topEntities","rankBy":"wastedGPUHours","entity":"gpu.uuid"}`}
+		`{"queryType":"topEntities","rankBy":"wastedGPUHours","entity":"gpu.uuid"}`,
+		`{"queryType":"diff","leftFilter":"slurm.job.id ==="}`, `{"queryType":"diff","rightTo":"tomorrow"}`,
+		`{"queryType":"findings","finding":"straggler","format":"numeric"}`}
 	var qs []backend.DataQuery
 	for i, g := range garbage {
 		q := dataQuery(string(rune('a'+i)), nil)
@@ -463,15 +483,15 @@ func TestFanOutSettings(t *testing.T) {
 // Finding thresholds come from jsonData, reach the engine, and bad ones
 // fail the settings with the name of the setting.
 func TestFindingSettings(t *testing.T) {
-	s, err := ParseSettings(backend.DataSourceInstanceSettings{JSONData: []byte(`{"findings": {"cpuEfficiencyBelow": 0.7}}`)})
+	s, err := ParseSettings(backend.DataSourceInstanceSettings{JSONData: []byte(`{"findings": {"cpuEfficiencyBelow": 0.7, "stragglerAbove": 2}}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := s.engine()
-	if th := e.Thresholds.WithDefaults(); th.CPUEfficiencyBelow != 0.7 || th.MemoryUsedAbove != 0.9 {
+	if th := e.Thresholds.WithDefaults(); th.CPUEfficiencyBelow != 0.7 || th.MemoryUsedAbove != 0.9 || th.StragglerAbove != 2 {
 		t.Errorf("engine thresholds %+v", th)
 	}
-	for _, bad := range []string{`{"findings": {"gpuIdleBelow": 2}}`, `{"findings": {"memoryUsedBelow": 0.95}}`} {
+	for _, bad := range []string{`{"findings": {"gpuIdleBelow": 2}}`, `{"findings": {"memoryUsedBelow": 0.95}}`, `{"findings": {"stragglerAbove": 0.9}}`} {
 		_, err := ParseSettings(backend.DataSourceInstanceSettings{JSONData: []byte(bad)})
 		if err == nil || !strings.Contains(err.Error(), "findings") {
 			t.Errorf("%s: %v", bad, err)

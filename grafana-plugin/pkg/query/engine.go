@@ -8,7 +8,7 @@
 // This file holds the engine, its backends and its fan-out under the call
 // budget; scope.go the ownership narrowing; each query family has a file
 // of its own (flamegraph, series, metrics, values, top, usage, offcpu,
-// job).
+// job, diff, ranks).
 package query
 
 import (
@@ -33,6 +33,7 @@ var CPUProfileType = schema.ProcessCPU.ID()
 // Pyroscope's: milliseconds, both inclusive (see plan.go).
 type Profiles interface {
 	MergeStacktraces(ctx context.Context, profileType, selector string, start, end time.Time, maxNodes int64) (*querierv1.FlameGraph, error)
+	Diff(ctx context.Context, profileType string, left, right backends.Selection, maxNodes int64) (*querierv1.FlameGraphDiff, error)
 	SelectSeries(ctx context.Context, profileType, selector string, groupBy []string, start, end time.Time, step time.Duration) ([]*typesv1.Series, error)
 	ProfileTypes(ctx context.Context, start, end time.Time) ([]*typesv1.ProfileType, error)
 }
@@ -110,13 +111,18 @@ func (e *Engine) maxCalls() int {
 // budget refuses, before anything is sent, a query whose selectors ×
 // chunks (× profile types) exceed MaxCalls.
 func (e *Engine) budget(sels, chunks, types int) error {
-	n := sels * chunks * types
-	if n <= e.maxCalls() {
-		return nil
-	}
 	what := fmt.Sprintf("%d selector(s) × %d time chunk(s)", sels, chunks)
 	if types > 1 {
 		what += fmt.Sprintf(" × %d profile type(s)", types)
+	}
+	return e.allow(sels*chunks*types, what)
+}
+
+// allow refuses, before anything is sent, n calls over MaxCalls; what
+// says how the query came to need them.
+func (e *Engine) allow(n int, what string) error {
+	if n <= e.maxCalls() {
+		return nil
 	}
 	return fmt.Errorf("%w: this query needs %d Pyroscope calls (%s of at most %s), over the limit of %d per query: "+
 		"narrow the filter or the time range, or raise maxCallsPerQuery in the datasource settings",

@@ -41,6 +41,11 @@ func (c *counting) MergeStacktraces(ctx context.Context, pt, sel string, start, 
 	return c.Pyroscope.MergeStacktraces(ctx, pt, sel, start, end, maxNodes)
 }
 
+func (c *counting) Diff(ctx context.Context, pt string, left, right backends.Selection, maxNodes int64) (*querierv1.FlameGraphDiff, error) {
+	c.calls.Add(1)
+	return c.Pyroscope.Diff(ctx, pt, left, right, maxNodes)
+}
+
 func (c *counting) SelectSeries(ctx context.Context, pt, sel string, groupBy []string, start, end time.Time, step time.Duration) ([]*typesv1.Series, error) {
 	c.calls.Add(1)
 	return c.Pyroscope.SelectSeries(ctx, pt, sel, groupBy, start, end, step)

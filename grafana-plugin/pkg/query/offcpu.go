@@ -33,21 +33,39 @@ func (e *Engine) OffCPUProfileType(ctx context.Context, r Range) (string, error)
 
 // FindingsWithWaits is Findings, with each job that left cores idle named
 // where its threads blocked (findings.NamesWaits), from its blocked
-// off-CPU profile under scope over r. Without Pyroscope, or without
-// off-CPU profiles in the range, the findings are Findings'; a Pyroscope
-// that fails fails the query. Alert rules read only the findings' values,
-// which waits do not change, so they use Findings.
+// off-CPU profile under scope over r, and the stragglers of multi-rank
+// jobs (ranks.go) with the calls MaxCalls leaves. Without Pyroscope, or
+// without off-CPU profiles in the range, the findings are Findings'; a
+// Pyroscope that fails fails the query. Straggler findings alone need no
+// Prometheus, and need Pyroscope. Alert rules read only the findings'
+// values, which waits do not change, so they use Findings.
 func (e *Engine) FindingsWithWaits(ctx context.Context, scope Scope, r Range, kind findings.Kind) ([]findings.Finding, error) {
-	jobs, err := e.Usage(ctx, scope, r)
-	if err != nil {
-		return nil, err
-	}
-	if kind == "" || kind == findings.CPUUnderused {
-		if err := e.addWaits(ctx, scope, jobs, r); err != nil {
+	var out []findings.Finding
+	used := 0
+	if kind != findings.Straggler {
+		jobs, err := e.Usage(ctx, scope, r)
+		if err != nil {
 			return nil, err
 		}
+		if kind == "" || kind == findings.CPUUnderused {
+			if used, err = e.addWaits(ctx, scope, jobs, r); err != nil {
+				return nil, err
+			}
+		}
+		out = e.evaluate(jobs, kind)
 	}
-	return e.evaluate(jobs, kind), nil
+	if kind == findings.Straggler && e.Profiles == nil {
+		return nil, ErrNoPyroscope
+	}
+	if (kind == "" || kind == findings.Straggler) && e.Profiles != nil {
+		st, err := e.stragglers(ctx, scope, r, e.maxCalls()-used)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, st...)
+		findings.Sort(out)
+	}
+	return out, nil
 }
 
 // addWaits sets Blocked and Waits of the jobs whose findings name them,
@@ -55,20 +73,20 @@ func (e *Engine) FindingsWithWaits(ctx context.Context, scope Scope, r Range, ki
 // most idle core-hours first. One ProfileTypes call per chunk first, so
 // that a cluster without off-CPU profiles pays no more than that. Waits are
 // extra: where the call limit leaves no room for them, the findings go
-// without rather than fail.
-func (e *Engine) addWaits(ctx context.Context, scope Scope, jobs []findings.Job, r Range) error {
+// without rather than fail. It returns the Pyroscope calls it made.
+func (e *Engine) addWaits(ctx context.Context, scope Scope, jobs []findings.Job, r Range) (int, error) {
 	chunks := spans(r.From, r.To, e.maxQueryLength())
 	room := e.maxCalls() - len(chunks) // after the ProfileTypes calls
 	if e.Profiles == nil || room <= 0 {
-		return nil
+		return 0, nil
 	}
 	want := e.waitJobs(jobs)
 	if len(want) == 0 {
-		return nil
+		return 0, nil
 	}
 	pt, err := e.OffCPUProfileType(ctx, r)
 	if err != nil || pt == "" {
-		return err
+		return len(chunks), err
 	}
 	type call struct {
 		job int
@@ -79,7 +97,7 @@ func (e *Engine) addWaits(ctx context.Context, scope Scope, jobs []findings.Job,
 	for _, i := range want {
 		sels, err := scope.narrowed(filter.Equal(schema.JobID, jobs[i].ID)).Selectors(filter.Pyroscope)
 		if err != nil {
-			return err
+			return len(chunks), err
 		}
 		if len(calls)+len(sels)*len(chunks) > room {
 			break
@@ -98,7 +116,7 @@ func (e *Engine) addWaits(ctx context.Context, scope Scope, jobs []findings.Job,
 		return err
 	})
 	if err != nil {
-		return err
+		return len(chunks) + len(calls), err
 	}
 	byJob := map[int][]*querierv1.FlameGraph{}
 	for k, c := range calls {
@@ -107,11 +125,11 @@ func (e *Engine) addWaits(ctx context.Context, scope Scope, jobs []findings.Job,
 	for i, gs := range byJob {
 		t, err := flame.FromFlamegraphs(gs...)
 		if err != nil {
-			return fmt.Errorf("pyroscope: %w", err)
+			return len(chunks) + len(calls), fmt.Errorf("pyroscope: %w", err)
 		}
 		jobs[i].Blocked, jobs[i].Waits = t.Total(), topWaits(t, TopCPUFunctions)
 	}
-	return nil
+	return len(chunks) + len(calls), nil
 }
 
 // waitJobs returns the indexes of the jobs whose findings name waits, the

@@ -102,6 +102,10 @@ func (p *offCPUPyro) MergeStacktraces(_ context.Context, pt, sel string, _, _ ti
 	return t.Flamegraph(), nil
 }
 
+func (p *offCPUPyro) Diff(context.Context, string, backends.Selection, backends.Selection, int64) (*querierv1.FlameGraphDiff, error) {
+	return &querierv1.FlameGraphDiff{}, p.record("Diff")
+}
+
 func (p *offCPUPyro) SelectSeries(context.Context, string, string, []string, time.Time, time.Time, time.Duration) ([]*typesv1.Series, error) {
 	return nil, p.record("SelectSeries")
 }
@@ -194,7 +198,8 @@ func TestFindingsNameTheWaits(t *testing.T) {
 }
 
 // Without off-CPU profiles in the range, or without Pyroscope, the
-// findings are as they were, at the cost of one ProfileTypes call.
+// findings are as they were, at the cost of one ProfileTypes call, and
+// one SelectSeries call that finds no job with ranks to judge.
 func TestFindingsWithoutOffCPUData(t *testing.T) {
 	m := usageProm{"1": {2, 16}}
 	want := []string{"1 cpuUnderused: used 2 of 16 cores (12%)"}
@@ -205,7 +210,7 @@ func TestFindingsWithoutOffCPUData(t *testing.T) {
 			t.Errorf("%s: %q, %v", name, got, err)
 		}
 	}
-	if !reflect.DeepEqual(p.calls, []string{"ProfileTypes"}) {
+	if !reflect.DeepEqual(p.calls, []string{"ProfileTypes", "SelectSeries"}) {
 		t.Errorf("calls %q", p.calls)
 	}
 }

@@ -175,7 +175,16 @@ func (q *querier) Series(_ context.Context, req *connect.Request[querierv1.Serie
 // "other" nodes count towards that cutoff, so a merged "other" can outgrow
 // every real node.
 func (q *querier) SelectMergeStacktraces(_ context.Context, req *connect.Request[querierv1.SelectMergeStacktracesRequest]) (*connect.Response[querierv1.SelectMergeStacktracesResponse], error) {
-	m := req.Msg
+	root, err := q.selectTree(req.Msg)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&querierv1.SelectMergeStacktracesResponse{Flamegraph: root.flamegraph()}), nil
+}
+
+// selectTree is SelectMergeStacktraces' tree, checked and truncated as
+// the server does, before it is laid out.
+func (q *querier) selectTree(m *querierv1.SelectMergeStacktracesRequest) (*node, error) {
 	if err := q.lim.checkRange(m.Start, m.End); err != nil {
 		return nil, err
 	}
@@ -218,7 +227,7 @@ func (q *querier) SelectMergeStacktraces(_ context.Context, req *connect.Request
 	if n := m.GetMaxNodes(); n > 0 {
 		root.truncate(n)
 	}
-	return connect.NewResponse(&querierv1.SelectMergeStacktracesResponse{Flamegraph: root.flamegraph()}), nil
+	return root, nil
 }
 
 // SelectSeries answers as the server does: it reads the profiles in

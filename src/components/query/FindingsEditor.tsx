@@ -10,6 +10,11 @@ export const findingOptions: Array<SelectableValue<FindingKind>> = [
   { value: 'oomKilled', label: 'OOM kills', description: 'Processes the kernel killed for the job exceeding its memory' },
   { value: 'gpuIdle', label: 'Idle GPUs', description: 'GPUs allocated but never busy' },
   { value: 'inputBound', label: 'Input bound', description: 'GPUs little busy while the CPUs are saturated' },
+  {
+    value: 'straggler',
+    label: 'Straggling ranks',
+    description: "A rank far over the median rank's time in one of its job's top functions (a table only)",
+  },
   { value: 'cpuUnderused', label: 'Unused cores', description: 'Cores used far below those allocated' },
   { value: 'memoryNearLimit', label: 'Memory near its limit', description: 'Peak memory close to the request' },
   { value: 'memoryOverRequested', label: 'Memory over-requested', description: 'Peak memory far below the request' },

@@ -4,6 +4,7 @@ import { ComponentType } from 'react';
 
 import { QueryTypeValue } from '../../queryTypes.gen';
 import { AttributeValuesEditor } from './AttributeValuesEditor';
+import { DiffEditor } from './DiffEditor';
 import { SubEditorProps } from './fields';
 import { FindingsEditor } from './FindingsEditor';
 import { FlamegraphEditor } from './FlamegraphEditor';
@@ -13,6 +14,7 @@ import { TopEntitiesEditor } from './TopEntitiesEditor';
 
 export const editors: Record<QueryTypeValue, ComponentType<SubEditorProps>> = {
   flamegraph: FlamegraphEditor,
+  diff: DiffEditor,
   profileSeries: ProfileSeriesEditor,
   gpuMetric: GPUMetricEditor,
   topEntities: TopEntitiesEditor,

@@ -1,11 +1,11 @@
 // What the per-type query editors share: their props, and the fields more
-// than one query type has (profile type, group by).
+// than one query type has (profile type, group by, max nodes).
 import { SelectableValue, TimeRange } from '@grafana/data';
-import { InlineField, MultiSelect, Select } from '@grafana/ui';
-import React, { useMemo } from 'react';
+import { InlineField, Input, MultiSelect, Select } from '@grafana/ui';
+import React, { useMemo, useState } from 'react';
 
 import type { DataSource } from '../../datasource';
-import { AttributeInfo, SlurmQuery } from '../../types';
+import { AttributeInfo, DEFAULT_MAX_NODES, MAX_MAX_NODES, SlurmQuery } from '../../types';
 import { useLoaded } from '../useLoaded';
 
 export const LABEL_WIDTH = 16;
@@ -74,6 +74,49 @@ export function GroupByField({ query, update, datasource }: SubEditorProps) {
         options={attributeOptions}
         value={query.groupBy ?? []}
         onChange={(vs) => update({ groupBy: vs.map((v) => v.value!).filter(Boolean) })}
+      />
+    </InlineField>
+  );
+}
+
+/** maxNodesError says why n is not a usable node budget, or undefined. */
+export function maxNodesError(n: number | undefined): string | undefined {
+  if (n === undefined) {
+    return undefined;
+  }
+  if (!Number.isInteger(n) || n < 1 || n > MAX_MAX_NODES) {
+    return `Max nodes must be a whole number from 1 to ${MAX_MAX_NODES}`;
+  }
+  return undefined;
+}
+
+/** The flame graph's node budget, stored when it leaves the field valid. */
+export function MaxNodesField({ query, update }: SubEditorProps) {
+  const [text, setText] = useState(query.maxNodes ? String(query.maxNodes) : '');
+  const maxNodes = text === '' ? undefined : Number(text);
+  const invalid = maxNodesError(maxNodes);
+  return (
+    <InlineField
+      label="Max nodes"
+      labelWidth={LABEL_WIDTH}
+      invalid={Boolean(invalid)}
+      error={invalid}
+      tooltip={`Flame graph node budget; the smallest are merged into "other". Default ${DEFAULT_MAX_NODES}.`}
+    >
+      <Input
+        aria-label="Max nodes"
+        type="number"
+        width={14}
+        min={1}
+        max={MAX_MAX_NODES}
+        placeholder={String(DEFAULT_MAX_NODES)}
+        value={text}
+        onChange={(e) => setText(e.currentTarget.value)}
+        onBlur={() => {
+          if (!maxNodesError(maxNodes)) {
+            update({ maxNodes });
+          }
+        }}
       />
     </InlineField>
   );

@@ -71,6 +71,32 @@ func (p *Pyroscope) MergeStacktraces(ctx context.Context, profileType, selector 
 	return resp.Flamegraph, nil
 }
 
+// Selection is one side of a Diff: the profiles matching Selector in
+// [Start, End], both inclusive.
+type Selection struct {
+	Selector   string
+	Start, End time.Time
+}
+
+// Diff returns the flame graphs of profileType under left and right laid
+// over one another, as the server lays them; maxNodes <= 0 leaves the
+// server's default.
+func (p *Pyroscope) Diff(ctx context.Context, profileType string, left, right Selection, maxNodes int64) (*querierv1.FlameGraphDiff, error) {
+	side := func(s Selection) *querierv1.SelectMergeStacktracesRequest {
+		r := &querierv1.SelectMergeStacktracesRequest{ProfileTypeID: profileType, LabelSelector: s.Selector,
+			Start: s.Start.UnixMilli(), End: s.End.UnixMilli()}
+		if maxNodes > 0 {
+			r.MaxNodes = &maxNodes
+		}
+		return r
+	}
+	var resp querierv1.DiffResponse
+	if err := p.call(ctx, "Diff", &querierv1.DiffRequest{Left: side(left), Right: side(right)}, &resp); err != nil {
+		return nil, err
+	}
+	return resp.Flamegraph, nil
+}
+
 // SelectSeries returns the series of profile totals per step, grouped by
 // the wire labels groupBy.
 func (p *Pyroscope) SelectSeries(ctx context.Context, profileType, selector string, groupBy []string, start, end time.Time, step time.Duration) ([]*typesv1.Series, error) {

@@ -2,9 +2,10 @@
 // GPUs' metrics over a range) into efficiency findings a user can act on:
 // GPUs allocated but idle, CPUs allocated but unused, memory requested far
 // above the peak or close to the limit, OOM kills, GPU memory mostly
-// unused, and GPUs starved by saturated CPUs. Each finding has a severity,
-// the numbers behind it and one line of advice. Where the job has off-CPU
-// profiles, unused CPUs also name where its threads blocked (waits.go).
+// unused, GPUs starved by saturated CPUs, and ranks of a multi-rank job
+// that straggle (stragglers.go). Each finding has a severity, the numbers
+// behind it and one line of advice. Where the job has off-CPU profiles,
+// unused CPUs also name where its threads blocked (waits.go).
 //
 // Evaluate is a pure function of its input and the thresholds; the query
 // engine gathers the input, and the datasource, its alerts and `slurmscope
@@ -31,11 +32,12 @@ const (
 	OOMKilled           Kind = "oomKilled"
 	GPUMemoryUnderused  Kind = "gpuMemoryUnderused"
 	InputBound          Kind = "inputBound"
+	Straggler           Kind = "straggler"
 )
 
 // Kinds lists every finding, in the order they are reported within a
 // severity.
-var Kinds = []Kind{OOMKilled, GPUIdle, InputBound, CPUUnderused, MemoryNearLimit, MemoryOverRequested, GPUMemoryUnderused}
+var Kinds = []Kind{OOMKilled, GPUIdle, InputBound, Straggler, CPUUnderused, MemoryNearLimit, MemoryOverRequested, GPUMemoryUnderused}
 
 // ParseKind accepts a Kind; "" is every kind.
 func ParseKind(s string) (Kind, error) {
@@ -71,8 +73,9 @@ func (s Severity) rank() int {
 }
 
 // Thresholds are the settings findings are judged by. "Below" fires
-// strictly below the value; "Above" at or above it. Zero fields take
-// Defaults' values.
+// strictly below the value; "Above" at or above it, but for
+// StragglerAbove, which fires strictly above. Zero fields take Defaults'
+// values.
 type Thresholds struct {
 	// CPUEfficiencyBelow: cores used over cores allocated.
 	CPUEfficiencyBelow float64 `json:"cpuEfficiencyBelow,omitempty"`
@@ -89,6 +92,10 @@ type Thresholds struct {
 	// average while the job's CPUs are this busy wait for their input.
 	GPUUtilizationBelow float64 `json:"gpuUtilizationBelow,omitempty"`
 	CPUSaturatedAbove   float64 `json:"cpuSaturatedAbove,omitempty"`
+	// StragglerAbove: a rank whose time in one of its job's top functions
+	// is more than this many times the median rank's there. A ratio,
+	// above 1, unlike the shares above.
+	StragglerAbove float64 `json:"stragglerAbove,omitempty"`
 }
 
 // Defaults are the thresholds used where none is set.
@@ -101,6 +108,7 @@ func Defaults() Thresholds {
 		GPUMemoryUsedBelow:  0.2,
 		GPUUtilizationBelow: 0.3,
 		CPUSaturatedAbove:   0.9,
+		StragglerAbove:      1.5,
 	}
 }
 
@@ -111,7 +119,7 @@ func (t Thresholds) WithDefaults() Thresholds {
 		{&t.CPUEfficiencyBelow, &d.CPUEfficiencyBelow}, {&t.MemoryUsedBelow, &d.MemoryUsedBelow},
 		{&t.MemoryUsedAbove, &d.MemoryUsedAbove}, {&t.GPUIdleBelow, &d.GPUIdleBelow},
 		{&t.GPUMemoryUsedBelow, &d.GPUMemoryUsedBelow}, {&t.GPUUtilizationBelow, &d.GPUUtilizationBelow},
-		{&t.CPUSaturatedAbove, &d.CPUSaturatedAbove},
+		{&t.CPUSaturatedAbove, &d.CPUSaturatedAbove}, {&t.StragglerAbove, &d.StragglerAbove},
 	} {
 		if *p.v == 0 {
 			*p.v = *p.def
@@ -121,7 +129,8 @@ func (t Thresholds) WithDefaults() Thresholds {
 }
 
 // Validate says what is wrong with thresholds (after WithDefaults): each
-// is a share from 0 (exclusive) to 1, and a job cannot be both over- and
+// is a share from 0 (exclusive) to 1 but StragglerAbove, a ratio above 1
+// and at most MaxStragglerAbove, and a job cannot be both over- and
 // under-requested.
 func (t Thresholds) Validate() error {
 	var errs []error
@@ -133,6 +142,9 @@ func (t Thresholds) Validate() error {
 		if !(v > 0 && v <= 1) {
 			errs = append(errs, fmt.Errorf("%s %v: want a share above 0 and at most 1", name, v))
 		}
+	}
+	if !(t.StragglerAbove > 1 && t.StragglerAbove <= MaxStragglerAbove) {
+		errs = append(errs, fmt.Errorf("stragglerAbove %v: want a ratio above 1 and at most %v", t.StragglerAbove, MaxStragglerAbove))
 	}
 	if t.MemoryUsedBelow >= t.MemoryUsedAbove {
 		errs = append(errs, fmt.Errorf("memoryUsedBelow %v must be under memoryUsedAbove %v", t.MemoryUsedBelow, t.MemoryUsedAbove))
@@ -215,6 +227,10 @@ type Finding struct {
 	Value     float64  `json:"value"`
 	Threshold float64  `json:"threshold"`
 	Numbers   []Number `json:"numbers"`
+	// Rank and Function are where a straggler finding is: the rank and
+	// the function (or the call it blocked in) where it differs most.
+	Rank     string `json:"rank,omitempty"`
+	Function string `json:"function,omitempty"`
 }
 
 // Evaluate returns the job's findings under t (zero fields: defaults),
@@ -527,4 +543,5 @@ func (t *Thresholds) Flags(fs *flag.FlagSet) {
 	fs.Float64Var(&t.GPUMemoryUsedBelow, "gpu-memory-used-below", d.GPUMemoryUsedBelow, "finding: peak GPU memory over the device's below this")
 	fs.Float64Var(&t.GPUUtilizationBelow, "gpu-utilization-below", d.GPUUtilizationBelow, "finding (input bound): mean GPU utilisation below this ...")
 	fs.Float64Var(&t.CPUSaturatedAbove, "cpu-saturated-above", d.CPUSaturatedAbove, "... while cores used over allocated are at or above this")
+	fs.Float64Var(&t.StragglerAbove, "straggler-above", d.StragglerAbove, "finding: a rank's time in one of its job's top functions over the median rank's above this ratio")
 }

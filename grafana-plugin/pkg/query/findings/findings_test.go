@@ -276,7 +276,8 @@ func TestThresholdSettings(t *testing.T) {
 	if got := (Thresholds{MemoryUsedAbove: 0.95}).WithDefaults(); got.MemoryUsedAbove != 0.95 || got.CPUEfficiencyBelow != 0.5 {
 		t.Errorf("%+v", got)
 	}
-	for _, bad := range []Thresholds{{CPUEfficiencyBelow: 1.5}, {GPUIdleBelow: -0.1}, {MemoryUsedBelow: 0.95}} {
+	for _, bad := range []Thresholds{{CPUEfficiencyBelow: 1.5}, {GPUIdleBelow: -0.1}, {MemoryUsedBelow: 0.95},
+		{StragglerAbove: 1}, {StragglerAbove: 0.5}, {StragglerAbove: 101}} {
 		if err := bad.WithDefaults().Validate(); err == nil {
 			t.Errorf("%+v accepted", bad)
 		}

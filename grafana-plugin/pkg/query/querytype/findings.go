@@ -25,7 +25,7 @@ const (
 
 func init() {
 	Register[findingsQuery](Info{Name: Findings, Key: "Findings", Order: 60,
-		Label: "Findings", Description: "What jobs should change: idle GPUs, unused cores, memory over-requested or near its limit, OOM kills, ...",
+		Label: "Findings", Description: "What jobs should change: idle GPUs, unused cores, memory over-requested or near its limit, OOM kills, straggling ranks, ...",
 		Enums: map[string][]string{"FindingKind": strs(findings.Kinds), "FindingsFormat": {FormatTable, FormatNumeric}}})
 }
 
@@ -45,12 +45,21 @@ func (q *findingsQuery) Check() (err error) {
 	if q.Format != "" && q.Format != FormatTable && q.Format != FormatNumeric {
 		return fmt.Errorf("format %q: want %s or %s", q.Format, FormatTable, FormatNumeric)
 	}
+	if q.kind == findings.Straggler && q.Format == FormatNumeric {
+		return fmt.Errorf("finding %s: a table only (format %s): judging ranks takes a flame graph per rank, too many calls for alert rules", q.kind, FormatTable)
+	}
 	return nil
 }
 
-// Needs names Prometheus only: a table's waits come from Pyroscope where
-// it is configured, and are left out where it is not.
-func (q *findingsQuery) Needs() Backends { return Backends{Prometheus: true} }
+// Needs names Prometheus, but for stragglers, which come from profiles
+// alone: a table's waits and stragglers come from Pyroscope where it is
+// configured, and are left out where it is not.
+func (q *findingsQuery) Needs() Backends {
+	if q.kind == findings.Straggler {
+		return Backends{Pyroscope: true}
+	}
+	return Backends{Prometheus: true}
+}
 
 func (q *findingsQuery) Shape() Shape {
 	if q.Format == FormatNumeric {
@@ -59,9 +68,10 @@ func (q *findingsQuery) Shape() Shape {
 	return Shape{}
 }
 
-// Run gives a table's findings the waits of jobs with idle cores, from
-// Pyroscope where it is configured; numbers, which alert rules read every
-// minute, go without: waits do not change a finding's value.
+// Run gives a table's findings the waits of jobs with idle cores and the
+// stragglers of multi-rank jobs, from Pyroscope where it is configured;
+// numbers, which alert rules read every minute, go without: waits do not
+// change a finding's value, and stragglers take a call per rank.
 func (q *findingsQuery) Run(ctx context.Context, env Env) (data.Frames, error) {
 	if q.Format == FormatNumeric {
 		fs, err := env.Engine.Findings(ctx, env.Scope, env.Range, q.kind)

@@ -47,6 +47,13 @@ func (answering) MergeStacktraces(context.Context, string, string, time.Time, ti
 	return t.Flamegraph(), nil
 }
 
+// Diff answers main;work 10 on both sides.
+func (answering) Diff(context.Context, string, backends.Selection, backends.Selection, int64) (*querierv1.FlameGraphDiff, error) {
+	return &querierv1.FlameGraphDiff{Names: []string{"total", "main", "work"}, Levels: []*querierv1.Level{
+		{Values: []int64{0, 10, 0, 0, 10, 0, 0}}, {Values: []int64{0, 10, 0, 0, 10, 0, 1}}, {Values: []int64{0, 10, 10, 0, 10, 10, 2}},
+	}}, nil
+}
+
 func (answering) SelectSeries(_ context.Context, _, _ string, groupBy []string, start, _ time.Time, _ time.Duration) ([]*typesv1.Series, error) {
 	s := &typesv1.Series{Points: []*typesv1.Point{{Timestamp: start.UnixMilli(), Value: 5}}}
 	for _, g := range groupBy {
@@ -89,7 +96,9 @@ var samples = map[string][]string{
 	GPUMetric:       {`{}`, `{"metric": "slurmscope_job_gpu_utilization_ratio", "groupBy": ["slurm.job.user"], "window": "30m"}`},
 	TopEntities:     {`{}`, `{"entity": "slurm.job.user", "rankBy": "gpuUtilization", "limit": 3}`},
 	AttributeValues: {`{"attribute": "host.name"}`},
-	Findings:        {`{}`, `{"format": "numeric"}`, `{"finding": "gpuIdle", "format": "table"}`},
+	Findings:        {`{}`, `{"format": "numeric"}`, `{"finding": "gpuIdle", "format": "table"}`, `{"finding": "straggler"}`},
+	Diff: {`{}`, `{"leftFilter": "slurm.job.id == \"1\"", "rightFilter": "slurm.job.id == \"2\"", "maxNodes": 100,
+		"rightFrom": "2026-11-29T00:00:00Z", "rightTo": "1796083200000"}`},
 }
 
 // Every type's frames are of the type its Shape says, and their numbers
@@ -166,6 +175,11 @@ func TestParseErrorsAreTheUsers(t *testing.T) {
 		{TopEntities, `{"rankBy": "memory"}`, `rank "memory"`},
 		{AttributeValues, `{}`, `unknown attribute ""`},
 		{Findings, `{"format": "csv"}`, `format "csv": want table or numeric`},
+		{Findings, `{"finding": "straggler", "format": "numeric"}`, "finding straggler: a table only"},
+		{Diff, `{"leftFilter": "slurm.job.idd == \"1\""}`, "leftFilter: 1:1: unknown attribute slurm.job.idd"},
+		{Diff, `{"rightFrom": "yesterday"}`, `rightFrom: "yesterday": want epoch milliseconds or an RFC 3339 time`},
+		{Diff, `{"leftFrom": "2000", "leftTo": "1000"}`, "leftFrom 2000 is not before leftTo 1000"},
+		{Diff, `{"maxNodes": -1}`, "maxNodes -1: want 1 to 65536"},
 	} {
 		if _, err := Parse(tc.name, []byte(tc.raw)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s %s: %v, want %q", tc.name, tc.raw, err, tc.want)
