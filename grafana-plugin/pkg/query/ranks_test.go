@@ -66,7 +66,7 @@ func TestRanksNameTheStraggler(t *testing.T) {
 		t.Errorf("report %+v", rep)
 	}
 	if len(rep.Findings) != 1 || rep.Findings[0].Rank != "2" || rep.Findings[0].Function != "matmul" || rep.Findings[0].User != "u8" ||
-		rep.Findings[0].Summary != "rank 2 spent 2.0× the median rank's CPU time in `matmul` (40.0s against 20.0s, of 4 ranks)" {
+		rep.Findings[0].Summary != "rank 2 spent 2.0× the other ranks' median CPU time in `matmul` (40.0s against 20.0s, of 4 ranks)" {
 		t.Errorf("findings %+v", rep.Findings)
 	}
 	// A job without ranks has none, and no findings.

@@ -21,9 +21,11 @@ import (
 // would ever be named.
 const MaxStragglerAbove = 100
 
-// MinRanks is the fewest ranks a job's stragglers are judged among: with
-// two, the median is their mean, and each is as far from it as the other.
-const MinRanks = 3
+// MinRanks is the fewest ranks a job's stragglers are judged among. Each
+// rank is judged against the median of the others, so that of two ranks
+// the one twice the other's time is named (against the median of all
+// two, their mean, each would be as far from it as the other).
+const MinRanks = 2
 
 // A finding names at most namedStragglers ranks of a job, those with the
 // most time over the median first; and a rank only where its time over
@@ -86,7 +88,7 @@ type straggler struct {
 
 // Stragglers returns the job's straggler findings under t (zero fields:
 // defaults): per rank, the place where its time is furthest over the
-// median rank's, where that is more than StragglerAbove times the median
+// median of the other ranks', where that is more than StragglerAbove times it
 // (which must be above 0: a place most ranks never reach is one rank's
 // work, not a straggler). Fewer than MinRanks ranks name none.
 func Stragglers(j RankedJob, t Thresholds) []Finding {
@@ -103,7 +105,7 @@ func Stragglers(j RankedJob, t Thresholds) []Finding {
 	for _, s := range found {
 		out = append(out, Finding{Kind: Straggler, Severity: Warning, JobID: j.ID, User: j.User, Name: j.Name,
 			Rank: s.rank, Function: s.place.Function, Value: s.ratio, Threshold: t.StragglerAbove,
-			Summary: fmt.Sprintf("rank %s spent %.1f× the median rank's %s in %s (%s against %s, of %d ranks)",
+			Summary: fmt.Sprintf("rank %s spent %.1f× the other ranks' median %s in %s (%s against %s, of %d ranks)",
 				s.rank, s.ratio, s.what, s.place, secs(s.time), secs(s.median), s.ranks),
 			Advice: fmt.Sprintf("The other ranks wait for rank %s at each synchronisation: compare it with them (a diff query, or slurmscope diff), "+
 				"and look for uneven work or data, or a slower or busier node.", s.rank),
@@ -124,10 +126,6 @@ func stragglersOf(rt RankTimes, t Thresholds) []straggler {
 	for i, r := range rt.Ranks {
 		totals[i] = float64(r.Total)
 	}
-	medTotal := Median(totals)
-	if medTotal <= 0 {
-		return nil
-	}
 	best := map[int]straggler{} // by rank index
 	for p, place := range rt.Places {
 		in := make([]float64, n)
@@ -136,11 +134,11 @@ func stragglersOf(rt RankTimes, t Thresholds) []straggler {
 				in[i] = float64(r.In[p])
 			}
 		}
-		med := Median(in)
-		if med <= 0 {
-			continue
-		}
 		for i, v := range in {
+			med, medTotal := medianOfOthers(in, i), medianOfOthers(totals, i)
+			if med <= 0 || medTotal <= 0 {
+				continue
+			}
 			excess := v - med
 			if v <= t.StragglerAbove*med || excess < minStragglerShare*medTotal {
 				continue
@@ -157,6 +155,11 @@ func stragglersOf(rt RankTimes, t Thresholds) []straggler {
 		out = append(out, s)
 	}
 	return out
+}
+
+// medianOfOthers is the median of vs without vs[i]: a rank's peers.
+func medianOfOthers(vs []float64, i int) float64 {
+	return Median(append(slices.Clone(vs[:i]), vs[i+1:]...))
 }
 
 // Median is the middle value of vs, or the mean of the two middle ones:

@@ -31,7 +31,7 @@ func TestStragglerNamesTheRankAndFunction(t *testing.T) {
 	if f.Kind != Straggler || f.Severity != Warning || f.Rank != "2" || f.Function != "matmul" || f.JobID != "42" || f.User != "alice" {
 		t.Errorf("finding %+v", f)
 	}
-	if want := "rank 2 spent 2.0× the median rank's CPU time in `matmul` (40.0s against 20.0s, of 4 ranks)"; f.Summary != want {
+	if want := "rank 2 spent 2.0× the other ranks' median CPU time in `matmul` (40.0s against 20.0s, of 4 ranks)"; f.Summary != want {
 		t.Errorf("summary\n %q\nwant\n %q", f.Summary, want)
 	}
 	if f.Value != 2 || f.Threshold != 1.5 || number(f, "rank_time") != 40e9 || number(f, "median_rank_time") != 20e9 || number(f, "ranks") != 4 {
@@ -73,11 +73,17 @@ func TestStragglerNeedsAMaterialDifference(t *testing.T) {
 	if fs := Stragglers(j, Thresholds{}); len(fs) != 0 {
 		t.Errorf("a function most ranks never run: %+v", fs)
 	}
-	// Two ranks: neither is the straggler of the other.
+	// Two ranks: the one at twice the other's time is named (srun -n 2);
+	// two alike name neither.
 	j = ranked()
-	j.Times[0].Ranks = j.Times[0].Ranks[1:3]
+	j.Times[0].Ranks = []RankTime{{"0", 40e9, []int64{20e9, 20e9}}, {"1", 60e9, []int64{40e9, 20e9}}}
+	if fs := Stragglers(j, Thresholds{}); len(fs) != 1 || fs[0].Rank != "1" || fs[0].Function != "matmul" {
+		t.Errorf("two ranks, one at 2x: %+v", fs)
+	}
+	j = ranked()
+	j.Times[0].Ranks = j.Times[0].Ranks[0:2]
 	if fs := Stragglers(j, Thresholds{}); len(fs) != 0 {
-		t.Errorf("two ranks: %+v", fs)
+		t.Errorf("two ranks alike: %+v", fs)
 	}
 }
 
@@ -94,7 +100,7 @@ func TestStragglerInBlockedTime(t *testing.T) {
 	}
 	// 20 s over a median rank's 10 s of blocked time comes before 20 s
 	// over 100 s of CPU time.
-	if want := "rank 2 spent 5.0× the median rank's blocked time in `read` under `load_batch` (25.0s against 5.0s, of 4 ranks)"; fs[0].Summary != want {
+	if want := "rank 2 spent 5.0× the other ranks' median blocked time in `read` under `load_batch` (25.0s against 5.0s, of 4 ranks)"; fs[0].Summary != want {
 		t.Errorf("summary\n %q\nwant\n %q", fs[0].Summary, want)
 	}
 	if fs[0].Function != "read" || fs[1].Function != "matmul" {
