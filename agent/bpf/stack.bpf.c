@@ -10,9 +10,9 @@
 
 #include "common.h"
 #include "stack.h"
-#include "stackstore.h"
 
 const struct stack_event *unused_event __attribute__((unused));
+const struct interp_new_event *unused_interp_new_event __attribute__((unused));
 const struct interp_stack *unused_interp_stack __attribute__((unused));
 const struct interp_proc *unused_interp_proc __attribute__((unused));
 const struct unwind_stack *unused_unwind_stack __attribute__((unused));

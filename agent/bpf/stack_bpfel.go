@@ -115,30 +115,28 @@ type stackUnwindStack struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	stackMapInterpNew          = "interp_new"
-	stackMapInterpProcs        = "interp_procs"
-	stackMapPyFrameScratch     = "py_frame_scratch"
-	stackMapPyThreads          = "py_threads"
-	stackMapStackEvents        = "stack_events"
-	stackMapStackForkJobs      = "stack_fork_jobs"
-	stackMapStackFpScratch     = "stack_fp_scratch"
-	stackMapStackInterpScratch = "stack_interp_scratch"
-	stackMapStackSeen          = "stack_seen"
-	stackMapStackStats         = "stack_stats"
-	stackVarStackForkJobShare  = "stack_fork_job_share"
-	stackVarStackHashSeed      = "stack_hash_seed"
-	stackVarStackInterpreters  = "stack_interpreters"
-	stackVarStackTables        = "stack_tables"
-	stackVarUnusedEvent        = "unused_event"
-	stackVarUnusedEventFlag    = "unused_event_flag"
-	stackVarUnusedInterpFlag   = "unused_interp_flag"
-	stackVarUnusedInterpNew    = "unused_interp_new"
-	stackVarUnusedInterpProc   = "unused_interp_proc"
-	stackVarUnusedInterpStack  = "unused_interp_stack"
-	stackVarUnusedInterpStatus = "unused_interp_status"
-	stackVarUnusedSetupFlag    = "unused_setup_flag"
-	stackVarUnusedStackStat    = "unused_stack_stat"
-	stackVarUnusedUnwindStack  = "unused_unwind_stack"
+	stackMapInterpProcs          = "interp_procs"
+	stackMapPyFrameScratch       = "py_frame_scratch"
+	stackMapPyThreads            = "py_threads"
+	stackMapStackEvents          = "stack_events"
+	stackMapStackForkJobs        = "stack_fork_jobs"
+	stackMapStackFpScratch       = "stack_fp_scratch"
+	stackMapStackInterpScratch   = "stack_interp_scratch"
+	stackMapStackSeen            = "stack_seen"
+	stackMapStackStats           = "stack_stats"
+	stackVarStackForkJobShare    = "stack_fork_job_share"
+	stackVarStackInterpreters    = "stack_interpreters"
+	stackVarStackTables          = "stack_tables"
+	stackVarUnusedEvent          = "unused_event"
+	stackVarUnusedEventFlag      = "unused_event_flag"
+	stackVarUnusedInterpFlag     = "unused_interp_flag"
+	stackVarUnusedInterpNewEvent = "unused_interp_new_event"
+	stackVarUnusedInterpProc     = "unused_interp_proc"
+	stackVarUnusedInterpStack    = "unused_interp_stack"
+	stackVarUnusedInterpStatus   = "unused_interp_status"
+	stackVarUnusedSetupFlag      = "unused_setup_flag"
+	stackVarUnusedStackStat      = "unused_stack_stat"
+	stackVarUnusedUnwindStack    = "unused_unwind_stack"
 )
 
 // loadStack returns the embedded CollectionSpec for stack.
@@ -189,7 +187,6 @@ type stackProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type stackMapSpecs struct {
-	InterpNew          *ebpf.MapSpec `ebpf:"interp_new"`
 	InterpProcs        *ebpf.MapSpec `ebpf:"interp_procs"`
 	PyFrameScratch     *ebpf.MapSpec `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.MapSpec `ebpf:"py_threads"`
@@ -205,20 +202,19 @@ type stackMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type stackVariableSpecs struct {
-	StackForkJobShare  *ebpf.VariableSpec `ebpf:"stack_fork_job_share"`
-	StackHashSeed      *ebpf.VariableSpec `ebpf:"stack_hash_seed"`
-	StackInterpreters  *ebpf.VariableSpec `ebpf:"stack_interpreters"`
-	StackTables        *ebpf.VariableSpec `ebpf:"stack_tables"`
-	UnusedEvent        *ebpf.VariableSpec `ebpf:"unused_event"`
-	UnusedEventFlag    *ebpf.VariableSpec `ebpf:"unused_event_flag"`
-	UnusedInterpFlag   *ebpf.VariableSpec `ebpf:"unused_interp_flag"`
-	UnusedInterpNew    *ebpf.VariableSpec `ebpf:"unused_interp_new"`
-	UnusedInterpProc   *ebpf.VariableSpec `ebpf:"unused_interp_proc"`
-	UnusedInterpStack  *ebpf.VariableSpec `ebpf:"unused_interp_stack"`
-	UnusedInterpStatus *ebpf.VariableSpec `ebpf:"unused_interp_status"`
-	UnusedSetupFlag    *ebpf.VariableSpec `ebpf:"unused_setup_flag"`
-	UnusedStackStat    *ebpf.VariableSpec `ebpf:"unused_stack_stat"`
-	UnusedUnwindStack  *ebpf.VariableSpec `ebpf:"unused_unwind_stack"`
+	StackForkJobShare    *ebpf.VariableSpec `ebpf:"stack_fork_job_share"`
+	StackInterpreters    *ebpf.VariableSpec `ebpf:"stack_interpreters"`
+	StackTables          *ebpf.VariableSpec `ebpf:"stack_tables"`
+	UnusedEvent          *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedEventFlag      *ebpf.VariableSpec `ebpf:"unused_event_flag"`
+	UnusedInterpFlag     *ebpf.VariableSpec `ebpf:"unused_interp_flag"`
+	UnusedInterpNewEvent *ebpf.VariableSpec `ebpf:"unused_interp_new_event"`
+	UnusedInterpProc     *ebpf.VariableSpec `ebpf:"unused_interp_proc"`
+	UnusedInterpStack    *ebpf.VariableSpec `ebpf:"unused_interp_stack"`
+	UnusedInterpStatus   *ebpf.VariableSpec `ebpf:"unused_interp_status"`
+	UnusedSetupFlag      *ebpf.VariableSpec `ebpf:"unused_setup_flag"`
+	UnusedStackStat      *ebpf.VariableSpec `ebpf:"unused_stack_stat"`
+	UnusedUnwindStack    *ebpf.VariableSpec `ebpf:"unused_unwind_stack"`
 }
 
 // stackObjects contains all objects after they have been loaded into the kernel.
@@ -241,7 +237,6 @@ func (o *stackObjects) Close() error {
 //
 // It can be passed to loadStackObjects or ebpf.CollectionSpec.LoadAndAssign.
 type stackMaps struct {
-	InterpNew          *ebpf.Map `ebpf:"interp_new"`
 	InterpProcs        *ebpf.Map `ebpf:"interp_procs"`
 	PyFrameScratch     *ebpf.Map `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.Map `ebpf:"py_threads"`
@@ -255,7 +250,6 @@ type stackMaps struct {
 
 func (m *stackMaps) Close() error {
 	return _StackClose(
-		m.InterpNew,
 		m.InterpProcs,
 		m.PyFrameScratch,
 		m.PyThreads,
@@ -272,20 +266,19 @@ func (m *stackMaps) Close() error {
 //
 // It can be passed to loadStackObjects or ebpf.CollectionSpec.LoadAndAssign.
 type stackVariables struct {
-	StackForkJobShare  *ebpf.Variable `ebpf:"stack_fork_job_share"`
-	StackHashSeed      *ebpf.Variable `ebpf:"stack_hash_seed"`
-	StackInterpreters  *ebpf.Variable `ebpf:"stack_interpreters"`
-	StackTables        *ebpf.Variable `ebpf:"stack_tables"`
-	UnusedEvent        *ebpf.Variable `ebpf:"unused_event"`
-	UnusedEventFlag    *ebpf.Variable `ebpf:"unused_event_flag"`
-	UnusedInterpFlag   *ebpf.Variable `ebpf:"unused_interp_flag"`
-	UnusedInterpNew    *ebpf.Variable `ebpf:"unused_interp_new"`
-	UnusedInterpProc   *ebpf.Variable `ebpf:"unused_interp_proc"`
-	UnusedInterpStack  *ebpf.Variable `ebpf:"unused_interp_stack"`
-	UnusedInterpStatus *ebpf.Variable `ebpf:"unused_interp_status"`
-	UnusedSetupFlag    *ebpf.Variable `ebpf:"unused_setup_flag"`
-	UnusedStackStat    *ebpf.Variable `ebpf:"unused_stack_stat"`
-	UnusedUnwindStack  *ebpf.Variable `ebpf:"unused_unwind_stack"`
+	StackForkJobShare    *ebpf.Variable `ebpf:"stack_fork_job_share"`
+	StackInterpreters    *ebpf.Variable `ebpf:"stack_interpreters"`
+	StackTables          *ebpf.Variable `ebpf:"stack_tables"`
+	UnusedEvent          *ebpf.Variable `ebpf:"unused_event"`
+	UnusedEventFlag      *ebpf.Variable `ebpf:"unused_event_flag"`
+	UnusedInterpFlag     *ebpf.Variable `ebpf:"unused_interp_flag"`
+	UnusedInterpNewEvent *ebpf.Variable `ebpf:"unused_interp_new_event"`
+	UnusedInterpProc     *ebpf.Variable `ebpf:"unused_interp_proc"`
+	UnusedInterpStack    *ebpf.Variable `ebpf:"unused_interp_stack"`
+	UnusedInterpStatus   *ebpf.Variable `ebpf:"unused_interp_status"`
+	UnusedSetupFlag      *ebpf.Variable `ebpf:"unused_setup_flag"`
+	UnusedStackStat      *ebpf.Variable `ebpf:"unused_stack_stat"`
+	UnusedUnwindStack    *ebpf.Variable `ebpf:"unused_unwind_stack"`
 }
 
 // stackPrograms contains all programs after they have been loaded into the kernel.

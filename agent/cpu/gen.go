@@ -1,5 +1,7 @@
 package cpu
 
+import "github.com/cilium/ebpf"
+
 // The BPF object is compiled by bpf2go and committed (sampler_*_bpfel.go and
 // .o). CI regenerates it with Debian bookworm's clang-14 and
 // fails on any diff; run ./regen-check.sh to do the same locally.
@@ -14,3 +16,7 @@ package cpu
 // ../bpf/include (agent/bpf), which CI's regeneration covers too.
 
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-14 -strip llvm-strip-14 -cflags "-O2 -g -Wall -Werror -I../bpf/include" -target amd64,arm64 -no-global-types -type count_key -type count_val -type stat_index sampler sampler.bpf.c
+
+// Spec is the probe's embedded program and maps, for checks that span
+// probes (the maps the stack walker shares).
+func Spec() (*ebpf.CollectionSpec, error) { return loadSampler() }

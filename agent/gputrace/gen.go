@@ -1,5 +1,7 @@
 package gputrace
 
+import "github.com/cilium/ebpf"
+
 // The BPF object is compiled by bpf2go and committed (markers_*_bpfel.go and
 // .o). CI regenerates it with Debian bookworm's clang-14 and fails on any
 // diff; run ./regen-check.sh to do the same locally.
@@ -14,3 +16,7 @@ package gputrace
 // ../bpf/include (agent/bpf).
 
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-14 -strip llvm-strip-14 -cflags "-O2 -g -Wall -Werror -I../bpf/include" -target amd64,arm64 -no-global-types -type event_header -type launch_event -type records_event -type name_event -type kernel_record -type event_kind -type stat_index markers markers.bpf.c
+
+// Spec is the probe's embedded program and maps, for checks that span
+// probes (the maps the stack walker shares).
+func Spec() (*ebpf.CollectionSpec, error) { return loadMarkers() }

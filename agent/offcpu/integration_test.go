@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slurmscope/slurmscope/agent/interp"
+	"github.com/slurmscope/slurmscope/agent/python"
+	"github.com/slurmscope/slurmscope/agent/stackwalk"
 	"github.com/slurmscope/slurmscope/internal/testenv"
 	"github.com/slurmscope/slurmscope/internal/testenv/simjob"
 )
@@ -306,4 +309,23 @@ func TestIntegrationOneJobCannotFillTheMaps(t *testing.T) {
 	if got := float64(blocked) / 1e9; got < measured*0.97 || got > measured*1.10 {
 		t.Errorf("the other job's sleeper: blocked %.3f s, it measured %.3f s", got, measured)
 	}
+}
+
+// TestIntegrationLoadsWithTheStackCapture: the program loads as the agent
+// runs it, with the table unwinder and the Python walk of the stack
+// capture: the verifier's bound is the program's whole path, every
+// header's code inlined.
+func TestIntegrationLoadsWithTheStackCapture(t *testing.T) {
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
+	w, err := stackwalk.New(stackwalk.Options{Tables: true, Interpreters: []interp.Interpreter{python.CPython{}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	if !w.Tables() {
+		t.Skipf("no table unwinder here: %s", w.FramePointerReason())
+	}
+	tr := newTracer(t, Options{Stacks: w})
+	runNs, runs, _ := tr.ProgramStats()
+	t.Logf("loaded; %d runs, %d ns", runs, runNs)
 }

@@ -457,8 +457,11 @@ static __always_inline void switch_out(void *ctx, struct task_struct *prev, int 
 	// again would spend the job's frame-resolution allowance that its CPU
 	// profile needs (a forking Python pool under load lost its CPU
 	// frames so).
+	// Read back from the map value: a branch on the register would have
+	// the verifier walk the interpreter path once per way runnable was
+	// computed, past its instruction limit.
 	key->interp_stack = 0;
-	if (!runnable)
+	if (*(volatile __u32 *)&key->state == OFFCPU_BLOCKED)
 		key->interp_stack = interp_key(stats, quota, group, prev, pid_tgid, key->start_boottime_ns, &setup);
 	key->setup = setup;
 	p->group = group;

@@ -85,4 +85,15 @@ static __always_inline __u64 interp_task_mm(void *task)
 	return (__u64)BPF_CORE_READ((struct task_struct___stack *)task, mm);
 }
 
+// An interpreter stack new to a probe's own map, as the probe announces it
+// to user space (stackstore.h); generated once in Go (agent/bpf
+// InterpNewEvent).
+struct interp_new_event {
+	__u32 tgid;
+	__u32 pad;
+	__u64 start_boottime_ns;
+	__u64 key;
+	struct interp_stack stack;
+};
+
 #endif // SLURMSCOPE_INTERP_H

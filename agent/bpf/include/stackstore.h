@@ -102,18 +102,10 @@ static __always_inline __u64 interp_stack_hash(const struct interp_stack *in, __
 	return h ? h : 1;
 }
 
-// Each interpreter stack new to a probe's map is also sent here, so that
-// user space reads what its frames name while the process lives (a 2 s
-// `python -c` is gone by the next drain); the drain then finds them
-// cached. Generated once in Go (agent/bpf InterpNewEvent).
-struct interp_new_event {
-	__u32 tgid;
-	__u32 pad;
-	__u64 start_boottime_ns;
-	__u64 key;
-	struct interp_stack stack;
-};
-
+// Each interpreter stack new to a probe's map is also sent here (struct
+// interp_new_event, interp.h), so that user space reads what its frames
+// name while the process lives (a 2 s `python -c` is gone by the next
+// drain); the drain then finds them cached.
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 1 << 20); // placeholder; the loader sets it
