@@ -11,7 +11,10 @@
 // id of a SLUID directory from slurmstepd's title, never from an
 // environment variable the user controls. So slurmstepd, or a task whose
 // environment is unreadable, still carries the job's name and owner. No two
-// jobs of one host ever publish the same id.
+// jobs of one host ever publish the same id. A process's task is its own:
+// its local id from its task_<n> cgroup, and with Options.Ranks its rank
+// and node index from its own environment, read once per program
+// (tasks.go), a claim that labels its samples and decides nothing else.
 //
 // Lookups are cached per (pid, start time), so a reused pid never inherits a
 // dead process's job; job metadata is cached per job with a TTL; processes in
@@ -86,6 +89,10 @@ type Process struct {
 	Step  string
 	Task  string
 	Stepd bool // slurmstepd itself
+	// Rank and NodeIndex are what the process's environment says of its
+	// task (slurm.Task), "" until read (Options.Ranks) or where it says
+	// nothing valid.
+	Rank, NodeIndex string
 	// Foreign is set when the process belongs to another slurmd on this host
 	// (multiple-slurmd layout) than the node this agent serves.
 	Foreign bool
@@ -126,8 +133,13 @@ type Options struct {
 	HostName    string
 	JobTTL      time.Duration // default 60s
 	NegativeTTL time.Duration // how long "not in a job" is believed; default 30s
-	// MaxEnvReads bounds how many tasks' environments one job refresh reads.
+	// MaxEnvReads bounds how many tasks' environments one job refresh
+	// reads, and how many one pass reads for ranks.
 	MaxEnvReads int
+	// Ranks reads the environment of each process of a job once (again
+	// after an exec) for its task's rank and node index (Process.Rank,
+	// NodeIndex); off, only the tasks that job metadata needs are read.
+	Ranks bool
 	// ExitGrace is how long an exited process stays in the cache: its
 	// samples are drained after it exits and must still find their job.
 	// Default 2 minutes.
@@ -220,7 +232,12 @@ func New(o Options) *Resolver {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Resolver{o: o, envKeys: slurm.EnvKeys(o.Metadata), procs: map[int]*procEntry{}, jobs: map[string]*jobEntry{}}
+	keys := slurm.EnvKeys(o.Metadata)
+	if o.Ranks {
+		// One read of a task serves its job's metadata and its rank.
+		keys = append(keys, slurm.TaskEnvKeys()...)
+	}
+	return &Resolver{o: o, envKeys: keys, procs: map[int]*procEntry{}, jobs: map[string]*jobEntry{}}
 }
 
 // Stats returns the error counters.

@@ -39,31 +39,36 @@ func BenchmarkColdLookup(b *testing.B) {
 }
 
 // BenchmarkScan10k is a first scan of a node with 10,000 processes, and a
-// steady-state rescan of the same node.
+// steady-state rescan of the same node; -ranks with Options.Ranks, where
+// the first scan reads every job process's environment and the rescan
+// none.
 func BenchmarkScan10k(b *testing.B) {
 	root := procfstest.SyntheticNode(b, 10000)
 	tree := cgrouptest.Mirror(b, root)
-	b.Run("cold", func(b *testing.B) {
-		b.ReportAllocs()
-		for i := 0; i < b.N; i++ {
-			r := New(Options{Proc: procfs.New(root), Users: fixtureUsers(b), HostName: "n", Cgroups: tree})
-			procs, err := r.Scan()
-			if err != nil || len(procs) != 10000 {
-				b.Fatal(len(procs), err)
+	for _, ranks := range []bool{false, true} {
+		suffix := map[bool]string{false: "", true: "-ranks"}[ranks]
+		b.Run("cold"+suffix, func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				r := New(Options{Proc: procfs.New(root), Users: fixtureUsers(b), HostName: "n", Cgroups: tree, Ranks: ranks})
+				procs, err := r.Scan()
+				if err != nil || len(procs) != 10000 {
+					b.Fatal(len(procs), err)
+				}
 			}
-		}
-	})
-	b.Run("warm", func(b *testing.B) {
-		r := New(Options{Proc: procfs.New(root), Users: fixtureUsers(b), HostName: "n", Cgroups: tree})
-		if _, err := r.Scan(); err != nil {
-			b.Fatal(err)
-		}
-		b.ReportAllocs()
-		b.ResetTimer()
-		for i := 0; i < b.N; i++ {
+		})
+		b.Run("warm"+suffix, func(b *testing.B) {
+			r := New(Options{Proc: procfs.New(root), Users: fixtureUsers(b), HostName: "n", Cgroups: tree, Ranks: ranks})
 			if _, err := r.Scan(); err != nil {
 				b.Fatal(err)
 			}
-		}
-	})
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := r.Scan(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

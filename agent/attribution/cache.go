@@ -34,6 +34,10 @@ type procEntry struct {
 	// adds it, a shell that joins, then execs the job's program), so it is
 	// read again at the next refresh instead of believed for NegativeTTL.
 	recheck bool
+	// rank and node are what its environment says of its task
+	// (Process.Rank, NodeIndex), kept while it runs the program (comm)
+	// it was read in.
+	rank, node string
 }
 
 // recheckAfter is how old a first "in no job", or a member of a job that
@@ -80,7 +84,7 @@ func (r *Resolver) Cached(id procfs.ID) (Process, bool) {
 
 func (e *procEntry) process(pid int) Process {
 	p := Process{ID: procfs.ID{PID: pid, Start: e.start}, Comm: e.comm, UID: e.uid, Host: e.host,
-		Step: e.loc.Step, Task: e.loc.Task, Stepd: e.loc.Stepd, Foreign: e.foreign}
+		Step: e.loc.Step, Task: e.loc.Task, Stepd: e.loc.Stepd, Foreign: e.foreign, Rank: e.rank, NodeIndex: e.node}
 	if e.job != nil {
 		p.Job = e.job.snap.Load()
 	}
@@ -107,7 +111,7 @@ func (r *Resolver) resolve(pid int, st procfs.Stat, full bool) (Process, error) 
 	now := r.o.Now()
 	r.mu.RLock()
 	e := r.procs[pid]
-	fresh := e != nil && e.start == st.StartTime && now.Sub(e.checked) < r.ttl(e, now) && !(full && e.settling(now))
+	fresh := e != nil && e.start == st.StartTime && now.Sub(e.checked) < r.ttl(e, now) && !(full && e.settling(now)) && !r.execed(e, st)
 	var j *jobEntry
 	if fresh {
 		j = e.job
@@ -167,6 +171,7 @@ func (r *Resolver) resolve(pid int, st procfs.Stat, full bool) (Process, error) 
 	ne.recheck = !loc.InJob && isNew
 	if old != nil && old.start == ne.start {
 		ne.seen = old.seen
+		r.keepTask(pid, old, ne)
 	}
 	if old != nil && old.job != nil {
 		// The job entry stays: the process (or the pid's new owner)
@@ -196,6 +201,9 @@ func (r *Resolver) resolve(pid int, st procfs.Stat, full bool) (Process, error) 
 		j.members[pid] = ne
 		j.dirty = true
 		ne.job = j
+		if r.o.Ranks && !ne.loc.Stepd && !j.read(pid, ne) {
+			j.unread = true
+		}
 	}
 	// New, or placed anew (adopted into a job, or out of one).
 	changed := isNew || old.job != ne.job
@@ -261,8 +269,10 @@ func (r *Resolver) Scan() ([]Process, error) {
 		out = append(out, p)
 	}
 	r.forgetExcept(live)
+	r.readTasks()
 	// Metadata may have completed after early members were resolved (the
-	// slurmstepd before its tasks): hand out the final snapshots.
+	// slurmstepd before its tasks), and ranks been read: hand out the
+	// final snapshots.
 	r.mu.RLock()
 	for i := range out {
 		if e := r.procs[out[i].PID]; e != nil && e.start == out[i].Start {
@@ -386,5 +396,6 @@ func (r *Resolver) Refresh() ([]Process, error) {
 			r.refreshJob(j)
 		}
 	}
+	r.readTasks()
 	return out, nil
 }

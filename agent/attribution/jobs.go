@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"sync/atomic"
 	"time"
 
@@ -49,6 +48,9 @@ type jobEntry struct {
 	stepdTried map[int]uint64
 	// idConflict is set while the id slurmstepd gives is another job's.
 	idConflict bool
+	// unread is set while a member's environment may still be due a read
+	// for its rank (Options.Ranks; readTasks).
+	unread bool
 }
 
 func (r *Resolver) jobStale(j *jobEntry, now time.Time) bool {
@@ -104,11 +106,6 @@ func (j *jobEntry) drop(pid int) { delete(j.members, pid) }
 // refreshJob gathers the job's metadata from its members and slurmctld.
 func (r *Resolver) refreshJob(j *jobEntry) {
 	now := r.o.Now()
-	type cand struct {
-		pid   int
-		start uint64
-		rank  int
-	}
 	// Members caught mid-launch are read again by the cache (settling);
 	// what is read here is what they are now.
 	r.mu.RLock()
@@ -127,7 +124,7 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 
 	r.mu.Lock()
 	r.absorbStepds(j, stepds)
-	var cands []cand
+	var cands []envCand
 	votes := newOwnerVotes()
 	for pid, m := range j.members {
 		votes.add(m)
@@ -137,7 +134,7 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 		if t, ok := j.tried[pid]; ok && t == m.start {
 			continue
 		}
-		cands = append(cands, cand{pid, m.start, stepRank(m.loc.Step)})
+		cands = append(cands, newEnvCand(pid, m))
 	}
 	j.dirty = false
 	jobID := j.jobID()
@@ -150,41 +147,7 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 	j.ctldAsking = askCtld
 	r.mu.Unlock()
 
-	// The batch script and the first steps carry the job's own environment;
-	// the extern step's processes (adopted ssh sessions) may not.
-	sort.Slice(cands, func(a, b int) bool {
-		if cands[a].rank != cands[b].rank {
-			return cands[a].rank < cands[b].rank
-		}
-		return cands[a].start < cands[b].start
-	})
-	if len(cands) > r.o.MaxEnvReads {
-		cands = cands[:r.o.MaxEnvReads]
-	}
-	type envRead struct {
-		pid   int
-		start uint64
-		env   map[string]string
-	}
-	var reads []envRead
-	for _, c := range cands {
-		// Reading a task's environment faults its pages in: a task can map
-		// a file of its own FUSE mount over them, whose daemon never
-		// answers. The guard bounds that to one deadline per job.
-		// A stuck read may still set got and gotErr after Do returns:
-		// they are read only when it finished in time.
-		var got, env map[string]string
-		var gotErr, err error
-		if gerr := r.envGuard.Do(j.key, func(func()) { got, gotErr = r.o.Proc.Environ(c.pid, r.envKeys...) }); gerr != nil {
-			err = fmt.Errorf("environment of pid %d: %w", c.pid, gerr)
-		} else {
-			env, err = got, gotErr
-		}
-		if err != nil {
-			r.count(err)
-		}
-		reads = append(reads, envRead{c.pid, c.start, env})
-	}
+	reads := r.readEnvs(j, r.firstCands(cands))
 
 	var info *slurm.JobInfo
 	late := false
@@ -217,14 +180,7 @@ func (r *Resolver) refreshJob(j *jobEntry) {
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, rd := range reads {
-		// An environment without SLURM_JOB_ID is slurmstepd's, before
-		// the task's exec: read it again next time.
-		if rd.env[slurm.EnvJobID] != "" {
-			j.tried[rd.pid] = rd.start
-		}
-		r.absorbEnv(j, rd.env, jobID)
-	}
+	r.absorbReads(j, reads, jobID, now)
 	if askCtld && !late {
 		j.ctldAsking = false
 		j.ctldFailed = j.ctldFailed || info == nil
@@ -355,13 +311,15 @@ func stepRank(step string) int {
 }
 
 // absorbEnv records what a task's environment says of the job's
-// metadata, the first value of each attribute. Callers hold r.mu.
-func (r *Resolver) absorbEnv(j *jobEntry, env map[string]string, jobID string) {
+// metadata, the first value of each attribute, and reports whether it
+// gave one the job lacked. Callers hold r.mu.
+func (r *Resolver) absorbEnv(j *jobEntry, env map[string]string, jobID string) bool {
 	if id := env[slurm.EnvJobID]; id == "" || id != jobID {
 		// A task that rewrote its own environment describes some other
 		// job: ignore it rather than mislabel this one.
-		return
+		return false
 	}
+	added := false
 	for _, a := range r.o.Metadata {
 		v := env[a.From.Env]
 		if a.From.Decide&schema.FromEnv == 0 || v == "" || j.env[a.Name] != "" {
@@ -371,7 +329,9 @@ func (r *Resolver) absorbEnv(j *jobEntry, env map[string]string, jobID string) {
 			j.env = map[string]string{}
 		}
 		j.env[a.Name] = v
+		added = true
 	}
+	return added
 }
 
 // publish builds and swaps in a new snapshot. No two jobs of a host

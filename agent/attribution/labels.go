@@ -1,6 +1,9 @@
 package attribution
 
-import "github.com/slurmscope/slurmscope/schema"
+import (
+	"github.com/slurmscope/slurmscope/agent/slurm"
+	"github.com/slurmscope/slurmscope/schema"
+)
 
 // Labels returns the series labels of the job's profiles: every job
 // attribute with a value and host.name, in schema order, then
@@ -24,8 +27,9 @@ func (j *Job) Labels() []schema.Label {
 }
 
 // Value is the process's value of attribute a: its job's for job
-// attributes (none for a process in no job of this node), its own step and
-// host.
+// attributes (none for a process in no job of this node), its own step,
+// task and host. The local task id is the cgroup's task_<n>; task_special
+// has none.
 func (p Process) Value(a schema.Attribute) string {
 	switch {
 	case a.Name == schema.HostName.Name:
@@ -34,6 +38,12 @@ func (p Process) Value(a schema.Attribute) string {
 		return ""
 	case a.Name == schema.JobStep.Name:
 		return p.Step
+	case a.Name == schema.TaskRank.Name:
+		return p.Rank
+	case a.Name == schema.TaskLocalID.Name:
+		return slurm.TaskNumber(p.Task)
+	case a.Name == schema.NodeIndex.Name:
+		return p.NodeIndex
 	case a.Scope == schema.ScopeJob:
 		return p.Job.Value(a)
 	}

@@ -58,9 +58,44 @@ func TestEveryJobAttributeHasAValue(t *testing.T) {
 			t.Errorf("Job has no value for %s", a.Name)
 		}
 	}
-	for _, a := range append(schema.Scoped(schema.ScopeGPU), schema.JobStep) {
+	for _, a := range append(schema.Scoped(schema.ScopeGPU), schema.Scoped(schema.ScopeProcess)...) {
 		if got := j.Value(a); got != "" {
 			t.Errorf("Job gives %s the value %q", a.Name, got)
 		}
+	}
+}
+
+// A process's task (rank, local id, node index) is its own: Value gives
+// it, but it is on no series, neither the profiles' series labels nor any
+// metric's, where a series per rank would multiply the series per job.
+func TestTaskAttributesAreOnNoSeries(t *testing.T) {
+	j := &Job{ID: "77", Name: "ddp", User: "bob", UID: 1001, Host: "node-a"}
+	p := Process{Job: j, Host: "node-a", Step: "0", Task: "3", Rank: "27", NodeIndex: "3"}
+	task := []schema.Attribute{schema.TaskRank, schema.TaskLocalID, schema.NodeIndex}
+	for a, want := range map[schema.Attribute]string{schema.TaskRank: "27", schema.TaskLocalID: "3", schema.NodeIndex: "3"} {
+		if got := p.Value(a); got != want {
+			t.Errorf("%s = %q, want %q", a.Name, got, want)
+		}
+	}
+	for _, l := range append(p.Labels(), j.Labels()...) {
+		for _, a := range task {
+			if l.Name == a.Label {
+				t.Errorf("series label %s=%s", l.Name, l.Value)
+			}
+		}
+	}
+	for _, m := range schema.Metrics {
+		for _, a := range task {
+			if m.Carries(a) {
+				t.Errorf("metric %s carries %s", m.Name, a.Name)
+			}
+		}
+	}
+	// task_special has no local id; a process in no job has no task.
+	if v := (Process{Job: j, Task: "special"}).Value(schema.TaskLocalID); v != "" {
+		t.Errorf("task_special: local id %q", v)
+	}
+	if v := (Process{Task: "0", Rank: "1"}).Value(schema.TaskRank); v != "" {
+		t.Errorf("in no job: rank %q", v)
 	}
 }

@@ -25,6 +25,7 @@ type runFlags struct {
 	services       []service.Kind // what runs beside the profiler
 	interval       time.Duration
 	allProcesses   bool
+	rankLabels     bool
 	logLevel       string
 	rescanInterval time.Duration
 	budget         budget.Options
@@ -58,6 +59,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.Var(units.NewDuration(&f.interval, 15*time.Second), "upload-interval", "how often profiles are built and sent")
 	fs.Var(units.NewDuration(&f.rescanInterval, time.Second), "rescan-interval", "how often new processes are attributed (short-lived processes need it shorter)")
 	fs.BoolVar(&f.allProcesses, "all-processes", false, "also profile processes that are in no job (labelled by executable)")
+	fs.BoolVar(&f.rankLabels, "rank-labels", true,
+		"label profile samples with each job process's global rank, local task id and node index (read once from its environment and cgroup); they split each job's profile series by rank, never metric series")
 	f.stackFlags.register(fs)
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.Var(units.NewBytes(&f.budget.Total, 0), "memory-budget-bytes",

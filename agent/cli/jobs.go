@@ -34,8 +34,11 @@ type attrFlags struct {
 	// ctldWait is how long a refresh waits for slurmctld; jobs, which
 	// prints once, waits for the answer.
 	ctldWait time.Duration
-	cgroups  *cgroup.Tree
-	log      *slog.Logger // set by run: attribution's debug lines
+	// ranks is set by run: each job process's environment is read for its
+	// rank (--rank-labels).
+	ranks   bool
+	cgroups *cgroup.Tree
+	log     *slog.Logger // set by run: attribution's debug lines
 }
 
 func (a *attrFlags) register(fs *flag.FlagSet) {
@@ -55,7 +58,7 @@ func (a *attrFlags) resolver() (*attribution.Resolver, error) {
 		return nil, err
 	}
 	o := attribution.Options{Proc: procfs.New(a.procRoot), NodeName: a.nodeName, HostName: a.nodeName, ExitGrace: a.exitGrace,
-		ControllerWait: a.ctldWait, Layout: &layout, Cgroups: a.tree(), Log: a.log}
+		ControllerWait: a.ctldWait, Layout: &layout, Cgroups: a.tree(), Log: a.log, Ranks: a.ranks}
 	if o.HostName == "" {
 		o.HostName = shortHostname()
 	}

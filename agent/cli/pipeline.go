@@ -47,6 +47,12 @@ func sinkKinds() []service.Kind {
 	}
 }
 
+// daemonConfig is the daemon's part of run's flags.
+func (f *runFlags) daemonConfig(log *slog.Logger, now func() time.Time) daemon.Config {
+	return daemon.Config{Interval: f.interval, RescanInterval: f.rescanInterval, AllProcesses: f.allProcesses,
+		RankLabels: f.rankLabels, Log: log, Now: now}
+}
+
 // profiler is the profiling pipeline: the sources, symbolizer, daemon and
 // its sinks.
 type profiler struct {
@@ -132,8 +138,7 @@ func newProfiler(f runFlags, senv service.Env) (*profiler, error) {
 	// The sources are loaded: the agent is ready once the daemon has
 	// delivered its first interval.
 	first := &firstInterval{ready: f.ready, clock: time.Now}
-	cfg := daemon.Config{Interval: f.interval, RescanInterval: f.rescanInterval, AllProcesses: f.allProcesses, Log: log,
-		Now: first.now}
+	cfg := f.daemonConfig(log, first.now)
 	stacks.forDaemon(&cfg)
 	p.d = daemon.New(cfg, sources, sym, res, first.sink(sinks))
 	d.Store(p.d)

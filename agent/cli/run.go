@@ -60,13 +60,20 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// resolver is run's attribution: an exited process outlives its last
+// drain, and with --rank-labels each job process's rank is read.
+func (f *runFlags) resolver(log *slog.Logger) (*attribution.Resolver, error) {
+	f.attr.exitGrace = 2*f.interval + time.Minute
+	f.attr.log = log
+	f.attr.ranks = f.rankLabels
+	return f.attr.resolver()
+}
+
 // run opens the services, then the profiler, and runs them until ctx is
 // done. The profiler stops first: its last interval is written before
 // metrics stop being served and pushed.
 func run(ctx context.Context, f runFlags, log *slog.Logger) (err error) {
-	f.attr.exitGrace = 2*f.interval + time.Minute
-	f.attr.log = log
-	res, err := f.attr.resolver()
+	res, err := f.resolver(log)
 	if err != nil {
 		return err
 	}

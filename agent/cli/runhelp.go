@@ -22,7 +22,7 @@ var runHelpGroups = []struct {
 	{"Output directory (profiles as files)", []string{"output-*"}},
 	{"Pyroscope", []string{"pyroscope-*", "spool-*"}},
 	{"/metrics and remote write", []string{"prometheus-remote-write-*", "remote-write-*", "web.config.file"}},
-	{"Sampling and stacks", []string{"cpu-profiling", "sample-rate", "unwind", "unwind-table-bytes", "python-frames", "all-processes", "rescan-interval", "label-stack-setup"}},
+	{"Sampling and stacks", []string{"cpu-profiling", "sample-rate", "unwind", "unwind-table-bytes", "python-frames", "all-processes", "rank-labels", "rescan-interval", "label-stack-setup"}},
 	{"GPU", []string{"gpu-*", "nvml-library", "nvidia-mig-minors"}},
 	{"Host metrics", []string{"host-metrics*"}},
 	{"Limits on what jobs make the agent do", []string{"memory-budget-*", "job-read-*"}},

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/slurmscope/slurmscope/agent/attribution"
 	"github.com/slurmscope/slurmscope/agent/interp"
 	"github.com/slurmscope/slurmscope/agent/logx"
 	"github.com/slurmscope/slurmscope/agent/procfs"
@@ -101,12 +102,9 @@ func (d *Daemon) add(builders map[string]*jobProfile, s *src, smp *source.Sample
 		}
 		stack = append(stack, user...)
 	}
-	// The step is a sample label: one profile per job, while Pyroscope
-	// still splits series by step.
-	var sl []profiles.Label
-	if st := jp.stepOf[smp.Proc]; st != "" {
-		sl = append(sl, profiles.Label{Name: schema.JobStep.Label, Value: st})
-	}
+	// The step and the task are sample labels: one profile per job, while
+	// Pyroscope still splits series by them.
+	sl := append([]profiles.Label(nil), jp.procLabels[smp.Proc]...)
 	sl = append(sl, smp.Labels...)
 	if d.cfg.LabelStackSetup {
 		sl = append(sl, profiles.Label{Name: schema.StackSetupLabel, Value: smp.Setup.String()})
@@ -151,7 +149,8 @@ type jobProfile struct {
 	service string
 	labels  []profiles.Label
 	steps   map[string]bool
-	stepOf  map[procfs.ID]string
+	// procLabels are each process's sample labels: its step and task.
+	procLabels map[procfs.ID][]profiles.Label
 }
 
 // profileFor attributes a sample of source s. A sample whose process
@@ -190,7 +189,7 @@ func (d *Daemon) profileFor(builders map[string]*jobProfile, s *src, key procfs.
 	jp := builders[bk]
 	if jp == nil {
 		jp = &jobProfile{typ: s.info.Type, b: profiles.NewBuilder(s.info.Type, s.info.Period, s.start),
-			steps: map[string]bool{}, stepOf: map[procfs.ID]string{}}
+			steps: map[string]bool{}, procLabels: map[procfs.ID][]profiles.Label{}}
 		if p.InJob() {
 			jp.jobID = p.Job.ID
 		}
@@ -202,9 +201,35 @@ func (d *Daemon) profileFor(builders map[string]*jobProfile, s *src, key procfs.
 		}
 		builders[bk] = jp
 	}
-	if p.InJob() && p.Step != "" {
-		jp.steps[p.Step] = true
-		jp.stepOf[key] = p.Step
+	if _, ok := jp.procLabels[key]; !ok && p.InJob() {
+		if p.Step != "" {
+			jp.steps[p.Step] = true
+		}
+		jp.procLabels[key] = d.sampleLabels(p)
 	}
 	return jp
+}
+
+// taskAttrs are the process attributes that label samples with
+// Config.RankLabels, in this order after the step.
+var taskAttrs = []schema.Attribute{schema.TaskRank, schema.TaskLocalID, schema.NodeIndex}
+
+// sampleLabels are the sample labels of a process in a job: its step and,
+// with RankLabels, its task's, each where known. They are never series
+// labels of the agent's metrics: a series per rank would multiply the
+// series per job.
+func (d *Daemon) sampleLabels(p attribution.Process) []profiles.Label {
+	var ls []profiles.Label
+	if p.Step != "" {
+		ls = append(ls, profiles.Label{Name: schema.JobStep.Label, Value: p.Step})
+	}
+	if !d.cfg.RankLabels {
+		return ls
+	}
+	for _, a := range taskAttrs {
+		if v := p.Value(a); v != "" {
+			ls = append(ls, profiles.Label{Name: a.Label, Value: v})
+		}
+	}
+	return ls
 }

@@ -76,8 +76,13 @@ type Config struct {
 	// was set up for its process (schema.StackSetupLabel): a diagnostic
 	// for the stack tests, which splits series.
 	LabelStackSetup bool
-	Log             *slog.Logger
-	Now             func() time.Time
+	// RankLabels labels each sample of a job's process with its task:
+	// global rank, local task id and node index (schema.TaskRank,
+	// TaskLocalID, NodeIndex), each where known. They split a job's
+	// profile series by rank.
+	RankLabels bool
+	Log        *slog.Logger
+	Now        func() time.Time
 }
 
 // Daemon is the main loop.

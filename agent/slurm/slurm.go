@@ -1,7 +1,7 @@
 // Package slurm holds what the agent learns about a job beyond its cgroup:
 // its metadata (schema.Metadata: name, account, partition, ...), from the
 // job's own tasks or from slurmctld, each attribute read where the schema
-// says.
+// says; and what a process's environment says of its task (task.go).
 package slurm
 
 import (

@@ -9,8 +9,9 @@ import (
 )
 
 // SyntheticNode writes n processes under a temporary proc root: jobs of 16
-// processes each (owned by uid 1001), with one process in ten in no job, as
-// a busy shared node looks. It returns the root.
+// processes each (owned by uid 1001, each a task with its rank), with one
+// process in ten in no job, as a busy shared node looks. It returns the
+// root.
 func SyntheticNode(tb testing.TB, n int) string {
 	tb.Helper()
 	root := tb.TempDir()
@@ -24,7 +25,7 @@ func SyntheticNode(tb testing.TB, n int) string {
 			"stat":    fmt.Sprintf("%d (python3) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 %d 0 0\n", pid, pid),
 			"cgroup":  cg,
 			"status":  "Name:\tpython3\nUid:\t1001\t1001\t1001\t1001\n",
-			"environ": fmt.Sprintf("PATH=/usr/bin\x00SLURM_JOB_ID=%d\x00SLURM_JOB_NAME=train-%d\x00SLURM_JOB_ACCOUNT=a\x00SLURM_JOB_PARTITION=gpu\x00", job, job),
+			"environ": fmt.Sprintf("PATH=/usr/bin\x00SLURM_JOB_ID=%d\x00SLURM_JOB_NAME=train-%d\x00SLURM_JOB_ACCOUNT=a\x00SLURM_JOB_PARTITION=gpu\x00SLURM_PROCID=%d\x00SLURM_NODEID=0\x00", job, job, pid%16),
 		}
 		d := filepath.Join(root, fmt.Sprint(pid))
 		if err := os.MkdirAll(d, 0o755); err != nil {

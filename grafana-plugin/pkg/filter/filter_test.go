@@ -78,6 +78,12 @@ func TestSelectors(t *testing.T) {
 		{"int attribute, int literal", `slurm.job.id == 4242`, `{slurm_job_id="4242"}`},
 		{"int attribute, string literal", `slurm.job.id == "4242"`, `{slurm_job_id="4242"}`},
 		{"int list", `slurm.job.id in [1, 2u, "3"]`, `{slurm_job_id=~"1|2|3"}`},
+		{"process attribute, int literal", `slurm.task.rank == 3`, `{slurm_task_rank="3"}`},
+		{"one node's ranks", `slurm.node.index == 2 && slurm.task.local_id in [0, "1"]`,
+			`{slurm_node_index="2", slurm_task_local_id=~"0|1"}`},
+		{"rank or its job, disjoint", `slurm.task.rank == 0 || slurm.job.id == 7`,
+			"{slurm_task_rank=\"0\"}\n{slurm_job_id=\"7\", slurm_task_rank!=\"0\"}"},
+		{"injection in a process attribute", `slurm.task.rank == "0\"} or {a=\"b"`, `{slurm_task_rank="0\"} or {a=\"b"}`},
 		{"typical", `slurm.job.user == "bob" && matches(slurm.job.name, "train.*") && !(host.name in ["n1","n2"])`,
 			`{host_name!~"n1|n2", slurm_job_name=~"(?s:.*)(?-s:train.*)(?s:.*)", slurm_job_user="bob"}`},
 	} {
@@ -338,5 +344,37 @@ func BenchmarkOverlappingBranches(b *testing.B) {
 			b.Fatal(err)
 		}
 		f.Selectors(Prometheus)
+	}
+}
+
+// Every attribute of the schema, whatever its scope (a process's rank as
+// much as a job's owner), is escaped in selectors and split into disjoint
+// ones, as cel-go evaluates the filter: the checks of the fuzz tests, on
+// filters naming each attribute beside another.
+func TestEveryAttributeIsEscapedAndDisjoint(t *testing.T) {
+	values := []string{"", "0", "17", `0"} or {a="b`, "a|b", "x\ny", `\`, "é"}
+	for i, a := range schema.All {
+		b := schema.All[(i+1)%len(schema.All)]
+		for _, src := range []string{
+			a.Name + ` == "0\"} or {a=\"b"`,
+			a.Name + ` in ["0", "a|b", "x\ny"] || ` + b.Name + ` == "17"`,
+			`!(` + a.Name + `.matches("^(0|1)$")) && ` + b.Name + `.startsWith("a|")`,
+			a.Name + ` != "" ? ` + b.Name + `.contains("\\") : ` + a.Name + `.endsWith("7")`,
+		} {
+			var sets []map[string]string
+			for j, va := range values {
+				for k, vb := range values {
+					ls := map[string]string{}
+					if j > 0 {
+						ls[a.Label] = va
+					}
+					if k > 0 {
+						ls[b.Label] = vb
+					}
+					sets = append(sets, ls)
+				}
+			}
+			checkFilter(t, src, sets, true)
+		}
 	}
 }

@@ -12,6 +12,14 @@
 //
 //	go run ./tools/bench/cardinality --hours 6 --jobs-per-hour 3 --mean-duration 1h
 //
+// With --ranks-per-node, every job is one node's part of a job of
+// --job-nodes nodes: that many ranks, each a Slurm task of its own
+// (task_<n>, SLURM_PROCID, SLURM_NODEID), one per GPU. Run it with
+// --rank-labels and --rank-labels=false to see what the agent's rank
+// labels cost.
+//
+//	go run ./tools/bench/cardinality --hours 2 --ranks-per-node 8 --job-nodes 64 --rank-labels=false
+//
 // Run it from the repository root: it builds the NVML stand-in with
 // agent/gpu/nvmlstub/build.sh (a C compiler is needed).
 package main
@@ -31,6 +39,9 @@ func main() {
 	flag.IntVar(&c.gpus, "gpus", 8, "GPUs on the node")
 	flag.IntVar(&c.nodes, "nodes", 1000, "nodes to extrapolate to")
 	flag.Uint64Var(&c.seed, "seed", 1, "random seed of the job stream")
+	flag.IntVar(&c.ranksPerNode, "ranks-per-node", 0, "every job runs this many ranks on the node, one Slurm task per GPU (0: jobs of 1, 2, 4 or 8 GPUs, one worker per GPU, all in task 0)")
+	flag.IntVar(&c.jobNodes, "job-nodes", 64, "with --ranks-per-node: the nodes each job spans; the node's index in it is drawn per job")
+	flag.BoolVar(&c.rankLabels, "rank-labels", true, "label samples with each process's rank, local task id and node index, as the agent's --rank-labels")
 	flag.Parse()
 	if err := run(c, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "cardinality:", err)

@@ -18,6 +18,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/gpu"
 	"github.com/slurmscope/slurmscope/agent/gpu/gputest"
 	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/agent/slurm"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
 )
 
@@ -45,6 +46,8 @@ type task struct {
 	start uint64 // clock ticks since boot, field 22 of stat
 	comm  string
 	step  string  // batch, extern, 0
+	local int     // its task_<n>
+	rank  int     // SLURM_PROCID
 	busy  float64 // CPUs it keeps busy
 	gpu   int     // the GPU it runs on, -1 for none
 	prog  *program
@@ -57,6 +60,9 @@ type job struct {
 	gpus                    []int
 	end                     time.Time
 	tasks                   []*task
+	// nodeIndex is this node's in the job (SLURM_NODEID); ranks, the
+	// ranks it runs here, 0 for a job of one worker per GPU in one task.
+	nodeIndex, ranks int
 }
 
 // node is the simulated host: its /proc tree, its GPUs and its jobs.
@@ -193,6 +199,9 @@ func (n *node) newJob(t time.Time, c config) *job {
 		account: []string{"physics", "bio", "ml", "chem", "astro"}[n.rng.IntN(5)]}
 	n.nextJob++
 	k := []int{1, 1, 1, 2, 2, 4, 8}[n.rng.IntN(7)]
+	if c.ranksPerNode > 0 {
+		k, j.ranks, j.nodeIndex = c.ranksPerNode, min(c.ranksPerNode, c.gpus), n.rng.IntN(max(c.jobNodes, 1))
+	}
 	j.gpus = make([]int, min(k, c.gpus))
 	return j
 }
@@ -224,19 +233,28 @@ func (n *node) progOf(j *job) *program {
 
 // startJob writes the job's processes into the /proc tree: the batch
 // script, the extern step's sleep, and one Python worker per GPU in step
-// 0, as slurmstepd lays them out (cgroup v2).
+// 0, as slurmstepd lays them out (cgroup v2). A job of ranks runs each
+// worker as a task of its own, its global rank after the ranks of the
+// nodes before this one, and its batch script only on its first node.
 func (n *node) startJob(j *job, t time.Time) error {
 	ticks := uint64(t.Sub(n.boot) / (10 * time.Millisecond)) // #nosec G115 -- t is after boot, which newNode sets a day before the start
-	add := func(comm, step string, busy float64, g int) *task {
-		tk := &task{pid: n.nextPID, start: ticks, comm: comm, step: step, busy: busy, gpu: g, prog: n.progOf(j)}
+	add := func(comm, step string, busy float64, g, local int) *task {
+		tk := &task{pid: n.nextPID, start: ticks, comm: comm, step: step, busy: busy, gpu: g, prog: n.progOf(j),
+			local: local, rank: j.nodeIndex*j.ranks + local}
 		n.nextPID++
 		j.tasks = append(j.tasks, tk)
 		return tk
 	}
-	add("bash", "batch", 0.02, -1)
-	add("sleep", "extern", 0, -1)
-	for _, g := range j.gpus {
-		add("python3", "0", 1.5, g)
+	if j.nodeIndex == 0 {
+		add("bash", "batch", 0.02, -1, 0)
+	}
+	add("sleep", "extern", 0, -1, 0)
+	for i, g := range j.gpus {
+		local := 0
+		if j.ranks > 0 {
+			local = i
+		}
+		add("python3", "0", 1.5, g, local)
 	}
 	idx := make([]string, len(j.gpus))
 	vis := make([]string, len(j.gpus))
@@ -248,12 +266,15 @@ func (n *node) startJob(j *job, t time.Time) error {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
-		cg := fmt.Sprintf("system.slice/slurmstepd.scope/job_%s/step_%s/user/task_0", j.id, tk.step)
+		cg := fmt.Sprintf("system.slice/slurmstepd.scope/job_%s/step_%s/user/task_%d", j.id, tk.step, tk.local)
 		if err := os.MkdirAll(filepath.Join(n.cgroups.Root, "unified", cg), 0o755); err != nil {
 			return err
 		}
 		env := fmt.Sprintf("PATH=/usr/bin\x00SLURM_JOB_ID=%s\x00SLURM_JOB_NAME=%s\x00SLURM_JOB_ACCOUNT=%s\x00SLURM_JOB_PARTITION=gpu\x00%s=%s\x00%s=%s\x00",
 			j.id, j.name, j.account, gpu.EnvJobGPUs, strings.Join(idx, ","), gpu.EnvVisibleGPUs, strings.Join(vis, ","))
+		if j.ranks > 0 {
+			env += fmt.Sprintf("%s=%d\x00%s=%d\x00SLURM_LOCALID=%d\x00", slurm.EnvProcID, tk.rank, slurm.EnvNodeID, j.nodeIndex, tk.local)
+		}
 		for name, body := range map[string]string{
 			"stat":    fmt.Sprintf("%d (%s) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 %d 0 0\n", tk.pid, tk.comm, tk.start),
 			"cgroup":  "0::/" + cg + "\n",

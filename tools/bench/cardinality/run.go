@@ -45,6 +45,10 @@ type config struct {
 	meanDuration time.Duration
 	gpus, nodes  int
 	seed         uint64
+	// ranksPerNode, jobNodes: every job is one node's part of a
+	// multi-node job (ranks-per-node > 0).
+	ranksPerNode, jobNodes int
+	rankLabels             bool
 }
 
 // The agent's defaults.
@@ -88,7 +92,8 @@ func run(c config, out io.Writer) error {
 	os.Setenv(gputest.EnvScenario, n.scenario)
 	quiet := slog.New(slog.DiscardHandler)
 	fs := procfs.New(n.procRoot)
-	res := attribution.New(attribution.Options{Proc: fs, Users: users.Passwd(n.users), HostName: n.name, Now: clk.Now, Cgroups: n.cgroups})
+	res := attribution.New(attribution.Options{Proc: fs, Users: users.Passwd(n.users), HostName: n.name, Now: clk.Now, Cgroups: n.cgroups,
+		Ranks: c.rankLabels})
 	coll, err := gpu.New(gpu.Options{LibraryPath: lib, HostName: n.name, Jobs: res, Proc: fs, Log: quiet, Now: clk.Now,
 		Grants: n, Devices: gpu.Devices{Root: "/dev", Lookup: gputest.Lookup}})
 	if err != nil {
@@ -110,7 +115,7 @@ func run(c config, out io.Writer) error {
 	}
 	sink := &pushSink{client: pushv1connect.NewPusherServiceClient(httpClient, pyro.URL()), hour: cur}
 	smp := &sampler{n: n, clk: clk, rate: sampleRate, last: t0}
-	d := daemon.New(daemon.Config{Interval: uploadInterval, Log: quiet, Now: clk.Now},
+	d := daemon.New(daemon.Config{Interval: uploadInterval, RankLabels: c.rankLabels, Log: quiet, Now: clk.Now},
 		[]source.Source{cpu.NewSource(smp, sampleRate, nil)}, symbolizer{n}, res, sink)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(coll)
@@ -137,6 +142,10 @@ func run(c config, out io.Writer) error {
 			}
 		}
 		if el%uploadInterval == 0 && el > 0 {
+			// The agent's full pass before each drain: ranks are read there.
+			if _, err := res.Scan(); err != nil {
+				return err
+			}
 			if err := d.Collect(ctx); err != nil {
 				return err
 			}
@@ -257,8 +266,12 @@ func profileSeries(url string, t0 time.Time, hours int) ([]map[string]string, er
 }
 
 func report(w io.Writer, c config, hours []hour, profiles []map[string]string) {
-	fmt.Fprintf(w, "one node, %d GPUs, %.1f jobs/hour arriving (mean %s), %d simulated hours after 1 of warm-up\n\n",
+	fmt.Fprintf(w, "one node, %d GPUs, %.1f jobs/hour arriving (mean %s), %d simulated hours after 1 of warm-up\n",
 		c.gpus, c.jobsPerHour, c.meanDuration, c.hours)
+	if c.ranksPerNode > 0 {
+		fmt.Fprintf(w, "each job %d ranks on this node of its %d, ", c.ranksPerNode, c.jobNodes)
+	}
+	fmt.Fprintf(w, "rank labels %v\n\n", map[bool]string{true: "on", false: "off"}[c.rankLabels])
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "hour\tjobs\tprofile series\tnew\tpushes\tprofile KiB\tmetric series\tnew\tGPU\tjob×GPU\tjob\tnode\tsamples\tmetric KiB\t")
 	var sum struct {
@@ -322,7 +335,7 @@ func report(w io.Writer, c config, hours []hour, profiles []map[string]string) {
 	nodes := float64(c.nodes)
 	jobs := sum.jobs / hs
 	fmt.Fprintf(w, "\nper node, mean over the hours (jobs seen in an hour: %.1f):\n", jobs)
-	fmt.Fprintf(w, "  profile series active in an hour  %8.1f  (%.1f per job: one per job step with samples)\n", sum.ps/hs, sum.seriesPerJob/hs)
+	fmt.Fprintf(w, "  profile series active in an hour  %8.1f  (%.1f per job: one per job step with samples, and per rank with rank labels)\n", sum.ps/hs, sum.seriesPerJob/hs)
 	fmt.Fprintf(w, "  new profile series per hour       %8.1f\n", sum.psNew/hs)
 	fmt.Fprintf(w, "  profile pushes per hour           %8.0f  (%.1f KiB each)\n", sum.pushes/hs, sum.pBytes/sum.pushes/1024)
 	fmt.Fprintf(w, "  profile bytes per hour            %8.1f MiB pushed, %.1f MiB uncompressed\n", sum.pBytes/hs/(1<<20), sum.pRaw/hs/(1<<20))
