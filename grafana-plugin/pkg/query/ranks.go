@@ -214,11 +214,11 @@ func (e *Engine) planJob(scope Scope, j *rankedJob, offCPU string, r Range) ([]r
 		}
 		return p, nil
 	}
-	cpu, err := plan("CPU time", CPUProfileType, cpuPlaces)
+	cpu, err := plan(findings.CPUTime, CPUProfileType, cpuPlaces)
 	if err != nil || offCPU == "" {
 		return []rankPlan{cpu}, err
 	}
-	blocked, err := plan("blocked time", offCPU, blockedPlaces)
+	blocked, err := plan(findings.BlockedTime, offCPU, blockedPlaces)
 	return []rankPlan{cpu, blocked}, err
 }
 

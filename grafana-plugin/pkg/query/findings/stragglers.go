@@ -61,6 +61,12 @@ type RankTimes struct {
 	Ranks  []RankTime
 }
 
+// What the CPU and blocked times are called (RankTimes.What).
+const (
+	CPUTime     = "CPU time"
+	BlockedTime = "blocked time"
+)
+
 // RankTime is one rank's time, in nanoseconds: in all, and in each of
 // RankTimes.Places, in their order.
 type RankTime struct {
@@ -94,8 +100,17 @@ type straggler struct {
 func Stragglers(j RankedJob, t Thresholds) []Finding {
 	t = t.WithDefaults()
 	var found []straggler
+	// What is material is judged against the ranks' work, their CPU time
+	// where it is known: a rank that blocks a few milliseconds longer
+	// than the others at its start is no straggler, whatever the ratio.
+	var work []float64
 	for _, rt := range j.Times {
-		found = append(found, stragglersOf(rt, t)...)
+		if rt.What == CPUTime {
+			work = rankTotals(rt)
+		}
+	}
+	for _, rt := range j.Times {
+		found = append(found, stragglersOf(rt, t, work)...)
 	}
 	slices.SortStableFunc(found, func(a, b straggler) int {
 		return cmp.Or(cmp.Compare(b.excess/b.medianRankTotals, a.excess/a.medianRankTotals), CompareRanks(a.rank, b.rank))
@@ -117,15 +132,12 @@ func Stragglers(j RankedJob, t Thresholds) []Finding {
 
 // stragglersOf finds, in one profile type, each rank's place furthest over
 // the median where it is a straggler.
-func stragglersOf(rt RankTimes, t Thresholds) []straggler {
+func stragglersOf(rt RankTimes, t Thresholds, work []float64) []straggler {
 	n := len(rt.Ranks)
 	if n < MinRanks {
 		return nil
 	}
-	totals := make([]float64, n)
-	for i, r := range rt.Ranks {
-		totals[i] = float64(r.Total)
-	}
+	totals := rankTotals(rt)
 	best := map[int]straggler{} // by rank index
 	for p, place := range rt.Places {
 		in := make([]float64, n)
@@ -139,8 +151,12 @@ func stragglersOf(rt RankTimes, t Thresholds) []straggler {
 			if med <= 0 || medTotal <= 0 {
 				continue
 			}
+			material := medTotal
+			if len(work) == n {
+				material = max(material, medianOfOthers(work, i))
+			}
 			excess := v - med
-			if v <= t.StragglerAbove*med || excess < minStragglerShare*medTotal {
+			if v <= t.StragglerAbove*med || excess < minStragglerShare*material {
 				continue
 			}
 			if b, ok := best[i]; ok && b.excess >= excess {
@@ -155,6 +171,15 @@ func stragglersOf(rt RankTimes, t Thresholds) []straggler {
 		out = append(out, s)
 	}
 	return out
+}
+
+// rankTotals is each rank's whole time in rt.
+func rankTotals(rt RankTimes) []float64 {
+	totals := make([]float64, len(rt.Ranks))
+	for i, r := range rt.Ranks {
+		totals[i] = float64(r.Total)
+	}
+	return totals
 }
 
 // medianOfOthers is the median of vs without vs[i]: a rank's peers.

@@ -11,7 +11,7 @@ import (
 // in matmul, and the others wait for it in allreduce.
 func ranked() RankedJob {
 	const s = 1e9
-	cpu := RankTimes{What: "CPU time", Places: []Place{{Function: "matmul"}, {Function: "allreduce"}}, Ranks: []RankTime{
+	cpu := RankTimes{What: CPUTime, Places: []Place{{Function: "matmul"}, {Function: "allreduce"}}, Ranks: []RankTime{
 		{"0", 100 * s, []int64{20 * s, 30 * s}},
 		{"1", 100 * s, []int64{20 * s, 30 * s}},
 		{"2", 100 * s, []int64{40 * s, 10 * s}},
@@ -91,7 +91,7 @@ func TestStragglerNeedsAMaterialDifference(t *testing.T) {
 // median in both profiles has a finding for each.
 func TestStragglerInBlockedTime(t *testing.T) {
 	j := ranked()
-	j.Times = append(j.Times, RankTimes{What: "blocked time", Places: []Place{{Function: "read", Caller: "load_batch"}}, Ranks: []RankTime{
+	j.Times = append(j.Times, RankTimes{What: BlockedTime, Places: []Place{{Function: "read", Caller: "load_batch"}}, Ranks: []RankTime{
 		{"0", 10e9, []int64{5e9}}, {"1", 10e9, []int64{5e9}}, {"2", 30e9, []int64{25e9}}, {"3", 10e9, []int64{5e9}},
 	}})
 	fs := Stragglers(j, Thresholds{})
@@ -111,7 +111,7 @@ func TestStragglerInBlockedTime(t *testing.T) {
 // A job names at most five ranks, the furthest over the median first.
 func TestStragglersAreFew(t *testing.T) {
 	j := RankedJob{ID: "7"}
-	rt := RankTimes{What: "CPU time", Places: []Place{{Function: "f"}}}
+	rt := RankTimes{What: CPUTime, Places: []Place{{Function: "f"}}}
 	for i := range 20 {
 		in := int64(10e9)
 		if i >= 12 {
@@ -133,5 +133,24 @@ func TestStragglersAreFew(t *testing.T) {
 func TestCompareRanks(t *testing.T) {
 	if CompareRanks("2", "10") >= 0 || CompareRanks("10", "9") <= 0 || CompareRanks("a", "b") >= 0 {
 		t.Error("ranks are not ordered as numbers")
+	}
+}
+
+// A rank that blocked 15 ms longer than the others, three times their
+// time, is no straggler in a job whose ranks compute for 100 s: what is
+// material is judged against the ranks' CPU time.
+func TestBlockedStragglerMustMatterAgainstTheWork(t *testing.T) {
+	j := ranked()
+	j.Times[0].Ranks[2].In = []int64{20e9, 30e9} // no CPU straggler
+	j.Times = append(j.Times, RankTimes{What: BlockedTime, Places: []Place{{Function: "[unknown]"}}, Ranks: []RankTime{
+		{"0", 5e6, []int64{5e6}}, {"1", 5e6, []int64{5e6}}, {"2", 20e6, []int64{20e6}}, {"3", 5e6, []int64{5e6}},
+	}})
+	if fs := Stragglers(j, Thresholds{}); len(fs) != 0 {
+		t.Errorf("findings %+v", fs)
+	}
+	// Without CPU times, the blocked times are their own measure.
+	j.Times = j.Times[1:]
+	if fs := Stragglers(j, Thresholds{}); len(fs) != 1 || fs[0].Rank != "2" {
+		t.Errorf("blocked times alone: %+v", fs)
 	}
 }
