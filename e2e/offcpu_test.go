@@ -67,7 +67,7 @@ func TestOffCPU(t *testing.T) {
 	// Both jobs' cgroups are traced before they start blocking: the agent
 	// finds a job's processes at its rescan (or when they run).
 	deadline := time.Now().Add(60 * time.Second)
-	for metricValue(ag.metrics(t, "slurmscope_agent_offcpu_jobs"), "slurmscope_agent_offcpu_jobs") < float64(len(jobs)) {
+	for metricValue(ag.metrics(t, "slurmscope_agent_offcpu_cgroups"), "slurmscope_agent_offcpu_cgroups") < float64(len(jobs)) {
 		if time.Now().After(deadline) {
 			t.Fatal("the off-CPU probe did not trace both jobs' cgroups within 60 s")
 		}

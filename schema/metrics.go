@@ -299,7 +299,7 @@ var (
 	AgentOffCPUSwitchesUnattributed = counter("agent_offcpu_switches_unattributed_total", "", "Recorded switches not put in any profile, by reason (exited, other_node, not_in_job).", "reason")
 	AgentOffCPUSwitchesNotRecorded  = counter("agent_offcpu_switches_not_recorded_total", "", "Switches of profiled jobs' threads not recorded, by reason: sampled (above the per-job rate; the recorded ones' times are scaled for them), map_full, share (the job had its eighth of a map in the interval), no_storage.", "reason")
 	AgentOffCPUStacksLost           = counter("agent_offcpu_stacks_lost_total", "", "Stacks of recorded switches not kept (stack_error, stack_map_full, interpreter_stack_map_full) or evicted before the switch was drained (evicted).", "reason")
-	AgentOffCPUJobs                 = Metric{Name: MetricPrefix + "agent_offcpu_jobs", Type: Gauge, Help: "Job cgroups the off-CPU probe records switches of."}
+	AgentOffCPUCgroups              = Metric{Name: MetricPrefix + "agent_offcpu_cgroups", Type: Gauge, Help: "Task cgroups of jobs the off-CPU probe records switches of (slurmstepd's are not)."}
 	AgentOffCPUBPFRunTime           = counter("agent_offcpu_bpf_run_seconds_total", "seconds", "Time the kernel spent in the off-CPU program, on every switch of the node (needs kernel.bpf_stats_enabled=1).")
 	AgentOffCPUBPFRuns              = counter("agent_offcpu_bpf_runs_total", "", "Runs of the off-CPU program: every context switch of the node (needs kernel.bpf_stats_enabled=1).")
 	// AgentCPUMapsFull names the job that filled the sampler's kernel maps,
@@ -389,7 +389,7 @@ var Metrics = []Metric{
 	AgentCPUSamples, AgentCPUSamplesLost, AgentCPUSamplesUnattributed, AgentProfiles, AgentProfileBytes, AgentErrors,
 	AgentSampledCPUs, AgentLastInterval, AgentStartTime, AgentGPUKernelTime, AgentGPUKernelTimeUnattributed, AgentGPUTraceLost, AgentGPUTraceAttachedFiles,
 	AgentBPFRunTime, AgentBPFRuns, AgentOffCPUSwitches, AgentOffCPUSwitchesUnattributed, AgentOffCPUSwitchesNotRecorded,
-	AgentOffCPUStacksLost, AgentOffCPUJobs, AgentOffCPUBPFRunTime, AgentOffCPUBPFRuns, AgentCPUMapsFull, AgentSymbolizeErrors, AgentELFRefused, AgentCgroupRefused, AgentJobIDConflicts,
+	AgentOffCPUStacksLost, AgentOffCPUCgroups, AgentOffCPUBPFRunTime, AgentOffCPUBPFRuns, AgentCPUMapsFull, AgentSymbolizeErrors, AgentELFRefused, AgentCgroupRefused, AgentJobIDConflicts,
 	AgentMemoryBudget, AgentMemoryBudgetUsed, AgentMemoryBudgetEvictions, AgentMemoryBudgetEvictedBytes,
 	AgentMemoryBudgetRefused, AgentJobFileReadsDeferred,
 	AgentUnwindMode, AgentUnwindWalks, AgentUnwindFrames, AgentUnwindTableBytes, AgentUnwindBudget, AgentUnwindProcesses, AgentUnwindFiles,

@@ -47,19 +47,21 @@ func (r *Resolver) JobCgroups() []JobCgroup {
 	return out
 }
 
-// JobCgroupOf returns the cgroup directory of the job a cached process of
-// this node is in, settled or not, from the path the process was
-// attributed by; false when it is in none (or not cached).
-func (r *Resolver) JobCgroupOf(id procfs.ID) (JobCgroup, bool) {
+// TaskCgroupOf returns the cgroup directory a cached process of this node
+// sits in as a job's task (its own, as its /proc/<pid>/cgroup named it:
+// .../job_<id>/step_<s>/user/task_<n> on v2), and its job's directory;
+// false for a process in no job, or for slurmstepd, whose own waits are
+// not the job's.
+func (r *Resolver) TaskCgroupOf(id procfs.ID) (task string, job JobCgroup, ok bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	e := r.procs[id.PID]
-	if e == nil || e.start != id.Start || e.job == nil || e.foreign {
-		return JobCgroup{}, false
+	if e == nil || e.start != id.Start || e.job == nil || e.foreign || e.loc.Stepd {
+		return "", JobCgroup{}, false
 	}
 	d := e.loc.JobDir()
-	if d == "" {
-		return JobCgroup{}, false
+	if d == "" || e.loc.Path == "" {
+		return "", JobCgroup{}, false
 	}
-	return JobCgroup{Job: e.job.snap.Load(), Version: e.loc.Version, Dir: d}, true
+	return e.loc.Path, JobCgroup{Job: e.job.snap.Load(), Version: e.loc.Version, Dir: d}, true
 }

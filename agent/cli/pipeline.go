@@ -99,9 +99,9 @@ func newProfiler(f runFlags, senv service.Env) (*profiler, error) {
 	p.closers = append(p.closers, stacks.Close)
 	env := source.Env{Proc: proc, SysRoot: f.sysRoot, ExcludePID: os.Getpid(), Interval: f.interval,
 		Budget: bud, Owner: owner, Job: job, Reg: reg, Log: log, CgroupRoot: f.attr.cgroupRoot,
-		JobCgroup: func(id procfs.ID) (int, string, bool) {
-			c, ok := res.JobCgroupOf(id)
-			return c.Version, c.Dir, ok
+		TaskCgroup: func(id procfs.ID) (int, string, string, bool) {
+			task, job, ok := res.TaskCgroupOf(id)
+			return job.Version, task, job.Dir, ok
 		}}
 	stacks.forSources(&env)
 	var sources []source.Source

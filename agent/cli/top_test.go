@@ -14,6 +14,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/slurmscope/slurmscope/agent/sink"
+	"github.com/slurmscope/slurmscope/agent/symbolize"
 	"github.com/slurmscope/slurmscope/internal/printable"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -334,8 +335,22 @@ func TestTopOffCPU(t *testing.T) {
 	if lines := strings.Split(out, "\n"); len(lines) < 5 || !strings.Contains(lines[3], "do_nanosleep") || !strings.Contains(lines[3], "75.0%") {
 		t.Errorf("want do_nanosleep first with 75%% of the blocked time:\n%s", out)
 	}
+	// Where the kernel's frames are marked so, the self time is the
+	// program's: the call it blocked in, not the scheduler.
+	kernel := &profile.Mapping{ID: 1, File: symbolize.KernelModule}
+	off.p.Mapping = []*profile.Mapping{kernel}
+	for _, l := range off.p.Location {
+		if f := l.Line[0].Function.Name; f == "do_nanosleep" || f == "anon_pipe_read" || f == "irqentry_exit_to_user_mode" {
+			l.Mapping = kernel
+		}
+	}
+	off.write(t, filepath.Join(dir, "12", "off_cpu-1.pb.gz"))
+	out, _ = runTop(t, 0, "--dir", dir, "--type", "offcpu")
+	if lines := strings.Split(out, "\n"); len(lines) < 5 || !strings.Contains(lines[3], "wait_a") || !strings.Contains(lines[3], "75.0%") {
+		t.Errorf("want wait_a first with 75%% of the blocked time:\n%s", out)
+	}
 	out, errs = runTop(t, 0, "--dir", dir, "--type", "offcpu-runnable")
-	if !strings.Contains(out, "0.50 s waiting for a CPU") || !strings.Contains(out, "irqentry_exit_to_user_mode") || errs != "" {
+	if !strings.Contains(out, "0.50 s waiting for a CPU") || !strings.Contains(out, "100.0%  hot") || errs != "" {
 		t.Errorf("--type offcpu-runnable:\n%s\n%s", out, errs)
 	}
 	out, errs = runTop(t, 0, "--dir", dir)

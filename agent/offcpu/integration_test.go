@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/slurmscope/slurmscope/agent/interp"
+	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/python"
 	"github.com/slurmscope/slurmscope/agent/stackwalk"
 	"github.com/slurmscope/slurmscope/internal/testenv"
@@ -328,4 +329,64 @@ func TestIntegrationLoadsWithTheStackCapture(t *testing.T) {
 	tr := newTracer(t, Options{Stacks: w})
 	runNs, runs, _ := tr.ProgramStats()
 	t.Logf("loaded; %d runs, %d ns", runs, runNs)
+}
+
+// TestIntegrationV1Job: a job whose processes Slurm put in a cgroup v1
+// hierarchy (proctrack/cgroup's freezer) is traced by that hierarchy's
+// job directory.
+func TestIntegrationV1Job(t *testing.T) {
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF, testenv.Tools("python3"))
+	ctrl, ssid := v1Controller(procfs.New(""), "/sys/fs/cgroup")
+	if ssid < 0 {
+		testenv.Unmet(t, "needs a cgroup v1 controller mounted under /sys/fs/cgroup (freezer, cpuacct, memory or cpuset)")
+		return
+	}
+	dir := filepath.Join("/sys/fs/cgroup", ctrl, "slurmscope-offcpu-test", "uid_0", "job_"+strconv.Itoa(os.Getpid()))
+	leaf := filepath.Join(dir, "step_0", "task_0")
+	if err := os.MkdirAll(leaf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for d := leaf; d != filepath.Join("/sys/fs/cgroup", ctrl); d = filepath.Dir(d) {
+			os.Remove(d)
+		}
+	})
+	id, err := cgroupID(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := newTracer(t, Options{V1Subsys: ssid})
+	if err := tr.AddJob(id, true, 1); err != nil {
+		t.Fatal(err)
+	}
+	in, w, r := startSleeper(t)
+	if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(strconv.Itoa(in.Process.Pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Process.Kill(); in.Wait() })
+	tr.Drain()
+	w.WriteString("go\n")
+	w.Flush()
+	line, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	measured, err := strconv.ParseFloat(strings.TrimSpace(line), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples, st, err := tr.Drain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocked uint64
+	for _, s := range samples {
+		if s.Proc.PID == in.Process.Pid && !s.Runnable {
+			blocked += s.Ns
+		}
+	}
+	t.Logf("%s v1 job: measured %.3f s asleep, recorded %.3f s; %+v", ctrl, measured, float64(blocked)/1e9, st)
+	if got := float64(blocked) / 1e9; got < measured*0.97 || got > measured*1.10 {
+		t.Errorf("blocked %.3f s, the process measured %.3f s asleep", got, measured)
+	}
 }

@@ -204,6 +204,9 @@ volatile const __u32 exclude_tgid = 0;
 #define WINDOWS_PER_SECOND (1000000000ULL / WINDOW_NS)
 // How far up from a task's cgroup a job's may be (job_N/step_M/user/task_K).
 #define CGROUP_UP 8
+// Marks a v1 cgroup's id in jobs and verdicts (user space's v1Key): v1
+// and v2 ids are numbered apart.
+#define V1_KEY (1ULL << 63)
 
 // CO-RE views of what the cgroup checks read.
 struct kernfs_node___offcpu {
@@ -236,13 +239,14 @@ struct task_struct___offcpu_old {
 	long state; // before Linux 5.14
 } __attribute__((preserve_access_index));
 
-// job_of walks up from cgroup cg to a profiled job's cgroup: its id, or 0.
-static __always_inline __u64 job_of(struct cgroup___offcpu *cg)
+// job_of walks up from cgroup cg to a profiled job's cgroup: its key in
+// jobs (the id, with V1_KEY in a v1 hierarchy), or 0.
+static __always_inline __u64 job_of(struct cgroup___offcpu *cg, __u64 v1)
 {
 	for (int i = 0; i < CGROUP_UP; i++) {
 		if (!cg)
 			break;
-		__u64 id = BPF_CORE_READ(cg, kn, id);
+		__u64 id = BPF_CORE_READ(cg, kn, id) | v1;
 
 		if (bpf_map_lookup_elem(&jobs, &id))
 			return id;
@@ -259,7 +263,7 @@ static __always_inline __u64 verdict_of(__u64 leaf, struct cgroup___offcpu *cg, 
 
 	if (v && v->gen == gen)
 		return v->job;
-	struct verdict nv = { .job = job_of(cg), .gen = gen };
+	struct verdict nv = { .job = job_of(cg, leaf & V1_KEY), .gen = gen };
 
 	bpf_map_update_elem(&verdicts, &leaf, &nv, 0);
 	return nv.job;
@@ -293,7 +297,7 @@ static __always_inline __u64 job_cgroup(struct task_struct___offcpu *task)
 		return 0;
 	__u64 v1id = BPF_CORE_READ(cg, kn, id);
 
-	return v1id ? verdict_of(v1id | (1ULL << 63), cg, gen) : 0;
+	return v1id ? verdict_of(v1id | V1_KEY, cg, gen) : 0;
 }
 
 // take counts one more new entry of group (what: 0 counts, 1 stacks) in

@@ -52,30 +52,33 @@ type Source struct {
 	// tracepoint's own and are cut.
 	trim addrRange
 
-	jobCgroup func(procfs.ID) (int, string, bool)
-	root      string // where the cgroup hierarchies are mounted
-	v1        string // the v1 controller job cgroups are read in ("" none)
+	taskCgroup func(procfs.ID) (int, string, string, bool)
+	root       string // where the cgroup hierarchies are mounted
+	v1         string // the v1 controller task cgroups are read in ("" none)
 
-	mu     sync.Mutex
-	jobs   map[string]jobEntry // by absolute directory
-	groups uint32
+	mu        sync.Mutex
+	jobs      map[string]jobEntry // task cgroups traced, by absolute directory
+	groups    map[string]uint32   // each job's group, by job directory
+	lastGroup uint32
 }
 
 type jobEntry struct {
-	id uint64
-	v1 bool
+	id  uint64
+	v1  bool
+	job string // its job's directory
 }
 
 // addrRange is [start, end) of a kernel function; zero: unknown.
 type addrRange struct{ start, end uint64 }
 
-// NewSource makes a source of tracer t. jobCgroup names a profiled
-// process's job cgroup (version, directory under its hierarchy's mount);
-// root is where the hierarchies are mounted; v1 is the v1 controller the
-// tracer reads job cgroups in ("" for none).
-func NewSource(t tracer, stacks source.Stacks, jobCgroup func(procfs.ID) (int, string, bool), root, v1 string) *Source {
-	return &Source{t: t, stacks: stacks, m: newMetrics(), jobCgroup: jobCgroup, root: root, v1: v1,
-		jobs: map[string]jobEntry{}}
+// NewSource makes a source of tracer t. taskCgroup names the cgroup a
+// profiled process sits in as a job's task and its job's (version,
+// directories under their hierarchy's mount); root is where the
+// hierarchies are mounted; v1 is the v1 controller the tracer reads
+// cgroups in ("" for none).
+func NewSource(t tracer, stacks source.Stacks, taskCgroup func(procfs.ID) (int, string, string, bool), root, v1 string) *Source {
+	return &Source{t: t, stacks: stacks, m: newMetrics(), taskCgroup: taskCgroup, root: root, v1: v1,
+		jobs: map[string]jobEntry{}, groups: map[string]uint32{}}
 }
 
 // Info describes the source to the daemon.
@@ -132,25 +135,27 @@ func (s *Source) trimKernel(k []uint64) []uint64 {
 	return k
 }
 
-// AttachProcess adds the cgroup of a profiled process's job to the tracer,
-// once per job.
+// AttachProcess adds the cgroup a profiled process runs in as a job's task
+// to the tracer, once per cgroup: its job's tasks are traced, not
+// slurmstepd, whose threads wait all the job's life for the job's sake.
 func (s *Source) AttachProcess(p procfs.ID) (source.Attach, error) {
-	if s.jobCgroup == nil {
+	if s.taskCgroup == nil {
 		return source.AttachDone, nil
 	}
-	version, dir, ok := s.jobCgroup(p)
+	version, task, job, ok := s.taskCgroup(p)
 	if !ok {
 		return source.AttachDone, nil
 	}
-	abs, v1 := "", version == 1
+	mnt, v1 := "", version == 1
 	switch {
 	case version == 2:
-		abs = filepath.Join(v2Mount(s.root), dir)
+		mnt = v2Mount(s.root)
 	case v1 && s.v1 != "":
-		abs = filepath.Join(s.root, s.v1, dir)
+		mnt = filepath.Join(s.root, s.v1)
 	default:
 		return source.AttachDone, nil
 	}
+	abs := existing(filepath.Join(mnt, task), filepath.Join(mnt, job))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.jobs[abs]; ok {
@@ -160,14 +165,18 @@ func (s *Source) AttachProcess(p procfs.ID) (source.Attach, error) {
 	if err != nil {
 		return source.AttachDone, err
 	}
-	s.groups++
-	if s.groups == 0 {
-		s.groups++
+	group, ok := s.groups[job]
+	if !ok {
+		if s.lastGroup++; s.lastGroup == 0 {
+			s.lastGroup++
+		}
+		group = s.lastGroup
+		s.groups[job] = group
 	}
-	if err := s.t.AddJob(id, v1, s.groups); err != nil {
+	if err := s.t.AddJob(id, v1, group); err != nil {
 		return source.AttachRetry, err
 	}
-	s.jobs[abs] = jobEntry{id: id, v1: v1}
+	s.jobs[abs] = jobEntry{id: id, v1: v1, job: job}
 	s.m.jobs.Set(float64(len(s.jobs)))
 	return source.AttachDone, nil
 }
@@ -190,8 +199,30 @@ func (s *Source) dropEnded() error {
 			errs = append(errs, err)
 		}
 	}
+	// A job's group goes with its last task cgroup.
+	live := map[string]bool{}
+	for _, j := range s.jobs {
+		live[j.job] = true
+	}
+	for job := range s.groups {
+		if !live[job] {
+			delete(s.groups, job)
+		}
+	}
 	s.m.jobs.Set(float64(len(s.jobs)))
 	return errors.Join(errs...)
+}
+
+// existing is dir, or where the hierarchy has no such directory (a v1
+// controller without task directories) its nearest ancestor down to
+// floor, the job's: there the job's slurmstepd is traced with its tasks.
+func existing(dir, floor string) string {
+	for d := dir; len(d) > len(floor); d = filepath.Dir(d) {
+		if fi, err := os.Lstat(d); err == nil && fi.IsDir() {
+			return d
+		}
+	}
+	return floor
 }
 
 // cgroupID is a cgroup directory's id: its inode number (kernfs gives a
@@ -218,9 +249,10 @@ func v2Mount(root string) string {
 	return filepath.Join(root, "unified")
 }
 
-// v1Controllers are the v1 controllers Slurm's job cgroups are looked for
-// in, in order: proctrack/cgroup always makes the freezer's.
-var v1Controllers = []string{"freezer", "cpuacct", "memory", "cpuset"}
+// v1Controllers are the v1 controllers Slurm's task cgroups are looked for
+// in, in order: task/cgroup makes task_<n> directories in memory and
+// cpuset; proctrack/cgroup's freezer has steps only.
+var v1Controllers = []string{"memory", "cpuset", "freezer", "cpuacct"}
 
 // v1Controller picks the v1 controller mounted under root at its own name,
 // and its index in /proc/cgroups (the kernel's subsystem id); -1 when none.
@@ -302,7 +334,7 @@ func newMetrics() metrics {
 		unattributed: promschema.CounterVec(schema.AgentOffCPUSwitchesUnattributed),
 		notRecorded:  promschema.CounterVec(schema.AgentOffCPUSwitchesNotRecorded),
 		stacksLost:   promschema.CounterVec(schema.AgentOffCPUStacksLost),
-		jobs:         promschema.Gauge(schema.AgentOffCPUJobs),
+		jobs:         promschema.Gauge(schema.AgentOffCPUCgroups),
 	}
 }
 
@@ -368,7 +400,7 @@ func (k *Kind) Open(env source.Env) (source.Source, error) {
 		env.Log.Warn("no off-CPU profiles: the tracer did not start (it needs Linux 5.15 or later; --offcpu-profiling=false turns it off)", "err", err)
 		return nil, nil
 	}
-	src := &closingSource{Source: NewSource(t, env.Stacks, env.JobCgroup, root, v1), t: t}
+	src := &closingSource{Source: NewSource(t, env.Stacks, env.TaskCgroup, root, v1), t: t}
 	src.trim = schedEntry(env.Proc)
 	env.Reg.MustRegister(src.Collectors()...)
 	env.Reg.MustRegister(ProgramMetrics(t.ProgramStats)...)

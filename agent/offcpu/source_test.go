@@ -22,6 +22,7 @@ type fakeTracer struct {
 	added   map[uint64]bool
 	removed []uint64
 	addErr  error
+	onAdd   func(id uint64, group uint32)
 }
 
 func (f *fakeTracer) Drain() ([]Sample, Stats, error) {
@@ -41,6 +42,9 @@ func (f *fakeTracer) AddJob(id uint64, v1 bool, group uint32) error {
 		f.added = map[uint64]bool{}
 	}
 	f.added[id] = v1
+	if f.onAdd != nil {
+		f.onAdd(id, group)
+	}
 	return nil
 }
 
@@ -91,67 +95,75 @@ func TestTrimKeepsAStackWithoutTheEntry(t *testing.T) {
 	}
 }
 
-// TestJobsAreAddedOnceAndDroppedWhenGone: the job cgroup of each profiled
-// process is added once per job, in its hierarchy; a v1 job only when a
-// v1 controller is traced; a job whose directory is gone is removed at the
-// next drain.
-func TestJobsAreAddedOnceAndDroppedWhenGone(t *testing.T) {
+// TestTaskCgroupsAreAddedOnceAndDroppedWhenGone: the task cgroup of each
+// profiled process is added once, in its hierarchy, with its job's group;
+// a v1 one only when a v1 controller is traced; slurmstepd (which the
+// lookup answers false for) is not; a cgroup that is gone is removed at
+// the next drain.
+func TestTaskCgroupsAreAddedOnceAndDroppedWhenGone(t *testing.T) {
 	root := t.TempDir()
 	v2 := filepath.Join(root, "unified")
-	for _, d := range []string{filepath.Join(v2, "s", "job_1"), filepath.Join(v2, "s", "job_2"), filepath.Join(root, "freezer", "slurm", "uid_0", "job_3")} {
+	t0, t1 := "/s/job_1/step_0/user/task_0", "/s/job_1/step_0/user/task_1"
+	t2, t3 := "/s/job_2/step_0/user/task_0", "/slurm/uid_0/job_3/step_0/task_0"
+	for _, d := range []string{filepath.Join(v2, t0), filepath.Join(v2, t1), filepath.Join(v2, t2), filepath.Join(root, "freezer", t3)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	jobs := map[int]struct {
-		v   int
-		dir string
-	}{1: {2, "/s/job_1"}, 2: {2, "/s/job_1"}, 3: {2, "/s/job_2"}, 4: {1, "/slurm/uid_0/job_3"}}
-	lookup := func(p procfs.ID) (int, string, bool) {
-		j, ok := jobs[p.PID]
-		return j.v, j.dir, ok
+	tasks := map[int]struct {
+		v         int
+		task, job string
+	}{1: {2, t0, "/s/job_1"}, 2: {2, t0, "/s/job_1"}, 3: {2, t1, "/s/job_1"}, 4: {2, t2, "/s/job_2"}, 5: {1, t3, "/slurm/uid_0/job_3"}}
+	lookup := func(p procfs.ID) (int, string, string, bool) {
+		j, ok := tasks[p.PID]
+		return j.v, j.task, j.job, ok
 	}
 	f := &fakeTracer{}
 	s := NewSource(f, nil, lookup, root, "")
-	for pid := 1; pid <= 5; pid++ {
+	groups := map[uint64]uint32{}
+	f.onAdd = func(id uint64, group uint32) { groups[id] = group }
+	for pid := 1; pid <= 6; pid++ {
 		if res, err := s.AttachProcess(procfs.ID{PID: pid}); err != nil || res != source.AttachDone {
 			t.Fatalf("pid %d: %v %v", pid, res, err)
 		}
 	}
-	if len(f.added) != 2 {
-		t.Fatalf("added %v: want job_1 and job_2 (v1 is not traced)", f.added)
+	id := func(dir string) uint64 {
+		n, err := cgroupID(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	i0, i1, i2 := id(filepath.Join(v2, t0)), id(filepath.Join(v2, t1)), id(filepath.Join(v2, t2))
+	if len(f.added) != 3 || groups[i0] != groups[i1] || groups[i0] == groups[i2] {
+		t.Fatalf("added %v, groups %v: want job 1's two tasks in one group, job 2's task in another (v1 is not traced)", f.added, groups)
 	}
 	s.v1 = "freezer"
-	s.AttachProcess(procfs.ID{PID: 4})
-	id3, err := cgroupID(filepath.Join(root, "freezer", "slurm", "uid_0", "job_3"))
-	if err != nil {
-		t.Fatal(err)
+	s.AttachProcess(procfs.ID{PID: 5})
+	if v1, ok := f.added[id(filepath.Join(root, "freezer", t3))]; !ok || !v1 {
+		t.Fatalf("added %v: want job_3's task in the freezer, as v1", f.added)
 	}
-	if v1, ok := f.added[id3]; !ok || !v1 {
-		t.Fatalf("added %v: want job_3's freezer cgroup, as v1", f.added)
-	}
-	id1, _ := cgroupID(filepath.Join(v2, "s", "job_1"))
-	if err := os.Remove(filepath.Join(v2, "s", "job_1")); err != nil {
+	if err := os.Remove(filepath.Join(v2, t1)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Drain(); err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(f.removed, []uint64{id1}) || len(f.added) != 2 {
-		t.Errorf("removed %v (want %d), left %v", f.removed, id1, f.added)
+	if !reflect.DeepEqual(f.removed, []uint64{i1}) || len(f.added) != 3 {
+		t.Errorf("removed %v (want %d), left %v", f.removed, i1, f.added)
 	}
 }
 
-// TestAddJobFailureRetries: a job the tracer could not add is asked for
+// TestAddJobFailureRetries: a cgroup the tracer could not add is asked for
 // again.
 func TestAddJobFailureRetries(t *testing.T) {
 	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "s", "job_1"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(root, "s", "job_1", "task_0"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(root, "cgroup.controllers"), nil, 0o644) // a pure v2 root
 	f := &fakeTracer{addErr: errors.New("map full")}
-	s := NewSource(f, nil, func(procfs.ID) (int, string, bool) { return 2, "/s/job_1", true }, root, "")
+	s := NewSource(f, nil, func(procfs.ID) (int, string, string, bool) { return 2, "/s/job_1/task_0", "/s/job_1", true }, root, "")
 	if res, err := s.AttachProcess(procfs.ID{PID: 1}); err == nil || res != source.AttachRetry {
 		t.Fatalf("%v %v, want a retry", res, err)
 	}
@@ -177,6 +189,10 @@ func TestV1Controller(t *testing.T) {
 	os.WriteFile(filepath.Join(root, "freezer", "cgroup.controllers"), nil, 0o644) // a v2 mount there
 	if c, id := v1Controller(fs, root); c != "memory" || id != 3 {
 		t.Errorf("got %q %d, want memory 3", c, id)
+	}
+	os.Remove(filepath.Join(root, "memory"))
+	if c, id := v1Controller(fs, root); c != "" || id != -1 {
+		t.Errorf("a v2 mount at freezer: got %q %d", c, id)
 	}
 	os.Remove(filepath.Join(root, "freezer", "cgroup.controllers"))
 	if c, id := v1Controller(fs, root); c != "freezer" || id != 5 {
@@ -226,5 +242,23 @@ func TestObjectLayout(t *testing.T) {
 	}
 	if err := bpf.LayoutMatches(spec, "unwind_stack", bpf.UnwindStack{}); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestV1WithoutTaskDirectories: a v1 controller with step directories
+// only (the freezer) has the step traced, its nearest directory, never
+// more than the job's.
+func TestV1WithoutTaskDirectories(t *testing.T) {
+	root := t.TempDir()
+	step := filepath.Join(root, "slurm", "uid_0", "job_3", "step_0")
+	if err := os.MkdirAll(step, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := existing(filepath.Join(step, "task_0"), filepath.Join(root, "slurm", "uid_0", "job_3")); got != step {
+		t.Errorf("existing = %s, want the step %s", got, step)
+	}
+	job := filepath.Join(root, "slurm", "uid_0", "job_9")
+	if got := existing(filepath.Join(job, "step_0", "task_0"), job); got != job {
+		t.Errorf("nothing below the job: %s, want the job's %s", got, job)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/pprof/profile"
 
+	"github.com/slurmscope/slurmscope/agent/symbolize"
 	"github.com/slurmscope/slurmscope/schema"
 )
 
@@ -176,7 +177,7 @@ func (j *Job) add(path string, typ schema.ProfileType) error {
 			cum["[no stack]"] += ns
 			continue
 		}
-		self[leafName(s.Location[0])] += ns
+		self[leafName(leaf(s.Location, typ))] += ns
 		clear(seen)
 		for _, loc := range s.Location {
 			for _, name := range frameNames(loc) {
@@ -210,6 +211,20 @@ func (j *Job) add(path string, typ schema.ProfileType) error {
 		j.labels[name][value] = true
 	}
 	return nil
+}
+
+// leaf is a sample's self location: its innermost, or for off-CPU time,
+// whose innermost frame is always the scheduler's, the innermost outside
+// the kernel: the call the program blocked in.
+func leaf(locs []*profile.Location, typ schema.ProfileType) *profile.Location {
+	if typ.Name == schema.OffCPU.Name {
+		for _, l := range locs {
+			if l.Mapping == nil || l.Mapping.File != symbolize.KernelModule {
+				return l
+			}
+		}
+	}
+	return locs[0]
 }
 
 // leafName is the innermost function of a location: pprof lists inlined

@@ -174,11 +174,13 @@ type Env struct {
 	// Stacks captures user stacks for the source's probe; nil: frame
 	// pointers only (bpf_get_stack) and no interpreter frames.
 	Stacks Stacks
-	// JobCgroup gives the cgroup directory of a profiled process's job
-	// (relative to its hierarchy's mount, version 1 or 2) from the
-	// attribution's cache; CgroupRoot is where the hierarchies are mounted
-	// (/sys/fs/cgroup). JobCgroup may be nil in tests.
-	JobCgroup  func(procfs.ID) (version int, dir string, ok bool)
+	// TaskCgroup gives the cgroup directory a profiled process sits in as
+	// a job's task, and its job's directory (both relative to their
+	// hierarchy's mount, version 1 or 2), from the attribution's cache;
+	// false for slurmstepd and processes in no job. CgroupRoot is where
+	// the hierarchies are mounted (/sys/fs/cgroup). TaskCgroup may be nil
+	// in tests.
+	TaskCgroup func(procfs.ID) (version int, task, job string, ok bool)
 	CgroupRoot string
 	// Reg takes the source's own metrics; the daemon exports Info's.
 	Reg prometheus.Registerer

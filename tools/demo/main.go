@@ -1,11 +1,13 @@
 // Command demo shows slurmscope end to end on one machine, with no server:
 // it starts a throwaway SLURM (munged, slurmctld and two slurmd, from
 // internal/testenv/slurmtest) that constrains jobs to their CPUs and memory,
-// submits three CPU-bound jobs and one that holds cores it does not use, as
-// two users, profiles them with the real agent, which also reads their
-// cgroups, and prints what the agent saw, the top functions of each job and
-// each job's findings (computed by the datasource's engine from a local
-// Debian Prometheus scraping the agent). SLURM and Prometheus are stopped
+// submits three CPU-bound jobs, a two-rank job with a straggler and one
+// that holds cores it does not use, as two users, profiles them with the
+// real agent, which also reads their cgroups, and prints what the agent
+// saw, the top functions of each job, each job's findings (computed by the
+// datasource's engine from a local Debian Prometheus scraping the agent),
+// where the idle job waits, and the two-rank job's ranks (from the
+// Pyroscope stand-in the agent also pushes to). SLURM and Prometheus are stopped
 // and SLURM's cgroups removed at the end, also on Ctrl-C.
 //
 //	sudo go run ./tools/demo [--duration 20s] [--out ./slurmscope-demo-out] [--cgroup auto]
@@ -31,6 +33,7 @@ import (
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query"
 	"github.com/slurmscope/slurmscope/grafana-plugin/pkg/query/backends"
 	"github.com/slurmscope/slurmscope/internal/testenv/promtest"
+	"github.com/slurmscope/slurmscope/internal/testenv/pyrostandin"
 	"github.com/slurmscope/slurmscope/internal/testenv/slurmtest"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -171,9 +174,18 @@ func demo(ctx context.Context, o options) (err error) {
 	}()
 	fmt.Printf("  nodes %s on this host, users %s\n", strings.Join(c.NodeNames(), ", "), "ssalice, ssbob")
 
-	step("starting the agent: slurmscope-agent run --output-dir %s --upload-interval %v --host-metrics-interval 2s", o.out, o.interval)
+	// Pyroscope's server is not packaged here: its stand-in, in this
+	// process, takes the agent's pushes; a real one takes its place by URL.
+	pyro := pyrostandin.New()
+	if err := pyro.Start("127.0.0.1:0"); err != nil {
+		return err
+	}
+	defer pyro.Close()
+	step("starting the Pyroscope stand-in (in this process; a real Pyroscope's URL takes its place): %s", pyro.URL())
+	step("starting the agent: slurmscope-agent run --output-dir %s --pyroscope-url %s --upload-interval %v --host-metrics-interval 2s", o.out, pyro.URL(), o.interval)
 	ag, err := startAgent(agent, filepath.Join(work, "log", "agent.log"),
-		"run", "--output-dir", out, "--upload-interval", o.interval.String(), "--metrics-addr", "127.0.0.1:0", "--host-metrics-interval", "2s")
+		"run", "--output-dir", out, "--pyroscope-url", pyro.URL(), "--spool-dir", filepath.Join(work, "spool"),
+		"--upload-interval", o.interval.String(), "--metrics-addr", "127.0.0.1:0", "--host-metrics-interval", "2s")
 	if err != nil {
 		return err
 	}
@@ -209,6 +221,10 @@ func demo(ctx context.Context, o options) (err error) {
 		{"ssalice", trainName, "", fmt.Sprintf(
 			"if command -v python3 >/dev/null; then exec python3 train.py %d; fi\n"+
 				"end=$(( $(date +%%s) + %d )); while [ $(date +%%s) -lt $end ]; do :; done\n", secs, secs), []string{"-c", "1", "--mem=200M"}},
+		// Two ranks (srun -n 2) of which rank 1 spends twice rank 0's
+		// time in work_rank: the straggler. Short enough to finish in
+		// the window, so that the ranks are compared over all their work.
+		{"ssbob", "ranks", "node-b", fmt.Sprintf("srun -n 2 %s 1\n", filepath.Join(bin, "ranks")), []string{"-n", "2", "--mem=100M"}},
 		// Holds two cores and 300 MB and uses neither: it waits, 70% in
 		// wait_a (a sleep) and 30% in wait_b (a pipe read), rounds of 10 ms.
 		{"ssbob", "idle-cores", "node-a", fmt.Sprintf("echo go | %s %d\n", filepath.Join(bin, "offcpu"), secs*100), []string{"-c", "2", "--mem=300M"}},
@@ -264,7 +280,12 @@ func demo(ctx context.Context, o options) (err error) {
 	}
 	idle := ids[len(ids)-1]
 	step("slurmscope-agent top --dir %s --job %s --type offcpu --cum -n 8: where the job with idle cores waits (its off-CPU profile, blocked time)", o.out, idle)
-	return show(ctx, agent, "top", "--dir", out, "--job", idle, "--type", "offcpu", "--cum", "-n", "8")
+	if err := show(ctx, agent, "top", "--dir", out, "--job", idle, "--type", "offcpu", "--cum", "-n", "8"); err != nil {
+		return err
+	}
+	rj := ids[len(ids)-2]
+	step("slurmscope job %s --ranks --pyroscope-url %s: the two-rank job's ranks and its straggler", rj, pyro.URL())
+	return show(ctx, filepath.Join(bin, "slurmscope"), "job", rj, "--ranks", "--pyroscope-url", pyro.URL(), "--since", "1h")
 }
 
 // printFindings asks the datasource's engine for each job's findings.
@@ -333,6 +354,8 @@ func build(ctx context.Context, root, bin string) error {
 		{"go", "build", "-o", filepath.Join(bin, "gosplit"), "./internal/testenv/workloads/gosplit"},
 		append(append([]string{"gcc"}, cflags...), "-o", filepath.Join(bin, "cpusplit"), "internal/testenv/workloads/cpusplit.c"),
 		append(append([]string{"gcc"}, cflags...), "-pthread", "-o", filepath.Join(bin, "offcpu"), "internal/testenv/workloads/offcpu.c"),
+		append(append([]string{"gcc"}, cflags...), "-o", filepath.Join(bin, "ranks"), "internal/testenv/workloads/ranks.c"),
+		{"go", "build", "-o", filepath.Join(bin, "slurmscope"), "./grafana-plugin/cmd/slurmscope"},
 	} {
 		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 		cmd.Dir = root
@@ -462,7 +485,7 @@ func show(ctx context.Context, bin string, args ...string) error {
 	fmt.Print(indent(string(out)))
 	fmt.Fprint(os.Stderr, indent(stderr.String()))
 	if err != nil {
-		return fmt.Errorf("slurmscope-agent %s: %w", strings.Join(args, " "), err)
+		return fmt.Errorf("%s %s: %w", filepath.Base(bin), strings.Join(args, " "), err)
 	}
 	return nil
 }
