@@ -112,6 +112,19 @@ func TestRanks(t *testing.T) {
 				t.Errorf("%s = %q, want %q", label, got, want)
 			}
 		}
+		// The job's off-CPU profile (its ranks preempted, srun's and the
+		// batch script's waits) is in Pyroscope, labelled as its CPU one.
+		for _, pt := range []string{schema.ProcessCPU.ID(), schema.OffCPU.ID(), schema.OffCPURunnable.ID()} {
+			m := fmt.Sprintf(`{%s=%q, %s=%q, __profile_type__=%q}`, schema.JobID.Label, id, schema.JobName.Label, name, pt)
+			resp, err := q.LabelValues(ctx, connect.NewRequest(&typesv1.LabelValuesRequest{Name: schema.JobUser.Label, Matchers: []string{m},
+				Start: time.Now().Add(-time.Hour).UnixMilli(), End: time.Now().Add(time.Minute).UnixMilli()}))
+			if err != nil {
+				t.Fatalf("LabelValues(%s): %v", pt, err)
+			}
+			if got := resp.Msg.Names; !slices.Equal(got, []string{"ssalice"}) {
+				t.Errorf("%s: %s = %q, want [ssalice]", pt, schema.JobUser.Label, got)
+			}
+		}
 	})
 
 	t.Run("straggler", func(t *testing.T) {

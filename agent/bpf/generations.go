@@ -30,7 +30,8 @@ type Generations struct {
 func NewGenerations(sw, gen0, gen1 *ebpf.Map) (*Generations, error) {
 	g := &Generations{sw: sw, sel: [2]*ebpf.Map{gen0, gen1}}
 	for i, m := range g.sel {
-		if err := m.Put(uint32(0), uint32(i)); err != nil { // #nosec G115 -- 0 or 1
+		gen := uint32(i) // #nosec G115 -- i is 0 or 1, the two generations
+		if err := m.Put(uint32(0), gen); err != nil {
 			return nil, fmt.Errorf("init generation: %w", err)
 		}
 	}
