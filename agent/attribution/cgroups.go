@@ -48,20 +48,25 @@ func (r *Resolver) JobCgroups() []JobCgroup {
 }
 
 // TaskCgroupOf returns the cgroup directory a cached process of this node
-// sits in as a job's task (its own, as its /proc/<pid>/cgroup named it:
-// .../job_<id>/step_<s>/user/task_<n> on v2), and its job's directory;
-// false for a process in no job, or for slurmstepd, whose own waits are
-// not the job's.
+// sits in (its own, as its /proc/<pid>/cgroup named it:
+// .../job_<id>/step_<s>/user/task_<n> on v2) and its job's directory;
+// false for a process in no job. task is "" for slurmstepd's own cgroup,
+// whose waits are not the job's, and where a task starts before it is
+// moved to its own.
 func (r *Resolver) TaskCgroupOf(id procfs.ID) (task string, job JobCgroup, ok bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	e := r.procs[id.PID]
-	if e == nil || e.start != id.Start || e.job == nil || e.foreign || e.loc.Stepd {
+	if e == nil || e.start != id.Start || e.job == nil || e.foreign {
 		return "", JobCgroup{}, false
 	}
 	d := e.loc.JobDir()
 	if d == "" || e.loc.Path == "" {
 		return "", JobCgroup{}, false
 	}
-	return e.loc.Path, JobCgroup{Job: e.job.snap.Load(), Version: e.loc.Version, Dir: d}, true
+	job = JobCgroup{Job: e.job.snap.Load(), Version: e.loc.Version, Dir: d}
+	if e.loc.Stepd {
+		return "", job, true
+	}
+	return e.loc.Path, job, true
 }

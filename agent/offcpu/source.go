@@ -146,6 +146,11 @@ func (s *Source) AttachProcess(p procfs.ID) (source.Attach, error) {
 	if !ok {
 		return source.AttachDone, nil
 	}
+	if task == "" {
+		// slurmstepd's cgroup, where a batch script also starts: ask
+		// again at the next full rescan.
+		return source.AttachRetry, nil
+	}
 	mnt, v1 := "", version == 1
 	switch {
 	case version == 2:
@@ -249,10 +254,11 @@ func v2Mount(root string) string {
 	return filepath.Join(root, "unified")
 }
 
-// v1Controllers are the v1 controllers Slurm's task cgroups are looked for
-// in, in order: task/cgroup makes task_<n> directories in memory and
-// cpuset; proctrack/cgroup's freezer has steps only.
-var v1Controllers = []string{"memory", "cpuset", "freezer", "cpuacct"}
+// v1Controllers are the v1 controllers Slurm's cgroups are looked for in,
+// in order: proctrack/cgroup always makes the freezer's, of jobs and
+// steps (not tasks: there a step's slurmstepd is traced with its tasks);
+// task/cgroup makes memory's and cpuset's only where it constrains them.
+var v1Controllers = []string{"freezer", "memory", "cpuset", "cpuacct"}
 
 // v1Controller picks the v1 controller mounted under root at its own name,
 // and its index in /proc/cgroups (the kernel's subsystem id); -1 when none.

@@ -113,7 +113,8 @@ func TestTaskCgroupsAreAddedOnceAndDroppedWhenGone(t *testing.T) {
 	tasks := map[int]struct {
 		v         int
 		task, job string
-	}{1: {2, t0, "/s/job_1"}, 2: {2, t0, "/s/job_1"}, 3: {2, t1, "/s/job_1"}, 4: {2, t2, "/s/job_2"}, 5: {1, t3, "/slurm/uid_0/job_3"}}
+	}{1: {2, t0, "/s/job_1"}, 2: {2, t0, "/s/job_1"}, 3: {2, t1, "/s/job_1"}, 4: {2, t2, "/s/job_2"}, 5: {1, t3, "/slurm/uid_0/job_3"},
+		6: {2, "", "/s/job_1"}} // slurmstepd
 	lookup := func(p procfs.ID) (int, string, string, bool) {
 		j, ok := tasks[p.PID]
 		return j.v, j.task, j.job, ok
@@ -122,8 +123,12 @@ func TestTaskCgroupsAreAddedOnceAndDroppedWhenGone(t *testing.T) {
 	s := NewSource(f, nil, lookup, root, "")
 	groups := map[uint64]uint32{}
 	f.onAdd = func(id uint64, group uint32) { groups[id] = group }
-	for pid := 1; pid <= 6; pid++ {
-		if res, err := s.AttachProcess(procfs.ID{PID: pid}); err != nil || res != source.AttachDone {
+	for pid := 1; pid <= 7; pid++ {
+		want := source.AttachDone
+		if pid == 6 {
+			want = source.AttachRetry // a task may yet leave slurmstepd's cgroup
+		}
+		if res, err := s.AttachProcess(procfs.ID{PID: pid}); err != nil || res != want {
 			t.Fatalf("pid %d: %v %v", pid, res, err)
 		}
 	}
@@ -189,10 +194,6 @@ func TestV1Controller(t *testing.T) {
 	os.WriteFile(filepath.Join(root, "freezer", "cgroup.controllers"), nil, 0o644) // a v2 mount there
 	if c, id := v1Controller(fs, root); c != "memory" || id != 3 {
 		t.Errorf("got %q %d, want memory 3", c, id)
-	}
-	os.Remove(filepath.Join(root, "memory"))
-	if c, id := v1Controller(fs, root); c != "" || id != -1 {
-		t.Errorf("a v2 mount at freezer: got %q %d", c, id)
 	}
 	os.Remove(filepath.Join(root, "freezer", "cgroup.controllers"))
 	if c, id := v1Controller(fs, root); c != "freezer" || id != 5 {

@@ -200,7 +200,7 @@ func checkInstalled(t *testing.T, root string) {
 		os.Remove(filepath.Join(root, "usr/lib/systemd/system", filepath.Base(tg)))
 	}
 
-	for bin, want := range map[string]string{AgentBinary: "Commands:\n  jobs", CLIBinary: "Commands:\n  filter"} {
+	for bin, want := range map[string]string{AgentBinary: "Commands:\n  jobs", CLIBinary: "Commands:\n  diff"} {
 		if _, err := os.Stat(filepath.Join(root, bin)); err != nil {
 			continue // the rpm root has the agent only
 		}
