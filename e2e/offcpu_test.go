@@ -94,7 +94,9 @@ func TestOffCPU(t *testing.T) {
 	metrics := ag.logMetrics(t, "slurmscope_agent_offcpu")
 	ag.stop(t)
 	for _, j := range jobs {
-		t.Run(j.name, func(t *testing.T) { checkOffCPU(t, j, readSamples(t, filepath.Join(out, j.id), schema.OffCPU.Name+"-")) })
+		t.Run(j.name, func(t *testing.T) {
+			checkOffCPU(t, j, readSamples(t, filepath.Join(out, j.id), schema.OffCPU.Name+"-"))
+		})
 	}
 	if v := metricValue(metrics, "slurmscope_agent_offcpu_switches_total"); v < 600 {
 		t.Errorf("slurmscope_agent_offcpu_switches_total = %v, want at least the 600 waits", v)
