@@ -34,8 +34,16 @@ var slurmLane, simLane sync.Mutex
 // own lane before it.
 func lane(t *testing.T, l *sync.Mutex) {
 	t.Parallel()
+	start := time.Now()
 	l.Lock()
 	t.Cleanup(l.Unlock) // the first cleanup registered runs last
+	logQueued(t, start)
+}
+
+// logQueued says how long t waited for its lane: tools/testsum takes it
+// from the test's elapsed time to list each test's own share of CI.
+func logQueued(t *testing.T, since time.Time) {
+	t.Logf("queued %s for its lane", time.Since(since).Round(time.Millisecond))
 }
 
 // alone runs t with neither lane beside it: the tests that judge CPU
@@ -46,9 +54,11 @@ func lane(t *testing.T, l *sync.Mutex) {
 // 87% of its job's CPU (bar 90%) to the Go runtime's own threads.
 func alone(t *testing.T) {
 	t.Parallel()
+	start := time.Now()
 	slurmLane.Lock() // always in this order: no lock cycle
 	simLane.Lock()
 	t.Cleanup(func() { simLane.Unlock(); slurmLane.Unlock() })
+	logQueued(t, start)
 }
 
 // freeAddr returns a 127.0.0.1 address that nothing listened on a moment

@@ -42,16 +42,35 @@ npm ci --no-audit --no-fund --loglevel=error
 npx tsc --noEmit -p tsconfig.json
 npm run test:ci
 
-# What Grafana loads: module.js and plugin.json (webpack), and the backend
-# for linux/amd64 and arm64 (the SDK's mage targets; `mage buildAll` also
-# builds macOS and Windows, which CI skips for time). TestPluginDist checks it.
-step "plugin build: dist/"
-npm run build
-go run github.com/magefile/mage -v sdk:build:linux sdk:build:linuxARM64
+# What Grafana loads, and the browser test, build and run in the background
+# beside the Go unit and integration tests, which wait on real clocks
+# (SLURM, timers, workloads) for much of their time; their log is printed
+# after. The e2e tests still run alone: load beside them moved their
+# shares. What Grafana loads is module.js and plugin.json (webpack), and
+# the backend for linux/amd64 and arm64 (the SDK's mage targets; `mage
+# buildAll` also builds macOS and Windows, which CI skips for time).
+# TestPluginDist checks it.
+frontend_log=$(mktemp)
+(
+	set -e
+	step "plugin build: dist/"
+	npm run build
+	go run github.com/magefile/mage -v sdk:build:linux sdk:build:linuxARM64
+	step "browser test: the real editors and flame graph in Chromium"
+	npm run build:harness
+	npm run e2e:browser
+	step "front end built and tested"
+) >"$frontend_log" 2>&1 &
+frontend=$!
 
-step "browser test: the real editors and flame graph in Chromium"
-npm run build:harness
-npm run e2e:browser
+# go test -json through tools/testsum: each package's line, the whole
+# output of failed tests, then the slowest tests (the e2e lanes' queueing
+# taken off), so that a CI log says where its minutes went.
+testsum=$(mktemp)
+go build -o "$testsum" ./tools/testsum
+gotest() {
+	SLURMSCOPE_INTEGRATION=1 go test -json -count=1 -timeout 25m "$@" | "$testsum" -slowest 20
+}
 
 # One pass: unit tests need nothing. Integration tests (root, eBPF, a real
 # SLURM or Prometheus) pass one gate, internal/testenv's RequireIntegration:
@@ -60,9 +79,11 @@ npm run e2e:browser
 # still run in parallel. e2e runs last, on its own: its tests run in two
 # lanes that keep both CPUs busy (e2e/helpers_test.go), and the other
 # packages' load beside them made its share checks fail.
-step "unit and integration tests"
+step "unit and integration tests (the front end builds beside them)"
 rc=0
-SLURMSCOPE_INTEGRATION=1 go test -count=1 -timeout 25m $(go list ./... | grep -v '/e2e$') || rc=1
+gotest $(go list ./... | grep -v '/e2e$') || rc=1
+wait "$frontend" || { echo "front end: FAILED"; rc=1; }
+sed 's/^/front end: /' "$frontend_log"
 step "end-to-end tests"
-SLURMSCOPE_INTEGRATION=1 go test -count=1 -timeout 25m ./e2e || rc=1
+gotest ./e2e || rc=1
 exit $rc
