@@ -6,7 +6,12 @@
 #
 # What it puts in every job's environment, and nothing else:
 # CUDA_INJECTION64_PATH, so that the CUDA driver loads the injection library
-# in processes that use CUDA (a job without CUDA loads nothing).
+# in processes that use CUDA (a job without CUDA loads nothing). Slurm runs
+# this with the task's environment, so a job decides for itself:
+#   SLURMSCOPE_GPU_TRACE=off   loads nothing (and drops ours if an earlier
+#                              step's TaskProlog left it in the environment)
+#   CUDA_INJECTION64_PATH set  to another library (Nsight Systems, ...):
+#                              kept; CUDA loads only one injection library
 #
 # Opt-in, off unless the site sets python_perf_support=1 below (in its own
 # copy or TaskProlog: the package replaces this file on upgrade):
@@ -21,9 +26,18 @@ python_perf_support=0
 lib=/usr/lib/slurmscope/libslurmscope_inject.so
 # Only where the agent's package is installed: a job on a node without it
 # gets nothing to load.
-if [ -r "$lib" ]; then
-	echo "export CUDA_INJECTION64_PATH=$lib"
-fi
+case ${SLURMSCOPE_GPU_TRACE:-} in
+[Oo][Ff][Ff])
+	if [ "${CUDA_INJECTION64_PATH:-}" = "$lib" ]; then
+		echo "unset CUDA_INJECTION64_PATH"
+	fi
+	;;
+*)
+	if [ -r "$lib" ] && { [ -z "${CUDA_INJECTION64_PATH:-}" ] || [ "$CUDA_INJECTION64_PATH" = "$lib" ]; }; then
+		echo "export CUDA_INJECTION64_PATH=$lib"
+	fi
+	;;
+esac
 if [ "$python_perf_support" = 1 ]; then
 	echo "export PYTHONPERFSUPPORT=1"
 fi

@@ -14,4 +14,4 @@ mkdir -p "$out"
 # (--unwind=fp, or before a process's tables are loaded).
 ${CC:-cc} -std=c11 -O2 -g -Wall -Wextra -Werror=implicit-function-declaration \
 	-shared -fPIC -fvisibility=hidden -fno-omit-frame-pointer -pthread \
-	-I "$here" -o "$out/libslurmscope_inject.so" "$here/inject.c" -ldl
+	-I "$here" -o "$out/libslurmscope_inject.so" "$here/inject.c" "$here/nvtx.c" -ldl

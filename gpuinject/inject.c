@@ -23,7 +23,9 @@
  *   - it never fails the job: every problem (no CUPTI, another profiler,
  *     an unknown CUPTI version, a CUPTI error) logs one line prefixed
  *     "slurmscope-inject:" to stderr and the library steps aside, returning
- *     success from InitializeInjection;
+ *     success from InitializeInjection; a CUPTI client that subscribes
+ *     later (the user's own profiler) makes it step aside until that client
+ *     unsubscribes, and a job with SLURMSCOPE_GPU_TRACE=off is left alone;
  *   - it takes no locks at all. Shared state is atomics and fixed-size
  *     tables, so no lock can be held across a CUPTI call or a marker, and a
  *     thread interrupted anywhere cannot block another;
@@ -52,6 +54,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -102,6 +105,11 @@ SLURMSCOPE_MARKER void slurmscope_kernel_records(
 	const struct slurmscope_kernel_record *recs, uint32_t n)
 {
 	MARKER_BODY("r"(recs), "r"(n));
+}
+
+SLURMSCOPE_MARKER void slurmscope_trace_state(uint32_t state, uint32_t reason)
+{
+	MARKER_BODY("r"(state), "r"(reason));
 }
 
 EXPORT __attribute__((used)) const uint32_t slurmscope_inject_abi_version =
@@ -160,21 +168,32 @@ static const char *result_string(ss_cupti_result r)
 
 /* ---- state ------------------------------------------------------------- */
 
-/* 1 while tracing. Set once everything is enabled; cleared only when the
- * library steps aside. */
+/* 1 while tracing: the only state the launch path reads. Set once
+ * everything is enabled; cleared when the library steps aside. */
 static atomic_int g_active;
+/* Ours; touched only by whoever holds a transition (see g_state). */
 static ss_cupti_subscriber_handle g_subscriber;
+/* 1 once tracing started (at exit: totals are written even while aside). */
+static atomic_int g_started;
 
 static int g_trace_fd = -1;        /* SLURMSCOPE_INJECT_TRACE_FILE, tests only */
 static uint32_t g_flush_ms;        /* SLURMSCOPE_INJECT_FLUSH_MS; 0: no housekeeping thread */
 static const char *g_totals_path;  /* SLURMSCOPE_INJECT_TOTALS_FILE */
 
 static atomic_ullong g_launch_markers, g_records, g_dropped;
+static atomic_ullong g_stepped_aside, g_resumed;
+static void *g_cupti_handle;
+static int g_symbol_hooks;      /* libcupti's symbols pointed at our hooks (0-2) */
+static atomic_uint g_got_hooks; /* other objects' GOT slots pointed at our hooks */
 
 /* Per-thread nesting of launch APIs (a runtime launch may enter a driver
- * launch): the inner one reuses the outer sampling decision. */
+ * launch): the inner one reuses the outer sampling decision. A launch in
+ * flight while tracing stepped aside never sees its exit callback, so the
+ * depth is only trusted within one tracing epoch (bumped at each resume). */
 static __thread int t_depth;
 static __thread int t_outer_sampled;
+static __thread unsigned t_epoch;
+static atomic_uint g_epoch;
 
 /* ---- launch sampling: a lock-free token bucket (GCRA) ------------------ */
 
@@ -377,6 +396,11 @@ static void on_callback(void *userdata, ss_cupti_callback_domain domain, ss_cupt
 	int flags = launch_flags(domain, cbid);
 	if (flags < 0)
 		return;
+	unsigned epoch = atomic_load_explicit(&g_epoch, memory_order_relaxed);
+	if (t_epoch != epoch) {
+		t_epoch = epoch;
+		t_depth = 0;
+	}
 	const ss_cupti_callback_data *cd = cbdata;
 	if (cd->callback_site != SS_CUPTI_API_ENTER) {
 		if (t_depth > 0)
@@ -428,11 +452,50 @@ static void on_callback(void *userdata, ss_cupti_callback_domain domain, ss_cupt
 
 #define BUFFER_BYTES (1u << 20)
 
+/*
+ * Buffers we handed to CUPTI and not yet got back. Buffer callbacks are
+ * process-wide: after a resume, CUPTI may complete a buffer that the other
+ * client allocated (with its own allocator) in our callback. Such a buffer
+ * is neither parsed nor freed (it is leaked: freeing it could corrupt the
+ * other client's heap). Bound: OWN_SLOTS buffers of ours in flight; beyond
+ * that CUPTI gets no buffer and drops records, which it counts.
+ */
+#define OWN_SLOTS 1024u
+static _Atomic(uintptr_t) g_own[OWN_SLOTS];
+static atomic_ullong g_foreign_buffers;
+static atomic_int g_logged_foreign;
+
+static int own_add(void *p)
+{
+	for (uint32_t i = 0; i < OWN_SLOTS; i++) {
+		uintptr_t zero = 0;
+		if (atomic_load_explicit(&g_own[i], memory_order_relaxed) == 0 &&
+		    atomic_compare_exchange_strong(&g_own[i], &zero, (uintptr_t)p))
+			return 1;
+	}
+	return 0;
+}
+
+static int own_take(void *p)
+{
+	for (uint32_t i = 0; i < OWN_SLOTS; i++) {
+		uintptr_t want = (uintptr_t)p;
+		if (atomic_load_explicit(&g_own[i], memory_order_relaxed) == want &&
+		    atomic_compare_exchange_strong(&g_own[i], &want, 0))
+			return 1;
+	}
+	return 0;
+}
+
 static void on_buffer_requested(uint8_t **buffer, size_t *size, size_t *max_num_records)
 {
 	/* CUPTI requires 8-byte alignment. On failure CUPTI drops records and
 	 * counts them, which the completion path reports. */
 	void *p = aligned_alloc(8, BUFFER_BYTES);
+	if (p != NULL && !own_add(p)) {
+		free(p);
+		p = NULL;
+	}
 	*buffer = p;
 	*size = p != NULL ? BUFFER_BYTES : 0;
 	*max_num_records = 0; /* as many as fit */
@@ -506,6 +569,13 @@ static void on_buffer_completed(ss_cu_context ctx, uint32_t stream_id, uint8_t *
 	(void)size;
 	if (buffer == NULL)
 		return;
+	if (!own_take(buffer)) {
+		atomic_fetch_add(&g_foreign_buffers, 1);
+		if (!atomic_exchange(&g_logged_foreign, 1))
+			ss_log("CUPTI completed an activity buffer that another CUPTI client allocated; "
+			       "left alone (its records are not reported)");
+		return;
+	}
 	struct slurmscope_kernel_record batch[SLURMSCOPE_RECORDS_MAX];
 	uint32_t n = 0;
 	struct name_cache cache;
@@ -601,6 +671,7 @@ static void on_buffer_completed(ss_cu_context ctx, uint32_t stream_id, uint8_t *
 #define REANNOUNCE_PER_TICK 256u
 
 static atomic_int g_hk_stop, g_hk_busy, g_hk_started;
+static void hooks_rescan(void);
 static int g_hk_wake_fd = -1;
 static uint32_t g_reannounce_cursor; /* housekeeping thread only */
 static atomic_ullong g_reannounced;
@@ -641,12 +712,15 @@ static void *housekeeping(void *arg)
 			atomic_store(&g_hk_busy, 0);
 			return NULL;
 		}
-		if (atomic_load_explicit(&g_active, memory_order_relaxed)) {
+		/* seq_cst: a step-aside clears g_active and then waits while we
+		 * are busy, so no flush of ours runs once CUPTI is handed over. */
+		if (atomic_load(&g_active)) {
 			ss_cupti_result r = cupti.ActivityFlushAll(0);
 			if (r != SS_CUPTI_SUCCESS && !atomic_exchange(&g_logged_flush, 1))
 				ss_log("periodic cuptiActivityFlushAll: %s; records may arrive late", result_string(r));
 			reannounce_names();
 		}
+		hooks_rescan();
 		atomic_store(&g_hk_busy, 0);
 	}
 }
@@ -729,22 +803,28 @@ static void write_totals(void)
 	if (atomic_load(&g_other_count) > 0)
 		fprintf(f, "kernel=(other) ns=%llu launches=%llu\n", (unsigned long long)atomic_load(&g_other_ns),
 		        (unsigned long long)atomic_load(&g_other_count));
-	fprintf(f, "# launch_markers=%llu records=%llu dropped=%llu reannounced=%llu\n",
+	fprintf(f, "# launch_markers=%llu records=%llu dropped=%llu reannounced=%llu stepped_aside=%llu "
+	        "resumed=%llu foreign_buffers=%llu symbol_hooks=%d got_hooks=%u\n",
 	        (unsigned long long)atomic_load(&g_launch_markers), (unsigned long long)atomic_load(&g_records),
-	        (unsigned long long)atomic_load(&g_dropped), (unsigned long long)atomic_load(&g_reannounced));
+	        (unsigned long long)atomic_load(&g_dropped), (unsigned long long)atomic_load(&g_reannounced),
+	        (unsigned long long)atomic_load(&g_stepped_aside), (unsigned long long)atomic_load(&g_resumed),
+	        (unsigned long long)atomic_load(&g_foreign_buffers), g_symbol_hooks, atomic_load(&g_got_hooks));
 	fclose(f);
 }
 
 static void at_exit(void)
 {
-	if (!atomic_load(&g_active))
+	if (!atomic_load(&g_started))
 		return;
 	stop_housekeeping();
 	/* Forced flush: also hands over buffers that are not full, on this
-	 * thread, so the last kernels reach the agent and the totals. */
-	ss_cupti_result r = cupti.ActivityFlushAll(SS_CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-	if (r != SS_CUPTI_SUCCESS)
-		ss_log("cuptiActivityFlushAll at exit: %s", result_string(r));
+	 * thread, so the last kernels reach the agent and the totals. Not while
+	 * aside: CUPTI's buffers then belong to the other client. */
+	if (atomic_load(&g_active)) {
+		ss_cupti_result r = cupti.ActivityFlushAll(SS_CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+		if (r != SS_CUPTI_SUCCESS)
+			ss_log("cuptiActivityFlushAll at exit: %s", result_string(r));
+	}
 	write_totals();
 }
 
@@ -783,6 +863,7 @@ static int load_cupti(void)
 		       explicit_path && explicit_path[0] ? explicit_path : "", err ? err : "?");
 		return 0;
 	}
+	g_cupti_handle = h;
 	int missing = 0;
 	cupti.GetVersion = (ss_fn_cuptiGetVersion)load_symbol(h, "cuptiGetVersion", 1, &missing);
 	cupti.GetResultString = (ss_fn_cuptiGetResultString)load_symbol(h, "cuptiGetResultString", 0, &missing);
@@ -848,8 +929,10 @@ static void config_from_env(void)
 	}
 }
 
+/* ---- starting tracing -------------------------------------------------- */
+
 /* Undo a partial start. CUPTI is called with nothing of ours locked. */
-static void step_aside(int activity_enabled)
+static void undo_start(int activity_enabled)
 {
 	atomic_store(&g_active, 0);
 	if (activity_enabled && cupti.ActivityDisable != NULL)
@@ -857,6 +940,547 @@ static void step_aside(int activity_enabled)
 	if (g_subscriber != NULL && cupti.Unsubscribe != NULL)
 		cupti.Unsubscribe(g_subscriber);
 	g_subscriber = NULL;
+}
+
+/*
+ * Subscribe, enable the launch callbacks, register our buffers, enable
+ * kernel activity. Subscribe first: activity callbacks are process-wide,
+ * and registering ours while another client owns CUPTI would steal its
+ * buffers. On failure, undo, describe the failed call in err and return its
+ * result; *at_subscribe says whether it was cuptiSubscribe. Used at start
+ * and to resume.
+ */
+static ss_cupti_result start_tracing(char *err, size_t errlen, int *at_subscribe)
+{
+	*at_subscribe = 0;
+	ss_cupti_result r = cupti.Subscribe(&g_subscriber, on_callback, NULL);
+	if (r != SS_CUPTI_SUCCESS) {
+		g_subscriber = NULL;
+		*at_subscribe = 1;
+		snprintf(err, errlen, "cuptiSubscribe: %s", result_string(r));
+		return r;
+	}
+	for (size_t i = 0; i < sizeof k_launch_cbids / sizeof k_launch_cbids[0]; i++) {
+		r = cupti.EnableCallback(1, g_subscriber, k_launch_cbids[i].domain, k_launch_cbids[i].cbid);
+		if (r != SS_CUPTI_SUCCESS) {
+			snprintf(err, errlen, "cuptiEnableCallback(%d, %u): %s", (int)k_launch_cbids[i].domain,
+			         k_launch_cbids[i].cbid, result_string(r));
+			undo_start(0);
+			return r;
+		}
+	}
+	r = cupti.ActivityRegisterCallbacks(on_buffer_requested, on_buffer_completed);
+	if (r != SS_CUPTI_SUCCESS) {
+		snprintf(err, errlen, "cuptiActivityRegisterCallbacks: %s", result_string(r));
+		undo_start(0);
+		return r;
+	}
+	r = cupti.ActivityEnable(SS_CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+	if (r != SS_CUPTI_SUCCESS) {
+		snprintf(err, errlen, "cuptiActivityEnable(CONCURRENT_KERNEL): %s", result_string(r));
+		undo_start(0);
+		return r;
+	}
+	return SS_CUPTI_SUCCESS;
+}
+
+/* ---- stepping aside for another CUPTI client, and coming back ---------- */
+
+/*
+ * CUPTI admits one subscriber per process. When another client (Kineto,
+ * i.e. torch.profiler; TensorFlow's profiler) calls cuptiSubscribe while we
+ * trace, our hook (see the next section for how its calls reach us) hands
+ * our records to the agent, gives CUPTI up and lets that call succeed; when
+ * the client unsubscribes, the hook takes CUPTI back. A cluster-wide
+ * profiler must never break the user's own profiling.
+ *
+ * g_state serialises transitions without a lock: a thread moves TRACING ->
+ * LEAVING or ASIDE -> RESUMING by CAS and alone makes that transition's
+ * CUPTI calls. A thread that loses the CAS passes its own call straight to
+ * CUPTI, which answers as it would have without us (of two clients racing
+ * to subscribe, one gets MULTIPLE_SUBSCRIBERS either way).
+ *
+ * A launch on another thread racing the step-aside either sees g_active
+ * set and calls its launch marker before the state marker, or sees it
+ * clear and calls nothing; it never uses our subscriber handle, which only
+ * the transition's thread touches.
+ */
+enum { ST_OFF, ST_TRACING, ST_LEAVING, ST_ASIDE, ST_RESUMING };
+static atomic_int g_state;
+/* The handle the other client got; NULL: not known, so any successful
+ * unsubscribe while aside means CUPTI may be free. */
+static _Atomic(ss_cupti_subscriber_handle) g_client_sub;
+/* A successful unsubscribe seen while LEAVING (the client left before the
+ * step-aside finished recording its handle). */
+static atomic_int g_client_left;
+static atomic_int g_logged_aside, g_logged_resume, g_logged_resume_failed, g_logged_leave_failed;
+
+static void trace_state(uint32_t state, uint32_t reason)
+{
+	slurmscope_trace_state(state, reason);
+	if (g_trace_fd >= 0) {
+		char buf[64];
+		int n = snprintf(buf, sizeof buf, "state state=%u reason=%u\n", state, reason);
+		if (n > 0)
+			trace_write(buf, (size_t)n);
+	}
+}
+
+/* Wait (at most 2 s) for a housekeeping round that may have read g_active
+ * before it was cleared, so none of its flushes follows ours. */
+static void wait_housekeeping_round(void)
+{
+	if (!atomic_load(&g_hk_started))
+		return;
+	for (int i = 0; i < 2000 && atomic_load(&g_hk_busy); i++) {
+		struct timespec ts = {0, 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* TRACING -> aside, on the thread that won the CAS. Returns 0 (still
+ * tracing) if CUPTI would not let us go. */
+static int leave_for_client(void)
+{
+	atomic_store(&g_client_left, 0);
+	atomic_store(&g_active, 0); /* no launch marker from here on */
+	wait_housekeeping_round();
+	/* Disable before the forced flush: a kernel recorded after the flush
+	 * would sit in a buffer of ours that CUPTI completes in the other
+	 * client's callbacks once it registers them. */
+	cupti.ActivityDisable(SS_CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+	ss_cupti_result r = cupti.ActivityFlushAll(SS_CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+	if (r != SS_CUPTI_SUCCESS && !atomic_exchange(&g_logged_flush, 1))
+		ss_log("cuptiActivityFlushAll before stepping aside: %s; the last kernels may be missing",
+		       result_string(r));
+	r = cupti.Unsubscribe(g_subscriber);
+	if (r != SS_CUPTI_SUCCESS) {
+		/* Still subscribed: carry on; the other client's cuptiSubscribe
+		 * fails as it would have without our hook. */
+		cupti.ActivityEnable(SS_CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+		atomic_store(&g_active, 1);
+		if (!atomic_exchange(&g_logged_leave_failed, 1))
+			ss_log("another CUPTI client subscribed, but cuptiUnsubscribe failed (%s); tracing goes on "
+			       "and that client finds CUPTI taken", result_string(r));
+		return 0;
+	}
+	g_subscriber = NULL;
+	atomic_fetch_add(&g_stepped_aside, 1);
+	trace_state(SLURMSCOPE_TRACE_ASIDE, SLURMSCOPE_TRACE_REASON_CLIENT_SUBSCRIBED);
+	if (!atomic_exchange(&g_logged_aside, 1))
+		ss_log("another CUPTI client (a profiler such as torch.profiler) subscribed; GPU kernel tracing "
+		       "stepped aside for it until it unsubscribes");
+	return 1;
+}
+
+/* ASIDE -> TRACING, if CUPTI can be had again. */
+static void try_resume(uint32_t reason)
+{
+	int expect = ST_ASIDE;
+	if (!atomic_compare_exchange_strong(&g_state, &expect, ST_RESUMING))
+		return;
+	char err[256];
+	int at_subscribe;
+	ss_cupti_result r = start_tracing(err, sizeof err, &at_subscribe);
+	atomic_store(&g_client_sub, NULL); /* whoever holds CUPTI now, it is not known */
+	if (r != SS_CUPTI_SUCCESS) {
+		atomic_store(&g_state, ST_ASIDE);
+		trace_state(SLURMSCOPE_TRACE_ASIDE, SLURMSCOPE_TRACE_REASON_RESUME_FAILED);
+		if (!atomic_exchange(&g_logged_resume_failed, 1))
+			ss_log("could not take CUPTI back after the other client (%s); GPU kernels stay untraced "
+			       "until a CUPTI client unsubscribes again", err);
+		return;
+	}
+	/* The other client may have set its own period. */
+	if (cupti.ActivityFlushPeriod != NULL && g_flush_ms != 0)
+		cupti.ActivityFlushPeriod(g_flush_ms);
+	atomic_fetch_add(&g_epoch, 1);
+	atomic_fetch_add(&g_resumed, 1);
+	trace_state(SLURMSCOPE_TRACE_ON, reason); /* before any launch marker of this epoch */
+	atomic_store(&g_active, 1);
+	atomic_store(&g_state, ST_TRACING);
+	if (!atomic_exchange(&g_logged_resume, 1))
+		ss_log("the other CUPTI client %s; GPU kernel tracing resumed",
+		       reason == SLURMSCOPE_TRACE_REASON_CLIENT_FAILED ? "failed to subscribe" : "unsubscribed");
+}
+
+/* What the other client's cuptiSubscribe calls. */
+static ss_cupti_result hook_subscribe(ss_cupti_subscriber_handle *sub, ss_cupti_callback_func cb, void *ud)
+{
+	int expect = ST_TRACING;
+	int mine = atomic_compare_exchange_strong(&g_state, &expect, ST_LEAVING);
+	if (mine && !leave_for_client()) {
+		atomic_store(&g_state, ST_TRACING);
+		mine = 0;
+	}
+	ss_cupti_result r = cupti.Subscribe(sub, cb, ud);
+	if (mine) {
+		atomic_store(&g_client_sub, r == SS_CUPTI_SUCCESS && sub != NULL ? *sub : NULL);
+		atomic_store(&g_state, ST_ASIDE);
+		if (r != SS_CUPTI_SUCCESS)
+			try_resume(SLURMSCOPE_TRACE_REASON_CLIENT_FAILED);
+		else if (atomic_exchange(&g_client_left, 0))
+			try_resume(SLURMSCOPE_TRACE_REASON_CLIENT_LEFT);
+	}
+	return r;
+}
+
+/* What the other client's cuptiUnsubscribe calls. */
+static ss_cupti_result hook_unsubscribe(ss_cupti_subscriber_handle h)
+{
+	ss_cupti_result r = cupti.Unsubscribe(h);
+	if (r != SS_CUPTI_SUCCESS)
+		return r;
+	int st = atomic_load(&g_state);
+	if (st == ST_LEAVING) {
+		atomic_store(&g_client_left, 1);
+	} else if (st == ST_ASIDE) {
+		ss_cupti_subscriber_handle c = atomic_load(&g_client_sub);
+		if (c == NULL || c == h)
+			try_resume(SLURMSCOPE_TRACE_REASON_CLIENT_LEFT);
+	}
+	return r;
+}
+
+/* ---- routing the other client's calls to the hooks --------------------- */
+
+/*
+ * CUDA loads this library RTLD_LOCAL, so it cannot interpose cuptiSubscribe
+ * by symbol: the other client binds to libcupti's own (libtorch through
+ * DT_NEEDED, TensorFlow through dlsym). Two patches redirect it:
+ *   1. in every object already loaded, except ours and libcupti, the GOT
+ *      slots (JUMP_SLOT, GLOB_DAT relocations) importing cuptiSubscribe and
+ *      cuptiUnsubscribe; at start, and on each housekeeping tick for objects
+ *      loaded since (glibc's dlpi_adds changed);
+ *   2. the values of those two symbols in libcupti's dynamic symbol table,
+ *      so every later binding (a library dlopened later, a lazy PLT slot,
+ *      dlsym) resolves to the hooks before its first call.
+ * Patch 2 rather than wrapping dlopen to rescan after each load: a wrapper
+ * changes the caller glibc's dlopen sees, whose DT_RUNPATH and namespace
+ * decide what a bare name loads, so the job's own dlopen calls could fail.
+ * A word is written only where /proc/self/maps says the page is readable
+ * and not executable (made writable for the store if read-only, as a
+ * full-RELRO GOT or .dynsym is, then restored). Every table read is checked
+ * to lie inside the object's PT_LOAD segments; an object without dynamic
+ * section or tables (the vDSO, a static executable) is skipped.
+ * Bounds: each object is scanned once (remembered by base and name, 4096
+ * objects), at most 1<<24 relocations per table, at most 256 slots patched.
+ */
+#if (defined(__x86_64__) || defined(__aarch64__)) && defined(__GLIBC__)
+#define SS_HOOKS 1
+#include <elf.h>
+#include <link.h>
+#include <stddef.h>
+#include <sys/mman.h>
+#if defined(__x86_64__)
+#define SS_R_JUMP_SLOT R_X86_64_JUMP_SLOT
+#define SS_R_GLOB_DAT R_X86_64_GLOB_DAT
+#else
+#define SS_R_JUMP_SLOT R_AARCH64_JUMP_SLOT
+#define SS_R_GLOB_DAT R_AARCH64_GLOB_DAT
+#endif
+
+#define SEEN_MAX 4096u
+#define RELOCS_MAX (1u << 24)
+#define PATCHED_MAX 256u
+
+static const char *const k_hooked[2] = {"cuptiSubscribe", "cuptiUnsubscribe"};
+static uintptr_t g_real[2], g_hook[2];
+static atomic_int g_hooks_on;
+static struct { uintptr_t base; uint64_t name; } g_seen[SEEN_MAX]; /* scanner only */
+static uint32_t g_nseen;
+static unsigned long long g_last_adds;
+static atomic_int g_logged_patch, g_logged_seen;
+
+struct obj {
+	uintptr_t base;
+	const ElfW(Phdr) *ph;
+	size_t phnum;
+	const char *name;
+};
+
+/* [p, p+n) lies inside one PT_LOAD segment of o. */
+static int obj_has(const struct obj *o, uintptr_t p, size_t n)
+{
+	for (size_t i = 0; i < o->phnum; i++) {
+		const ElfW(Phdr) *ph = &o->ph[i];
+		if (ph->p_type != PT_LOAD)
+			continue;
+		uintptr_t lo = o->base + ph->p_vaddr, hi = lo + ph->p_memsz;
+		if (hi >= lo && p >= lo && p <= hi && n <= hi - p)
+			return 1;
+	}
+	return 0;
+}
+
+/* A d_ptr of the dynamic section: glibc relocates them in place, musl and
+ * the vDSO do not, so take whichever reading lands inside the object. */
+static uintptr_t dyn_addr(const struct obj *o, uintptr_t v, size_t n)
+{
+	if (v != 0 && obj_has(o, v, n))
+		return v;
+	if (v <= UINTPTR_MAX - o->base && obj_has(o, o->base + v, n))
+		return o->base + v;
+	return 0;
+}
+
+/* Protection of the page holding addr, from /proc/self/maps; -1: unknown. */
+static int page_prot(uintptr_t addr)
+{
+	int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	char buf[4096];
+	size_t len = 0;
+	int prot = -1;
+	while (prot < 0) {
+		ssize_t n = read(fd, buf + len, sizeof buf - 1 - len);
+		if (n <= 0)
+			break;
+		len += (size_t)n;
+		buf[len] = '\0';
+		char *line = buf, *nl;
+		while (prot < 0 && (nl = strchr(line, '\n')) != NULL) {
+			*nl = '\0';
+			char *end;
+			unsigned long long lo = strtoull(line, &end, 16);
+			if (*end == '-') {
+				unsigned long long hi = strtoull(end + 1, &end, 16);
+				if (*end == ' ' && addr >= lo && addr < hi && strlen(end + 1) >= 3)
+					prot = (end[1] == 'r' ? PROT_READ : 0) | (end[2] == 'w' ? PROT_WRITE : 0) |
+					       (end[3] == 'x' ? PROT_EXEC : 0);
+			}
+			line = nl + 1;
+		}
+		len = (size_t)(buf + len - line);
+		memmove(buf, line, len);
+		if (len >= sizeof buf - 1)
+			len = 0; /* a line longer than the buffer (a long path): not ours */
+	}
+	close(fd);
+	return prot;
+}
+
+/* Store one aligned word, making a read-only, non-executable page writable
+ * for the store. */
+static int write_word(uintptr_t addr, uintptr_t val)
+{
+	int prot = page_prot(addr);
+	if (prot < 0 || !(prot & PROT_READ))
+		return 0;
+	if (prot & PROT_WRITE) {
+		__atomic_store_n((uintptr_t *)addr, val, __ATOMIC_SEQ_CST);
+		return 1;
+	}
+	if (prot & PROT_EXEC)
+		return 0; /* never a writable code page */
+	long pg = sysconf(_SC_PAGESIZE);
+	if (pg <= 0)
+		return 0;
+	void *page = (void *)(addr & ~((uintptr_t)pg - 1));
+	if (mprotect(page, (size_t)pg, prot | PROT_WRITE) != 0)
+		return 0;
+	__atomic_store_n((uintptr_t *)addr, val, __ATOMIC_SEQ_CST);
+	(void)mprotect(page, (size_t)pg, prot);
+	return 1;
+}
+
+static void patch_slot(const struct obj *o, uintptr_t slot, int which)
+{
+	uintptr_t cur = __atomic_load_n((uintptr_t *)slot, __ATOMIC_ACQUIRE);
+	if (cur == g_hook[which])
+		return;
+	/* Bound to the CUPTI we use, or not bound yet (lazy binding: the slot
+	 * points back into the object's own PLT). Anything else, another CUPTI
+	 * copy or another tool's hook, is left alone. */
+	if (cur != g_real[which] && !obj_has(o, cur, 1))
+		return;
+	if (atomic_load(&g_got_hooks) >= PATCHED_MAX)
+		return;
+	if (write_word(slot, g_hook[which]))
+		atomic_fetch_add(&g_got_hooks, 1);
+	else if (!atomic_exchange(&g_logged_patch, 1))
+		ss_log("cannot redirect %s in %s; a profiler there finds CUPTI taken while tracing is on",
+		       k_hooked[which], o->name[0] ? o->name : "the executable");
+}
+
+static void scan_relocs(const struct obj *o, uintptr_t rela, size_t bytes, uintptr_t symtab, uintptr_t strtab,
+                        size_t strsz)
+{
+	size_t n = bytes / sizeof(ElfW(Rela));
+	if (n > RELOCS_MAX)
+		n = RELOCS_MAX;
+	const ElfW(Rela) *r = (const ElfW(Rela) *)rela;
+	for (size_t i = 0; i < n; i++) {
+		unsigned long type = ELF64_R_TYPE(r[i].r_info);
+		if (type != SS_R_JUMP_SLOT && type != SS_R_GLOB_DAT)
+			continue;
+		uintptr_t si = ELF64_R_SYM(r[i].r_info);
+		uintptr_t sp = symtab + si * sizeof(ElfW(Sym));
+		if (si == 0 || !obj_has(o, sp, sizeof(ElfW(Sym))))
+			continue;
+		const ElfW(Sym) *sym = (const ElfW(Sym) *)sp;
+		if (sym->st_shndx != SHN_UNDEF || sym->st_name >= strsz)
+			continue;
+		const char *name = (const char *)strtab + sym->st_name;
+		size_t room = strsz - sym->st_name;
+		for (int k = 0; k < 2; k++) {
+			size_t l = strlen(k_hooked[k]);
+			if (room <= l || memcmp(name, k_hooked[k], l + 1) != 0)
+				continue;
+			uintptr_t slot = o->base + r[i].r_offset;
+			if (slot % sizeof(uintptr_t) == 0 && obj_has(o, slot, sizeof(uintptr_t)))
+				patch_slot(o, slot, k);
+		}
+	}
+}
+
+static void scan_object(const struct obj *o)
+{
+	const ElfW(Phdr) *dph = NULL;
+	for (size_t i = 0; i < o->phnum; i++)
+		if (o->ph[i].p_type == PT_DYNAMIC)
+			dph = &o->ph[i];
+	if (dph == NULL)
+		return;
+	size_t ndyn = dph->p_memsz / sizeof(ElfW(Dyn));
+	uintptr_t dyn = o->base + dph->p_vaddr;
+	if (ndyn == 0 || !obj_has(o, dyn, ndyn * sizeof(ElfW(Dyn))))
+		return;
+	uintptr_t symtab = 0, strtab = 0, jmprel = 0, rela = 0;
+	size_t strsz = 0, pltrelsz = 0, relasz = 0, syment = sizeof(ElfW(Sym)), relaent = sizeof(ElfW(Rela));
+	long pltrel = 0;
+	for (size_t i = 0; i < ndyn; i++) {
+		const ElfW(Dyn) *d = (const ElfW(Dyn) *)dyn + i;
+		if (d->d_tag == DT_NULL)
+			break;
+		switch (d->d_tag) {
+		case DT_SYMTAB: symtab = d->d_un.d_ptr; break;
+		case DT_STRTAB: strtab = d->d_un.d_ptr; break;
+		case DT_STRSZ: strsz = d->d_un.d_val; break;
+		case DT_SYMENT: syment = d->d_un.d_val; break;
+		case DT_JMPREL: jmprel = d->d_un.d_ptr; break;
+		case DT_PLTRELSZ: pltrelsz = d->d_un.d_val; break;
+		case DT_PLTREL: pltrel = (long)d->d_un.d_val; break;
+		case DT_RELA: rela = d->d_un.d_ptr; break;
+		case DT_RELASZ: relasz = d->d_un.d_val; break;
+		case DT_RELAENT: relaent = d->d_un.d_val; break;
+		}
+	}
+	if (syment != sizeof(ElfW(Sym)) || relaent != sizeof(ElfW(Rela)) || strsz == 0)
+		return;
+	strtab = dyn_addr(o, strtab, strsz);
+	symtab = dyn_addr(o, symtab, sizeof(ElfW(Sym)));
+	if (strtab == 0 || symtab == 0)
+		return;
+	if (pltrel == DT_RELA && pltrelsz > 0 && (jmprel = dyn_addr(o, jmprel, pltrelsz)) != 0)
+		scan_relocs(o, jmprel, pltrelsz, symtab, strtab, strsz);
+	if (relasz > 0 && (rela = dyn_addr(o, rela, relasz)) != 0)
+		scan_relocs(o, rela, relasz, symtab, strtab, strsz);
+}
+
+struct scan { int count_only; unsigned long long adds; };
+
+static int scan_cb(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	struct scan *sc = arg;
+	if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof info->dlpi_adds)
+		sc->adds = info->dlpi_adds;
+	if (sc->count_only)
+		return 1;
+	if (info->dlpi_phdr == NULL || info->dlpi_phnum == 0)
+		return 0;
+	struct obj o = {info->dlpi_addr, info->dlpi_phdr, info->dlpi_phnum, info->dlpi_name ? info->dlpi_name : ""};
+	/* Not ours (nothing to redirect), not libcupti's own calls. */
+	if (obj_has(&o, (uintptr_t)&g_state, 1) || obj_has(&o, g_real[0], 1))
+		return 0;
+	uint64_t name = fnv1a64(o.name, strlen(o.name));
+	for (uint32_t i = 0; i < g_nseen; i++)
+		if (g_seen[i].base == o.base && g_seen[i].name == name)
+			return 0;
+	if (g_nseen < SEEN_MAX) {
+		g_seen[g_nseen].base = o.base;
+		g_seen[g_nseen].name = name;
+		g_nseen++;
+	} else if (!atomic_exchange(&g_logged_seen, 1)) {
+		ss_log("more than %u shared objects; objects loaded from now on are rescanned on each load", SEEN_MAX);
+	}
+	scan_object(&o);
+	return 0;
+}
+
+/* Scanner: InitializeInjection, then only the housekeeping thread. */
+static void scan_objects(void)
+{
+	struct scan sc = {0, 0};
+	dl_iterate_phdr(scan_cb, &sc);
+	g_last_adds = sc.adds;
+}
+
+static void hooks_rescan(void)
+{
+	if (!atomic_load_explicit(&g_hooks_on, memory_order_relaxed))
+		return;
+	struct scan sc = {1, 0};
+	dl_iterate_phdr(scan_cb, &sc);
+	if (sc.adds != g_last_adds)
+		scan_objects();
+}
+
+/* Point libcupti's own symbol at our hook; checked with a fresh dlsym. */
+static int patch_cupti_symbol(int which)
+{
+	Dl_info info;
+	ElfW(Sym) *sym = NULL;
+	struct link_map *lm = NULL;
+	void *real = (void *)g_real[which];
+	if (dladdr1(real, &info, (void **)&sym, RTLD_DL_SYMENT) == 0 || sym == NULL || info.dli_sname == NULL ||
+	    strcmp(info.dli_sname, k_hooked[which]) != 0 || info.dli_saddr != real)
+		return 0;
+	if (dladdr1(real, &info, (void **)&lm, RTLD_DL_LINKMAP) == 0 || lm == NULL)
+		return 0;
+	uintptr_t old = sym->st_value;
+	/* glibc binds to l_addr + st_value; unsigned wrap-around is intended. */
+	if (!write_word((uintptr_t)&sym->st_value, g_hook[which] - (uintptr_t)lm->l_addr))
+		return 0;
+	dlerror();
+	if (dlsym(g_cupti_handle, k_hooked[which]) != (void *)g_hook[which]) {
+		write_word((uintptr_t)&sym->st_value, old);
+		return 0;
+	}
+	return 1;
+}
+
+static void hooks_install(void)
+{
+	if (cupti.Unsubscribe == NULL || cupti.ActivityDisable == NULL)
+		return; /* could not step aside: the other client finds CUPTI taken, as before */
+	g_real[0] = (uintptr_t)cupti.Subscribe;
+	g_real[1] = (uintptr_t)cupti.Unsubscribe;
+	g_hook[0] = (uintptr_t)hook_subscribe;
+	g_hook[1] = (uintptr_t)hook_unsubscribe;
+	/* Never unloaded while other objects' slots point here. */
+	Dl_info self;
+	if (dladdr((void *)&g_state, &self) == 0 || self.dli_fname == NULL ||
+	    dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE) == NULL)
+		return;
+	g_symbol_hooks = patch_cupti_symbol(0) + patch_cupti_symbol(1);
+	atomic_store(&g_hooks_on, 1);
+	scan_objects();
+}
+#else
+static void hooks_install(void) {}
+static void hooks_rescan(void) {}
+#endif
+
+/* ---- initialisation ---------------------------------------------------- */
+
+/* SLURMSCOPE_GPU_TRACE=off: the job opted out (the TaskProlog then does not
+ * even set CUDA_INJECTION64_PATH; this is the backstop). */
+static int opted_out(void)
+{
+	const char *s = getenv("SLURMSCOPE_GPU_TRACE");
+	return s != NULL && strcasecmp(s, "off") == 0;
 }
 
 /* Called by the CUDA driver (or the stand-in runtime) once, from cuInit.
@@ -868,6 +1492,10 @@ EXPORT int InitializeInjection(void)
 	if (atomic_exchange(&once, 1))
 		return 1;
 
+	if (opted_out()) {
+		ss_log("SLURMSCOPE_GPU_TRACE=off: GPU kernels of this process are not traced");
+		return 1;
+	}
 	config_from_env();
 	if (!load_cupti())
 		return 1;
@@ -891,49 +1519,27 @@ EXPORT int InitializeInjection(void)
 		       version);
 	}
 
-	/* Subscribe first: activity callbacks are process-wide, and registering
-	 * ours while another tool owns CUPTI would steal its buffers. */
-	r = cupti.Subscribe(&g_subscriber, on_callback, NULL);
-	if (r == SS_CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
-		g_subscriber = NULL;
+	char err[256];
+	int at_subscribe;
+	r = start_tracing(err, sizeof err, &at_subscribe);
+	if (r == SS_CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED && at_subscribe) {
 		ss_log("another CUPTI client (a profiler) is already subscribed; GPU kernels of this process "
 		       "are not traced");
 		return 1;
 	}
 	if (r != SS_CUPTI_SUCCESS) {
-		g_subscriber = NULL;
-		ss_log("cuptiSubscribe: %s; GPU kernels of this process are not traced", result_string(r));
-		return 1;
-	}
-	for (size_t i = 0; i < sizeof k_launch_cbids / sizeof k_launch_cbids[0]; i++) {
-		r = cupti.EnableCallback(1, g_subscriber, k_launch_cbids[i].domain, k_launch_cbids[i].cbid);
-		if (r != SS_CUPTI_SUCCESS) {
-			ss_log("cuptiEnableCallback(%d, %u): %s; GPU kernels of this process are not traced",
-			       (int)k_launch_cbids[i].domain, k_launch_cbids[i].cbid, result_string(r));
-			step_aside(0);
-			return 1;
-		}
-	}
-	r = cupti.ActivityRegisterCallbacks(on_buffer_requested, on_buffer_completed);
-	if (r != SS_CUPTI_SUCCESS) {
-		ss_log("cuptiActivityRegisterCallbacks: %s; GPU kernels of this process are not traced",
-		       result_string(r));
-		step_aside(0);
-		return 1;
-	}
-	r = cupti.ActivityEnable(SS_CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-	if (r != SS_CUPTI_SUCCESS) {
-		ss_log("cuptiActivityEnable(CONCURRENT_KERNEL): %s; GPU kernels of this process are not traced",
-		       result_string(r));
-		step_aside(0);
+		ss_log("%s; GPU kernels of this process are not traced", err);
 		return 1;
 	}
 	if (atexit(at_exit) != 0) {
 		ss_log("atexit failed; GPU kernels of this process are not traced");
-		step_aside(1);
+		undo_start(1);
 		return 1;
 	}
+	atomic_store(&g_started, 1);
+	atomic_store(&g_state, ST_TRACING);
 	atomic_store(&g_active, 1);
+	hooks_install();
 	start_housekeeping();
 	return 1;
 }

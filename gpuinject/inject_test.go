@@ -426,7 +426,7 @@ func TestInjectExportsMarkers(t *testing.T) {
 			found[s.Name] = s
 		}
 	}
-	for _, name := range []string{"InitializeInjection", "slurmscope_kernel_name", "slurmscope_kernel_launch", "slurmscope_kernel_records"} {
+	for _, name := range []string{"InitializeInjection", "slurmscope_kernel_name", "slurmscope_kernel_launch", "slurmscope_kernel_records", "slurmscope_trace_state", "InitializeInjectionNvtx2", "slurmscope_nvtx_range_name", "slurmscope_nvtx_thread"} {
 		s, ok := found[name]
 		if !ok {
 			t.Fatalf("%s not exported", name)
@@ -440,7 +440,7 @@ func TestInjectExportsMarkers(t *testing.T) {
 	}
 	// Nothing else leaks out of the library.
 	for name, s := range found {
-		if elf.ST_BIND(s.Info) == elf.STB_GLOBAL && !strings.HasPrefix(name, "slurmscope_") && name != "InitializeInjection" {
+		if elf.ST_BIND(s.Info) == elf.STB_GLOBAL && !strings.HasPrefix(name, "slurmscope_") && name != "InitializeInjection" && name != "InitializeInjectionNvtx2" {
 			t.Errorf("unexpected export %s", name)
 		}
 	}
@@ -614,7 +614,7 @@ func TestCUPTIABIMatchesRealHeaders(t *testing.T) {
 }
 
 // markerSymbols are the functions the agent's uprobes attach to.
-var markerSymbols = []string{"slurmscope_kernel_name", "slurmscope_kernel_launch", "slurmscope_kernel_records"}
+var markerSymbols = []string{"slurmscope_kernel_name", "slurmscope_kernel_launch", "slurmscope_kernel_records", "slurmscope_trace_state"}
 
 // markerPrologue returns the first 8 bytes of each marker of the library at
 // path, read through the ELF program headers (what the loader maps).

@@ -17,7 +17,10 @@
  *   - struct slurmscope_kernel_record has the fixed little-endian layout
  *     documented at its definition; new fields are only ever added by a new
  *     ABI version;
- *   - all three markers are called with no lock of the library held.
+ *   - all markers are called with no lock of the library held;
+ *   - markers may be added within an ABI version (slurmscope_trace_state
+ *     was): an agent that does not know one simply does not probe it, and
+ *     an agent that probes one checks the library exports it.
  *
  * Call order guarantees the agent can rely on:
  *   - slurmscope_kernel_name(id, ...) is called before the first launch
@@ -37,6 +40,10 @@
  *     exit, after the kernels completed, in batches of at most
  *     SLURMSCOPE_RECORDS_MAX records, normally within about one flush period
  *     of completion. Every completed kernel is reported, sampled or not.
+ *   - slurmscope_trace_state runs on the thread that made the transition
+ *     (the other CUPTI client's cuptiSubscribe or cuptiUnsubscribe call),
+ *     after every record of the kernels traced before a step-aside and
+ *     before any marker of the kernels traced after a resume.
  *
  * Nothing in the library runs in a signal handler, and the markers are not
  * async-signal-safe contracts: they are ordinary functions whose only job is
@@ -156,6 +163,28 @@ SLURMSCOPE_MARKER void slurmscope_kernel_launch(uint64_t correlation_id, uint64_
  * the duration of the call. */
 SLURMSCOPE_MARKER void slurmscope_kernel_records(const struct slurmscope_kernel_record *recs,
                                                  uint32_t n);
+
+/*
+ * Tracing stepped aside (state SLURMSCOPE_TRACE_ASIDE) or started again
+ * (SLURMSCOPE_TRACE_ON). CUPTI admits one subscriber per process; when
+ * another client (torch.profiler, TensorFlow's profiler, ...) subscribes
+ * while the library traces, the library hands its records over, gives CUPTI
+ * up and lets the other client's cuptiSubscribe succeed; when that client
+ * unsubscribes, the library subscribes again. Kernels run in between are
+ * not in the records: GPU time totals of the process are low by them. Not
+ * called at start-up, nor when CUPTI was already taken at start-up (then
+ * nothing is traced at all).
+ */
+#define SLURMSCOPE_TRACE_ASIDE 0u
+#define SLURMSCOPE_TRACE_ON    1u
+/* reason of slurmscope_trace_state */
+#define SLURMSCOPE_TRACE_REASON_CLIENT_SUBSCRIBED 1u /* ASIDE: another CUPTI subscriber took CUPTI */
+#define SLURMSCOPE_TRACE_REASON_CLIENT_LEFT       2u /* ON: that subscriber released it */
+#define SLURMSCOPE_TRACE_REASON_CLIENT_FAILED     3u /* ON: the other client's cuptiSubscribe failed,
+                                                        so CUPTI was taken back at once */
+#define SLURMSCOPE_TRACE_REASON_RESUME_FAILED     4u /* ASIDE (again): taking CUPTI back failed;
+                                                        retried when a client unsubscribes */
+SLURMSCOPE_MARKER void slurmscope_trace_state(uint32_t state, uint32_t reason);
 
 #if defined(__cplusplus)
 }

@@ -3,6 +3,8 @@
 #   OUTDIR/mock/libcupti.so           mock CUPTI (mock_cupti.c), not NVIDIA's
 #   OUTDIR/mock-noperiod/libcupti.so  the same without cuptiActivityFlushPeriod
 #   OUTDIR/libcudart_standin.so       pretend CUDA runtime (cudart_standin.c)
+#   OUTDIR/libkineto_standin.so       pretend user CUPTI profiler (kineto_standin.c),
+#                                     linked to OUTDIR/mock/libcupti.so like Kineto to libcupti
 #   OUTDIR/trainer                    pretend training program (trainer.c)
 # The mocks live in their own directories so that nothing finds them by
 # accident.
@@ -28,8 +30,13 @@ $cc -std=c11 -O2 -g $fp -Wall -Wextra -shared -fPIC -fvisibility=hidden -pthread
 	-DSLURMSCOPE_MOCK_NO_FLUSH_PERIOD -I "$inc" -o "$out/mock-noperiod/libcupti.so" "$here/mock_cupti.c"
 $cc -std=c11 -O2 -g $fp -Wall -Wextra -shared -fPIC -fvisibility=hidden -pthread \
 	-I "$inc" -o "$out/libcudart_standin.so" "$here/cudart_standin.c" -ldl
+# DT_NEEDED libcupti.so (the mock) found through DT_RUNPATH; -z now with
+# relro: a full-RELRO GOT, bound at load, as hardened builds have.
+$cc -std=c11 -O2 -g $fp -Wall -Wextra -shared -fPIC -fvisibility=hidden -pthread \
+	-I "$inc" -o "$out/libkineto_standin.so" "$here/kineto_standin.c" \
+	-L "$out/mock" -lcupti -Wl,-rpath,'$ORIGIN/mock' -Wl,-z,relro -Wl,-z,now
 # No inlining keeps train_step/forward/launch_gemm as real frames for
 # stack-attribution tests.
 $cc -std=c11 -O1 -g $fp -fno-inline -Wall -Wextra \
 	-I "$here" -o "$out/trainer" "$here/trainer.c" \
-	-L "$out" -lcudart_standin -Wl,-rpath,'$ORIGIN'
+	-L "$out" -lcudart_standin -Wl,-rpath,'$ORIGIN' -ldl

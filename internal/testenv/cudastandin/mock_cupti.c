@@ -20,6 +20,14 @@
  *     so a partly filled buffer reaches the client only through a flush.
  *     Built with -DSLURMSCOPE_MOCK_NO_FLUSH_PERIOD (mock-noperiod/) it lacks
  *     cuptiActivityFlushPeriod, like a CUPTI older than the client expects.
+ * Like CUPTI it admits one subscriber at a time: cuptiSubscribe fails with
+ * CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED while one is subscribed and
+ * succeeds again after cuptiUnsubscribe; each subscription gets a new handle,
+ * and a stale handle is refused (INVALID_PARAMETER). Activity buffer
+ * callbacks and activity kinds are process-wide, not per subscriber: the
+ * last cuptiActivityRegisterCallbacks wins, and a buffer being filled stays
+ * with CUPTI until a flush (or it fills) hands it to whichever callbacks are
+ * registered then.
  * It keeps the TRUE GPU nanoseconds per kernel name and writes them at exit
  * to $SLURMSCOPE_MOCK_TRUTH_FILE, so tests can compare the library's totals.
  *
@@ -56,6 +64,7 @@ static pthread_mutex_t g_deliver_mu = PTHREAD_MUTEX_INITIALIZER; /* one delivery
 static ss_cupti_callback_func g_cb;
 static void *g_cb_userdata;
 static int g_subscribed;
+static uintptr_t g_sub_handle, g_next_handle = 0x5b00; /* the current subscription's handle */
 static unsigned char g_enabled[3][1024]; /* [domain][cbid] */
 static int g_activity_enabled;
 static ss_cupti_buffer_requested_func g_req;
@@ -361,16 +370,21 @@ EXPORT ss_cupti_result cuptiSubscribe(ss_cupti_subscriber_handle *sub, ss_cupti_
 	g_subscribed = 1;
 	g_cb = cb;
 	g_cb_userdata = ud;
+	g_sub_handle = ++g_next_handle;
+	*sub = (ss_cupti_subscriber_handle)g_sub_handle;
 	pthread_mutex_unlock(&g_mu);
-	*sub = (ss_cupti_subscriber_handle)(uintptr_t)0x5b5b;
 	return SS_CUPTI_SUCCESS;
 }
 
 EXPORT ss_cupti_result cuptiUnsubscribe(ss_cupti_subscriber_handle sub)
 {
-	(void)sub;
 	pthread_mutex_lock(&g_mu);
+	if (!g_subscribed || (uintptr_t)sub != g_sub_handle) {
+		pthread_mutex_unlock(&g_mu);
+		return SS_CUPTI_ERROR_INVALID_PARAMETER;
+	}
 	g_subscribed = 0;
+	g_sub_handle = 0;
 	g_cb = NULL;
 	memset(g_enabled, 0, sizeof g_enabled);
 	pthread_mutex_unlock(&g_mu);
@@ -380,10 +394,13 @@ EXPORT ss_cupti_result cuptiUnsubscribe(ss_cupti_subscriber_handle sub)
 EXPORT ss_cupti_result cuptiEnableCallback(uint32_t enable, ss_cupti_subscriber_handle sub,
                                            ss_cupti_callback_domain domain, ss_cupti_callback_id cbid)
 {
-	(void)sub;
 	if (domain <= 0 || domain >= 3 || cbid >= 1024 || failing("cuptiEnableCallback"))
 		return SS_CUPTI_ERROR_INVALID_PARAMETER;
 	pthread_mutex_lock(&g_mu);
+	if (!g_subscribed || (uintptr_t)sub != g_sub_handle) {
+		pthread_mutex_unlock(&g_mu);
+		return SS_CUPTI_ERROR_INVALID_PARAMETER;
+	}
 	g_enabled[domain][cbid] = enable != 0;
 	pthread_mutex_unlock(&g_mu);
 	return SS_CUPTI_SUCCESS;

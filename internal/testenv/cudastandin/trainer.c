@@ -20,9 +20,19 @@
  * been handed at least one kernel record by the mock CUPTI, at most S
  * seconds, print "trainer records_before_exit=<0|1>", then run one more
  * train_step, so its launches follow those records in the library's trace.)
+ * --user-profiler N:M:K: the user profiles part of the run with their own
+ * CUPTI client (libkineto_standin.so, dlopened from the trainer's directory):
+ * N x before_kernel, kineto_standin_start, M x profiled_kernel,
+ * (holding the profiler --profiler-hold S seconds more), kineto_standin_stop,
+ * K x after_kernel; prints "trainer profiler_subscribe=<result>
+ * window_ns=<ns from before the start to after the stop, CLOCK_MONOTONIC>".
+ * --profiler-early loads the stand-in before
+ * CUDA is initialised (so before the injection library), otherwise it is
+ * loaded just before it starts.
  * Prints "trainer tid=<tid>" first and "trainer done launches=<n>" last.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +101,36 @@ void flood(long n)
 	launches += (unsigned long)n;
 }
 
+struct profiler {
+	int (*start)(void);
+	int (*stop)(void);
+};
+
+static struct profiler load_profiler(void)
+{
+	/* A bare name: found through the trainer's DT_RUNPATH ($ORIGIN). */
+	void *h = dlopen("libkineto_standin.so", RTLD_NOW | RTLD_LOCAL);
+	struct profiler p = {0, 0};
+	if (h == NULL) {
+		fprintf(stderr, "trainer: %s\n", dlerror());
+		exit(3);
+	}
+	p.start = (int (*)(void))dlsym(h, "kineto_standin_start");
+	p.stop = (int (*)(void))dlsym(h, "kineto_standin_stop");
+	if (p.start == NULL || p.stop == NULL) {
+		fprintf(stderr, "trainer: libkineto_standin.so lacks start/stop\n");
+		exit(3);
+	}
+	return p;
+}
+
+void launch_n(const char *kernel, long n)
+{
+	for (long i = 0; i < n; i++)
+		standin_launch(kernel, 0);
+	launches += (unsigned long)n;
+}
+
 static double now_s(void)
 {
 	struct timespec ts;
@@ -98,10 +138,35 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+static void user_profiled_run(long n, long m, long k, int early, double hold)
+{
+	struct profiler p = {0, 0};
+	if (early)
+		p = load_profiler();
+	standin_init();
+	launch_n("before_kernel", n);
+	if (!early)
+		p = load_profiler();
+	double w0 = now_s();
+	int r = p.start();
+	launch_n("profiled_kernel", m);
+	if (hold > 0) {
+		struct timespec ts = {(time_t)hold, (long)((hold - (double)(time_t)hold) * 1e9)};
+		while (nanosleep(&ts, &ts) != 0)
+			;
+	}
+	p.stop();
+	double w1 = now_s();
+	printf("trainer profiler_subscribe=%d window_ns=%.0f\n", r, (w1 - w0) * 1e9);
+	fflush(stdout);
+	launch_n("after_kernel", k);
+}
+
 int main(int argc, char **argv)
 {
-	long steps = -1, flood_n = 0;
-	double seconds = -1, wait_records = -1;
+	long steps = -1, flood_n = 0, prof_n = -1, prof_m = 0, prof_k = 0;
+	int prof_early = 0;
+	double seconds = -1, wait_records = -1, prof_hold = 0;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
 			steps = atol(argv[++i]);
@@ -111,13 +176,21 @@ int main(int argc, char **argv)
 			wait_records = atof(argv[++i]);
 		else if (strcmp(argv[i], "--flood") == 0 && i + 1 < argc)
 			flood_n = atol(argv[++i]);
+		else if (strcmp(argv[i], "--user-profiler") == 0 && i + 1 < argc &&
+		         sscanf(argv[i + 1], "%ld:%ld:%ld", &prof_n, &prof_m, &prof_k) == 3) {
+			i++;
+			steps = 0;
+		} else if (strcmp(argv[i], "--profiler-early") == 0)
+			prof_early = 1;
+		else if (strcmp(argv[i], "--profiler-hold") == 0 && i + 1 < argc)
+			prof_hold = atof(argv[++i]);
 		else if (strcmp(argv[i], "--coop") == 0)
 			use_coop = 1;
 		else if (strcmp(argv[i], "--graph") == 0)
 			use_graph = 1;
 		else {
 			fprintf(stderr, "usage: trainer [--steps N] [--seconds S] [--coop] [--graph] [--flood N] "
-			                "[--wait-records S]\n");
+			                "[--wait-records S] [--user-profiler N:M:K [--profiler-early]]\n");
 			return 2;
 		}
 	}
@@ -126,6 +199,8 @@ int main(int argc, char **argv)
 	printf("trainer tid=%ld\n", (long)syscall(SYS_gettid));
 	fflush(stdout);
 
+	if (prof_n >= 0)
+		user_profiled_run(prof_n, prof_m, prof_k, prof_early, prof_hold);
 	standin_init();
 	double t0 = now_s();
 	for (long s = 0; steps < 0 || s < steps; s++) {
