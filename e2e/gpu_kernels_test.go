@@ -120,8 +120,12 @@ func TestGPUKernelProfiles(t *testing.T) {
 				t.Errorf("%s: %s = %q, want %q (comments %q)", path, k, labels[k], v, p.Comments)
 			}
 		}
-		if len(p.SampleType) != 2 || p.SampleType[1].Type != "gpu_time" || p.SampleType[0].Type != "kernel_launches" {
-			t.Errorf("%s: sample types %v", path, p.SampleType)
+		var types []string
+		for _, st := range p.SampleType {
+			types = append(types, st.Type+"/"+st.Unit)
+		}
+		if strings.Join(types, ",") != "kernel_launches/count,untraced/nanoseconds,gpu_time/nanoseconds" {
+			t.Errorf("%s: sample types %v", path, types)
 		}
 		for _, s := range p.Sample {
 			fns := sampleFunctions(s)
@@ -130,16 +134,20 @@ func TestGPUKernelProfiles(t *testing.T) {
 				continue
 			}
 			kernel := fns[0]
-			got[kernel] += s.Value[1]
-			total += s.Value[1]
+			if s.Value[1] != 0 {
+				t.Errorf("%s: %v untraced %d ns: the job's own CUPTI client never subscribed", path, fns, s.Value[1])
+			}
+			gpuNs := s.Value[2]
+			got[kernel] += gpuNs
+			total += gpuNs
 			switch idx := s.Label[schema.GPUIndex.Label]; {
 			case len(idx) == 1 && idx[0] == "0":
-				onGPU0 += s.Value[1]
+				onGPU0 += gpuNs
 			case len(idx) > 0:
 				t.Errorf("%s: %s on %s %v; the job only sees GPU 0", path, kernel, schema.GPUIndex.Label, idx)
 			}
 			if fns[1] == "[unsampled launch]" {
-				unsampled += s.Value[1]
+				unsampled += gpuNs
 				continue
 			}
 			for _, f := range paths[kernel] {

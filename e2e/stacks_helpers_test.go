@@ -193,7 +193,7 @@ func readSamples(t *testing.T, dir, prefix string) []sample {
 				st.setup = l[0]
 			}
 			if len(s.Value) > 1 {
-				st.ns = s.Value[1]
+				st.ns = s.Value[len(s.Value)-1] // the main type: cpu, gpu_time
 			}
 			for _, loc := range s.Location {
 				mod := ""

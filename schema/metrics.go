@@ -291,8 +291,15 @@ var (
 	AgentGPUKernelTimeUnattributed = counter("agent_gpu_kernel_unattributed_seconds_total", "seconds", "GPU kernel time not put in any profile, by reason (exited, other_node, not_in_job).", "reason")
 	AgentGPUTraceLost              = counter("agent_gpu_trace_lost_total", "", "GPU tracer events lost (ring_buffer, bad_args, read_error, decode_error, rate_limited: calls over their user's ration), launches without a stack (stack_error, expired_launch, evicted_launch), names dropped (name), launches and names dropped because their job's memory share was full (over_budget), and records whose time went to their process's over-budget row instead of a row of their own (folded).", "reason")
 	AgentGPUTraceAttachedFiles     = Metric{Name: MetricPrefix + "agent_gpu_trace_attached_files", Type: Gauge, Help: "Injection library files the GPU tracer is attached to."}
-	AgentBPFRunTime                = counter("agent_bpf_run_seconds_total", "seconds", "Time the kernel spent in the sampling program (needs kernel.bpf_stats_enabled=1).")
-	AgentBPFRuns                   = counter("agent_bpf_runs_total", "", "Runs of the sampling program (needs kernel.bpf_stats_enabled=1).")
+	// The injection library's own choices, by job: it steps aside for a
+	// job's CUPTI client, and is not loaded where a job's tool is CUDA's
+	// injection. A job missing from a GPU profile finds its reason here.
+	AgentGPUTraceSteppedAside = Metric{Name: MetricPrefix + "agent_gpu_trace_stepped_aside_seconds_total", Unit: "seconds", Type: Counter, Attributes: []Attribute{JobID}, Labels: []string{"reason"},
+		Help: "Wall time, summed over processes, during which the injection library stood aside and traced no GPU kernel, by job and reason (cupti_client: the job's own CUPTI profiler, such as torch.profiler, subscribed)."}
+	AgentGPUTraceOtherInjection = Metric{Name: MetricPrefix + "agent_gpu_trace_other_injection_processes_total", Type: Counter, Attributes: []Attribute{JobID},
+		Help: "Processes of the job whose CUDA_INJECTION64_PATH names another library (Nsight Systems or Compute, or a tool of the job's own), so that CUDA loads that one and no GPU kernel of theirs is traced."}
+	AgentBPFRunTime = counter("agent_bpf_run_seconds_total", "seconds", "Time the kernel spent in the sampling program (needs kernel.bpf_stats_enabled=1).")
+	AgentBPFRuns    = counter("agent_bpf_runs_total", "", "Runs of the sampling program (needs kernel.bpf_stats_enabled=1).")
 	// Off-CPU time (agent/offcpu): a switch is a thread of a profiled job
 	// leaving the CPU.
 	AgentOffCPUSwitches             = counter("agent_offcpu_switches_total", "", "Switches off the CPU recorded by the off-CPU probe and drained (each stands for 1/p switches when sampled with probability p).")
@@ -388,6 +395,7 @@ var Metrics = []Metric{
 	JobLastSeen, JobCgroupUnsupported, CgroupPollDuration, CgroupPolls, CgroupReadErrors,
 	AgentCPUSamples, AgentCPUSamplesLost, AgentCPUSamplesUnattributed, AgentProfiles, AgentProfileBytes, AgentErrors,
 	AgentSampledCPUs, AgentLastInterval, AgentStartTime, AgentGPUKernelTime, AgentGPUKernelTimeUnattributed, AgentGPUTraceLost, AgentGPUTraceAttachedFiles,
+	AgentGPUTraceSteppedAside, AgentGPUTraceOtherInjection,
 	AgentBPFRunTime, AgentBPFRuns, AgentOffCPUSwitches, AgentOffCPUSwitchesUnattributed, AgentOffCPUSwitchesNotRecorded,
 	AgentOffCPUStacksLost, AgentOffCPUCgroups, AgentOffCPUBPFRunTime, AgentOffCPUBPFRuns, AgentCPUMapsFull, AgentSymbolizeErrors, AgentELFRefused, AgentCgroupRefused, AgentJobIDConflicts,
 	AgentMemoryBudget, AgentMemoryBudgetUsed, AgentMemoryBudgetEvictions, AgentMemoryBudgetEvictedBytes,

@@ -31,12 +31,25 @@ var (
 	// GPUTime is GPU kernel time per launching stack (agent/gputrace): how
 	// many kernels ran and their execution time on the GPU. Every kernel is
 	// counted, so the period is 1: values are totals, not sample counts.
+	// The untraced sample type is GPUUntraced's.
 	GPUTime = ProfileType{
 		Name:        "gpu",
 		Title:       "GPU kernel time",
 		Description: "CUDA kernels' time on the GPU, under the stacks that launched them.",
-		SampleTypes: []ValueType{{"kernel_launches", "count"}, {"gpu_time", "nanoseconds"}},
+		SampleTypes: []ValueType{{"kernel_launches", "count"}, {"untraced", "nanoseconds"}, {"gpu_time", "nanoseconds"}},
 		PeriodType:  ValueType{"gpu_time", "nanoseconds"},
+	}
+	// GPUUntraced reads the untraced sample type of the gpu profile: wall
+	// time during which the injection library stood aside for a process's
+	// own CUPTI client (torch.profiler, for one), so that the gap in its
+	// GPU kernel time says why. A sample type of its own: no query adds it
+	// to GPU time.
+	GPUUntraced = ProfileType{
+		Name:        GPUTime.Name,
+		Title:       "GPU tracing stepped aside",
+		Description: "Wall time during which a process's GPU kernels were not traced because the job's own CUPTI profiler (torch.profiler, for one) held CUPTI.",
+		SampleTypes: []ValueType{{"untraced", "nanoseconds"}},
+		PeriodType:  GPUTime.PeriodType,
 	}
 	// OffCPU is the time a job's threads spent off the CPU (agent/offcpu),
 	// under the stack each one left it in. One pushed profile holds both
@@ -65,8 +78,9 @@ var (
 )
 
 // ProfileTypes lists every profile type a query can read: one per main
-// sample type of what the agent pushes (the off_cpu profile is two).
-var ProfileTypes = []ProfileType{ProcessCPU, GPUTime, OffCPU, OffCPURunnable}
+// sample type of what the agent pushes (the off_cpu and gpu profiles are
+// two each).
+var ProfileTypes = []ProfileType{ProcessCPU, GPUTime, OffCPU, OffCPURunnable, GPUUntraced}
 
 // DefaultProfileType is what a query that names no profile type reads,
 // unless the datasource's settings name another.

@@ -49,7 +49,7 @@ func TestAttachingSource(t *testing.T) {
 	sink := &memSink{}
 	sym := &fakeSym{}
 	now := time.Unix(1000, 0)
-	gpu := &attachingSource{fakeSource: newFakeSource("gpu", profiles.GPU, 1, 1),
+	gpu := &attachingSource{fakeSource: newFakeSource("gpu", profiles.GPU, 1, 2),
 		script: map[int][]source.Attach{
 			20: {source.AttachRetry, source.AttachRetry}, // attached on the second full rescan
 			11: {source.AttachRetry},                     // fails, and is retried
@@ -59,10 +59,10 @@ func TestAttachingSource(t *testing.T) {
 		calls: map[int]int{}}
 	gpuLabel := []profiles.Label{{Name: schema.GPUIndex.Label, Value: "1"}}
 	gpu.batches = [][]source.Sample{{
-		{Proc: proc(10, 100), Frames: []symbolize.Frame{{Function: "gemm"}}, User: []uint64{1, 2}, Labels: gpuLabel, Values: []int64{7, 700}},
-		{Proc: proc(10, 100), Frames: []symbolize.Frame{{Function: "gemm"}, {Function: "[unsampled]"}}, Values: []int64{3, 300}},
-		{Proc: proc(40, 400), Frames: []symbolize.Frame{{Function: "k4"}}, Values: []int64{1, 17}}, // exited and gone
-		{Proc: proc(30, 300), Frames: []symbolize.Frame{{Function: "k3"}}, Values: []int64{1, 13}}, // in no job
+		{Proc: proc(10, 100), Frames: []symbolize.Frame{{Function: "gemm"}}, User: []uint64{1, 2}, Labels: gpuLabel, Values: []int64{7, 0, 700}},
+		{Proc: proc(10, 100), Frames: []symbolize.Frame{{Function: "gemm"}, {Function: "[unsampled]"}}, Values: []int64{3, 0, 300}},
+		{Proc: proc(40, 400), Frames: []symbolize.Frame{{Function: "k4"}}, Values: []int64{1, 0, 17}}, // exited and gone
+		{Proc: proc(30, 300), Frames: []symbolize.Frame{{Function: "k3"}}, Values: []int64{1, 0, 13}}, // in no job
 	}}
 	cpu := cpuLike([]source.Sample{cpuSample(proc(10, 100), 1, nil, 1)})
 	d := New(Config{Now: func() time.Time { return now }}, []source.Source{cpu, gpu}, sym, res, sink)

@@ -191,7 +191,8 @@ func sums(p *profile.Profile) map[string][2]int64 {
 	got := map[string][2]int64{}
 	for _, s := range p.Sample {
 		k := sampleKey(s)
-		got[k] = [2]int64{got[k][0] + s.Value[0], got[k][1] + s.Value[1]}
+		// The count and the main value: the first and the last.
+		got[k] = [2]int64{got[k][0] + s.Value[0], got[k][1] + s.Value[len(s.Value)-1]}
 	}
 	return got
 }
@@ -310,8 +311,8 @@ func TestSourcesKeepTheirOwnIntervals(t *testing.T) {
 	now := time.Unix(1000, 0)
 	broken := cpuLike()
 	broken.err = errors.New("map read failed")
-	other := newFakeSource("other", profiles.GPU, 1, 1)
-	other.batches = [][]source.Sample{{{Proc: proc(10, 100), User: []uint64{1}, Values: []int64{1, 5}}}}
+	other := newFakeSource("other", profiles.GPU, 1, 2)
+	other.batches = [][]source.Sample{{{Proc: proc(10, 100), User: []uint64{1}, Values: []int64{1, 0, 5}}}}
 	d := New(Config{Now: func() time.Time { return now }}, []source.Source{broken, other}, &fakeSym{}, res, sink)
 	now = now.Add(time.Minute)
 	if err := d.Collect(context.Background()); err == nil {
@@ -360,7 +361,7 @@ func TestRescanPreparesOnlyProcessesThatWillBeProfiled(t *testing.T) {
 
 func TestNoSamplesNoProfile(t *testing.T) {
 	sink := &memSink{}
-	d := New(Config{}, []source.Source{cpuLike(), newFakeSource("other", profiles.GPU, 1, 1)}, &fakeSym{}, fixtureProcs(), sink)
+	d := New(Config{}, []source.Source{cpuLike(), newFakeSource("other", profiles.GPU, 1, 2)}, &fakeSym{}, fixtureProcs(), sink)
 	d.rescan(false)
 	if err := d.Collect(context.Background()); err != nil || len(sink.outs) != 0 {
 		t.Errorf("%v, outputs %+v", err, sink.outs)

@@ -45,9 +45,9 @@ func TestInterpreterFramesSplicedForEverySource(t *testing.T) {
 	sink := &memSink{}
 	py := []interp.Frame{{Function: "Model.forward", File: "m.py", Line: 3}, {Function: "<module>", File: "m.py", Line: 9, Entry: true}}
 	cpuSrc := cpuLike([]source.Sample{{Proc: proc(10, 100), User: []uint64{7, 100, 8}, Interp: interp.Stack{Frames: py, By: fakeInterp{}}, Values: []int64{1, 1e7}}})
-	gpuSrc := newFakeSource("gpu", profiles.GPU, 1, 1)
+	gpuSrc := newFakeSource("gpu", profiles.GPU, 1, 2)
 	gpuSrc.batches = [][]source.Sample{{{Proc: proc(10, 100), Frames: []symbolize.Frame{{Function: "gemm_kernel"}},
-		User: []uint64{7, 100, 8}, Interp: interp.Stack{Frames: py, Truncated: true, By: fakeInterp{}}, Values: []int64{1, 500}}}}
+		User: []uint64{7, 100, 8}, Interp: interp.Stack{Frames: py, Truncated: true, By: fakeInterp{}}, Values: []int64{1, 0, 500}}}}
 	d := New(Config{Now: func() time.Time { return time.Unix(1000, 0) }}, []source.Source{cpuSrc, gpuSrc}, &evalSym{}, res, sink)
 	if err := d.Collect(context.Background()); err != nil {
 		t.Fatal(err)
@@ -196,7 +196,7 @@ func (s *slowSym) Prepare(p procfs.ID) {
 func TestAdmitDoesNotWaitForSymbols(t *testing.T) {
 	res := fixtureProcs()
 	sym := &slowSym{admitted: make(chan struct{}), prepared: make(chan procfs.ID, 1)}
-	gpu := &attachingSource{fakeSource: newFakeSource("gpu", profiles.GPU, 1, 1),
+	gpu := &attachingSource{fakeSource: newFakeSource("gpu", profiles.GPU, 1, 2),
 		script: map[int][]source.Attach{10: {source.AttachDone}}, calls: map[int]int{}}
 	// No rescans: only Admit lets pid 10 in.
 	d := New(Config{Interval: time.Hour, RescanInterval: time.Hour}, []source.Source{gpu}, sym, res, &memSink{})

@@ -25,6 +25,16 @@ const (
 	launchInterpOff = launchStackOff + stackDepth*8
 	recordsEvLen    = headerSize + 8 + recordsMax*recordSize
 	nameEventLen    = headerSize + 8 + 8 + nameMax
+	stateEventLen   = headerSize + 8 + 4*4
+)
+
+// Trace states and reasons of slurmscope_trace_state (slurmscope_inject.h).
+const (
+	stateAside   = 0 // the library stepped aside: no kernel of the process is traced
+	stateTracing = 1 // tracing again
+
+	reasonOtherSubscriber = 1 // the process's own CUPTI client (a profiler) subscribed
+	reasonReleased        = 2 // that client unsubscribed
 )
 
 // Launch flags (slurmscope_inject.h).
@@ -97,6 +107,16 @@ type nameEvent struct {
 	len     uint32 // claimed
 	name    []byte // the copied bytes; aliases the input
 	partial bool   // claimed length exceeds what was copied
+}
+
+// stateEvent is a slurmscope_trace_state call. state and reason are the
+// process's word, checked in decodeState; the time is the kernel's.
+type stateEvent struct {
+	header
+	ktimeNs uint64 // CLOCK_MONOTONIC
+	tid     uint32
+	aside   bool
+	reason  uint32
 }
 
 var le = binary.LittleEndian
@@ -213,5 +233,20 @@ func decodeName(h header, b []byte) (nameEvent, error) {
 	}
 	e.name = b[32 : 32+copied]
 	e.partial = e.len > copied
+	return e, nil
+}
+
+func decodeState(h header, b []byte) (stateEvent, error) {
+	if len(b) < stateEventLen {
+		return stateEvent{}, fmt.Errorf("state event of %d bytes: %w", len(b), errShortEvent)
+	}
+	e := stateEvent{header: h, ktimeNs: le.Uint64(b[16:]), tid: le.Uint32(b[24:]), reason: le.Uint32(b[32:])}
+	switch st := le.Uint32(b[28:]); st {
+	case stateAside:
+		e.aside = true
+	case stateTracing:
+	default:
+		return stateEvent{}, fmt.Errorf("trace state %d", st)
+	}
 	return e, nil
 }

@@ -15,7 +15,7 @@ import "github.com/cilium/ebpf"
 // constants, registers and probe code shared with agent/cpu come from
 // ../bpf/include (agent/bpf).
 
-//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-14 -strip llvm-strip-14 -cflags "-O2 -g -Wall -Werror -I../bpf/include" -target amd64,arm64 -no-global-types -type event_header -type launch_event -type records_event -type name_event -type kernel_record -type event_kind -type stat_index markers markers.bpf.c
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -cc clang-14 -strip llvm-strip-14 -cflags "-O2 -g -Wall -Werror -I../bpf/include" -target amd64,arm64 -no-global-types -type event_header -type launch_event -type records_event -type name_event -type state_event -type kernel_record -type event_kind -type stat_index markers markers.bpf.c
 
 // Spec is the probe's embedded program and maps, for checks that span
 // probes (the maps the stack walker shares).

@@ -586,3 +586,79 @@ func TestIntegrationUserRation(t *testing.T) {
 	}
 	t.Logf("flood of 2000: %d traced, %d rate limited, %d lost in the ring", st2.LaunchEvents-st.LaunchEvents, st2.RateLimited, st2.LostRingBuffer)
 }
+
+// The injection library steps aside while the job's own CUPTI client (the
+// Kineto stand-in) holds CUPTI, and comes back when it lets go: the tracer
+// puts the time between in an untraced sample, in the kernel's clock, and
+// the kernels before and after stay exact. The profiler holds CUPTI for
+// --profiler-hold inside the trainer's measured window, and both state
+// markers lie inside that window around the hold, so the untraced time is
+// at least the hold and at most the window whatever the machine's load.
+func TestIntegrationStepAside(t *testing.T) {
+	testenv.RequireIntegration(t, testenv.Root, testenv.BTF)
+	dir := buildBinaries(t)
+	lib := filepath.Join(dir, "libslurmscope_inject.so")
+	tr := newTracer(t, Options{RingBufferBytes: 64 << 20})
+	if err := tr.AttachFile(lib); err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	const hold = 500 * time.Millisecond
+	cmd := exec.Command(filepath.Join(dir, "trainer"), "--user-profiler", "40:25:30", "--profiler-hold", fmt.Sprint(hold.Seconds()))
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "LANG=C",
+		"CUDA_INJECTION64_PATH=" + lib,
+		"SLURMSCOPE_CUPTI_PATH=" + filepath.Join(dir, "mock", "libcupti.so"),
+		"SLURMSCOPE_INJECT_TOTALS_FILE=" + filepath.Join(work, "totals"),
+		"SLURMSCOPE_MOCK_TRUTH_FILE=" + filepath.Join(work, "truth"),
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("trainer: %v\n%s%s", err, out, stderr.String())
+	}
+	var window int64
+	for _, f := range strings.Fields(string(out)) {
+		if v, ok := strings.CutPrefix(f, "window_ns="); ok {
+			window, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	if !strings.Contains(string(out), "profiler_subscribe=0 ") || window <= 0 {
+		t.Fatalf("the user's profiler did not subscribe, or no window:\n%s%s", out, stderr.String())
+	}
+	samples, st, err := tr.Drain()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stats: %+v", st)
+	if st.LostRingBuffer > 0 {
+		t.Fatalf("%d events dropped by a full ring buffer", st.LostRingBuffer)
+	}
+	var untraced uint64
+	for _, s := range samples {
+		if s.Proc.PID != cmd.Process.Pid || s.Untraced == 0 {
+			continue
+		}
+		untraced += s.Untraced
+		if s.Kernel != UntracedFrame || s.GPUTime != 0 || s.User != nil {
+			t.Errorf("untraced sample %+v", s)
+		}
+	}
+	t.Logf("untraced %.3f s, the user's profiler held CUPTI %.3f s within a %.3f s window", float64(untraced)/1e9, hold.Seconds(), float64(window)/1e9)
+	if untraced < uint64(hold) || untraced > uint64(window) {
+		t.Errorf("untraced %d ns, want between the hold (%d) and the window (%d)", untraced, hold, window)
+	}
+	if st.StepAsides != 1 || st.Resumes != 1 || st.StateEvents != 2 {
+		t.Errorf("step-asides %d, resumes %d, state events %d; want 1, 1, 2", st.StepAsides, st.Resumes, st.StateEvents)
+	}
+	truth := readTotalsFile(t, filepath.Join(work, "truth"))
+	got := totalsOf(samples, cmd.Process.Pid)
+	for _, k := range []string{"before_kernel", "after_kernel"} {
+		if truth[k].launches == 0 || got[k] != truth[k] {
+			t.Errorf("%s: traced %+v, truth %+v", k, got[k], truth[k])
+		}
+	}
+	if g, ok := got["profiled_kernel"]; ok {
+		t.Errorf("the user's profiled kernels were traced too: %+v", g)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/interp"
 	"github.com/slurmscope/slurmscope/agent/procfs"
@@ -63,6 +65,12 @@ const (
 // get a row of its own: its process's job had used its memory share, or
 // the process its row cap.
 const OverBudgetFrame = "[gpu time over the memory budget]"
+
+// UntracedFrame is the frame of the wall time during which a process's GPU
+// kernels went untraced because the injection library stepped aside for the
+// process's own CUPTI client (torch.profiler, Nsight's CUPTI mode): a gap
+// in the GPU profile that says why.
+const UntracedFrame = "[gpu tracing stepped aside for the job's own CUPTI profiler]"
 
 type limits struct {
 	maxProcesses          int
@@ -234,6 +242,10 @@ type procState struct {
 	charge   *budget.Entry
 	used     int64
 	aggBytes int64
+	// While the library stands aside for the process's own CUPTI client:
+	// since when (CLOCK_MONOTONIC ns, 0: tracing), and the time aside not
+	// yet drained.
+	asideSince, asideNs uint64
 }
 
 type joinStats struct {
@@ -247,6 +259,7 @@ type joinStats struct {
 	// Over the budget: launches and names dropped, records folded into
 	// their process's OverBudgetFrame row.
 	OverBudgetLaunches, OverBudgetNames, FoldedRecords uint64
+	StepAsides, Resumes                                uint64
 }
 
 type joiner struct {
@@ -258,11 +271,23 @@ type joiner struct {
 	heldList  *list.List // of *heldRecord, oldest first
 	nameBytes int
 	st        joinStats
+	// mono is CLOCK_MONOTONIC in ns, the clock of state events; tests
+	// replace it.
+	mono func() uint64
 }
 
 func newJoiner(lim limits) *joiner {
 	return &joiner{lim: lim, procs: map[procfs.ID]*procState{}, lru: list.New(),
-		stacks: newStackTable(), launches: list.New(), heldList: list.New()}
+		stacks: newStackTable(), launches: list.New(), heldList: list.New(), mono: monotonicNs}
+}
+
+// monotonicNs is CLOCK_MONOTONIC, bpf_ktime_get_ns's clock.
+func monotonicNs() uint64 {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
+		return 0 // never on Linux; 0 adds no time
+	}
+	return uint64(ts.Nano()) // #nosec G115 -- a monotonic clock is positive
 }
 
 func (j *joiner) proc(k procfs.ID) *procState {
@@ -367,6 +392,42 @@ func (j *joiner) name(e nameEvent) {
 	p.names[e.nameID] = n
 	p.nameBytes += size
 	j.nameBytes += size
+}
+
+// state notes the library stepping aside for the process's own CUPTI
+// client, or coming back. A repeated state (a hostile process can call the
+// marker) changes nothing.
+func (j *joiner) state(e stateEvent) {
+	p := j.proc(e.proc)
+	switch {
+	case e.aside && p.asideSince == 0:
+		j.st.StepAsides++
+		p.asideSince = max(e.ktimeNs, 1)
+	case !e.aside && p.asideSince != 0:
+		j.st.Resumes++
+		if e.ktimeNs > p.asideSince {
+			p.asideNs += e.ktimeNs - p.asideSince
+		}
+		p.asideSince = 0
+	}
+}
+
+// drainAside appends the time p's kernels went untraced since the last
+// drain, up to now for a process still aside.
+func (j *joiner) drainAside(out []Sample, p *procState) []Sample {
+	if p.asideSince != 0 {
+		if now := j.mono(); now > p.asideSince {
+			p.asideNs += now - p.asideSince
+			p.asideSince = now
+		}
+	}
+	if p.asideNs == 0 {
+		return out
+	}
+	out = append(out, Sample{Proc: p.key, Kernel: UntracedFrame, KernelRaw: UntracedFrame,
+		Device: DeviceUnknown, GPUInstance: GPUInstanceNone, Untraced: p.asideNs})
+	p.asideNs = 0
+	return out
 }
 
 func (j *joiner) launch(e launchEvent, now time.Time) {
@@ -591,6 +652,10 @@ type Sample struct {
 	// kernels. Unsampled time is included in proportion, so both are
 	// estimates per stack but exact per (process, kernel, device).
 	GPUTime, Launches uint64
+	// Untraced is wall time in ns during which the library stood aside
+	// for the process's own CUPTI client, so that none of its kernels
+	// was traced; such a sample has Kernel UntracedFrame and nothing else.
+	Untraced uint64
 }
 
 // drain returns and clears the interval's aggregates. alive tells whether an
@@ -607,6 +672,7 @@ func (j *joiner) drain(now time.Time, alive func(procfs.ID) bool) []Sample {
 	var out []Sample
 	for _, k := range keys {
 		p := j.procs[k]
+		out = j.drainAside(out, p)
 		out = j.drainProc(out, p)
 		if !p.active && alive != nil && !alive(k) {
 			// Its records were flushed at exit and read before this drain;

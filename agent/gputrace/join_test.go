@@ -434,6 +434,10 @@ func TestObjectLayout(t *testing.T) {
 	if n := unsafe.Sizeof(markersNameEvent{}); n != nameEventLen {
 		t.Errorf("name event %d bytes, decoder expects %d", n, nameEventLen)
 	}
+	var se markersStateEvent
+	if n := unsafe.Sizeof(se); n != stateEventLen || unsafe.Offsetof(se.KtimeNs) != 16 || unsafe.Offsetof(se.State) != 28 || unsafe.Offsetof(se.Reason) != 32 {
+		t.Errorf("state event %d bytes, decoder expects %d", n, stateEventLen)
+	}
 	if n := unsafe.Sizeof(markersKernelRecord{}); n != recordSize {
 		t.Errorf("record %d bytes", n)
 	}
@@ -491,5 +495,85 @@ func TestJoinKeepsPythonFramesApart(t *testing.T) {
 	}
 	if n := j.stacks.live(); n != 0 {
 		t.Errorf("%d stacks left after the drain", n)
+	}
+}
+
+// The library stepping aside for a process's own CUPTI client leaves no
+// silent gap: each drain carries the wall time since, in the kernel's clock,
+// under UntracedFrame; repeated states change nothing.
+func TestJoinUntracedTime(t *testing.T) {
+	j := newJoiner(testLimits())
+	var mono uint64
+	j.mono = func() uint64 { return mono }
+	p := procfs.ID{PID: 10, Start: 1}
+	ev := func(at uint64, aside bool) stateEvent {
+		return stateEvent{header: header{proc: p}, ktimeNs: at, aside: aside, reason: reasonOtherSubscriber}
+	}
+	untraced := func(now uint64) uint64 {
+		mono = now
+		var ns uint64
+		for _, s := range j.drain(time.Unix(0, 0), func(procfs.ID) bool { return true }) {
+			if s.Untraced > 0 {
+				if s.Proc != p || s.Kernel != UntracedFrame || s.GPUTime != 0 || s.Launches != 0 || s.User != nil {
+					t.Errorf("untraced sample %+v", s)
+				}
+				ns += s.Untraced
+			}
+		}
+		return ns
+	}
+	j.state(ev(1e9, false)) // tracing already: nothing
+	j.state(ev(2e9, true))
+	j.state(ev(2.5e9, true)) // aside again: still since 2 s
+	j.state(ev(4e9, false))
+	j.state(ev(4.5e9, false))
+	if got := untraced(5e9); got != 2e9 {
+		t.Errorf("first drain: %d ns untraced, want 2e9", got)
+	}
+	j.state(ev(6e9, true))
+	if got := untraced(7e9); got != 1e9 {
+		t.Errorf("aside across a drain: %d ns, want 1e9 up to the drain", got)
+	}
+	if got := untraced(9e9); got != 2e9 {
+		t.Errorf("still aside: %d ns, want 2e9", got)
+	}
+	j.state(ev(9.5e9, false))
+	if got := untraced(12e9); got != 0.5e9 {
+		t.Errorf("back: %d ns, want 0.5e9", got)
+	}
+	if got := untraced(13e9); got != 0 {
+		t.Errorf("tracing: %d ns, want 0", got)
+	}
+	// A clock that a hostile event puts backwards adds nothing.
+	j.state(ev(20e9, true))
+	j.state(ev(15e9, false))
+	if got := untraced(21e9); got != 0 {
+		t.Errorf("backwards: %d ns", got)
+	}
+	if j.st.StepAsides != 3 || j.st.Resumes != 3 {
+		t.Errorf("step-asides %d, resumes %d; want 3, 3", j.st.StepAsides, j.st.Resumes)
+	}
+}
+
+func TestDecodeState(t *testing.T) {
+	h := header{kind: 4, proc: procfs.ID{PID: 7, Start: 1}}
+	b := make([]byte, stateEventLen)
+	le.PutUint64(b[16:], 123)
+	le.PutUint32(b[24:], 8)
+	le.PutUint32(b[28:], stateAside)
+	le.PutUint32(b[32:], reasonOtherSubscriber)
+	if e, err := decodeState(h, b); err != nil || !e.aside || e.ktimeNs != 123 || e.tid != 8 || e.reason != reasonOtherSubscriber || e.proc != h.proc {
+		t.Errorf("%+v %v", e, err)
+	}
+	le.PutUint32(b[28:], stateTracing)
+	if e, err := decodeState(h, b); err != nil || e.aside {
+		t.Errorf("tracing: %+v %v", e, err)
+	}
+	le.PutUint32(b[28:], 7)
+	if _, err := decodeState(h, b); err == nil {
+		t.Error("state 7 accepted")
+	}
+	if _, err := decodeState(h, b[:stateEventLen-1]); err == nil {
+		t.Error("short event accepted")
 	}
 }

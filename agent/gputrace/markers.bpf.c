@@ -42,6 +42,7 @@ enum event_kind {
 	EVENT_LAUNCH = 1,
 	EVENT_RECORDS = 2,
 	EVENT_NAME = 3,
+	EVENT_STATE = 4,
 };
 
 // Every event starts with this header. tgid and start time come from the
@@ -104,6 +105,18 @@ struct name_event {
 	char name[NAME_MAX];
 };
 
+// The library stepped aside for, or came back from, the process's own CUPTI
+// client (slurmscope_trace_state). The time is the kernel's, so that the
+// time aside is exact whenever the reader gets to it.
+struct state_event {
+	struct event_header hdr;
+	__u64 ktime_ns; // CLOCK_MONOTONIC
+	__u32 tid;
+	__u32 state;  // as the process passed it: validated in Go
+	__u32 reason; // likewise
+	__u32 pad;
+};
+
 // Indexes into the per-CPU stats array; mirrored in Go.
 enum stat_index {
 	STAT_LAUNCHES = 0,      // launch events submitted
@@ -115,6 +128,7 @@ enum stat_index {
 	STAT_READ_ERRORS,       // calls dropped: user memory unreadable
 	STAT_SKIPPED_SELF,      // calls by the excluded pid
 	STAT_RATE_LIMITED,      // calls dropped: their user past its ration, the ring half full
+	STAT_STATES,            // state events submitted
 	STAT_MAX,
 };
 
@@ -146,6 +160,7 @@ static __always_inline __u64 submit_flags(void)
 const struct launch_event *unused_launch __attribute__((unused));
 const struct records_event *unused_records __attribute__((unused));
 const struct name_event *unused_name __attribute__((unused));
+const struct state_event *unused_state __attribute__((unused));
 const enum event_kind *unused_kind __attribute__((unused));
 
 // The ring buffer is every job's: when the reader falls behind (the ring
@@ -359,6 +374,29 @@ int kernel_name(struct pt_regs *ctx)
 		return 0;
 	}
 	stat_inc(&stats, STAT_NAMES);
+	bpf_ringbuf_submit(e, submit_flags());
+	return 0;
+}
+
+// slurmscope_trace_state(u32 state, u32 reason): optional (libraries built
+// before it lack it), attached where the library has it.
+SEC("uprobe")
+int trace_state(struct pt_regs *ctx)
+{
+	if (skip())
+		return 0;
+	struct state_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		stat_inc(&stats, STAT_LOST_RINGBUF);
+		return 0;
+	}
+	header(&e->hdr, EVENT_STATE);
+	e->ktime_ns = bpf_ktime_get_ns();
+	e->tid = (__u32)bpf_get_current_pid_tgid();
+	e->state = (__u32)PT_REGS_PARM1(ctx);
+	e->reason = (__u32)PT_REGS_PARM2(ctx);
+	e->pad = 0;
+	stat_inc(&stats, STAT_STATES);
 	bpf_ringbuf_submit(e, submit_flags());
 	return 0;
 }

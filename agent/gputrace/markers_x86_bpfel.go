@@ -26,6 +26,7 @@ const (
 	markersEventKindEVENT_LAUNCH  markersEventKind = 1
 	markersEventKindEVENT_RECORDS markersEventKind = 2
 	markersEventKindEVENT_NAME    markersEventKind = 3
+	markersEventKindEVENT_STATE   markersEventKind = 4
 )
 
 type markersKernelRecord struct {
@@ -99,8 +100,19 @@ const (
 	markersStatIndexSTAT_READ_ERRORS    markersStatIndex = 6
 	markersStatIndexSTAT_SKIPPED_SELF   markersStatIndex = 7
 	markersStatIndexSTAT_RATE_LIMITED   markersStatIndex = 8
-	markersStatIndexSTAT_MAX            markersStatIndex = 9
+	markersStatIndexSTAT_STATES         markersStatIndex = 9
+	markersStatIndexSTAT_MAX            markersStatIndex = 10
 )
+
+type markersStateEvent struct {
+	_       structs.HostLayout
+	Hdr     markersEventHeader
+	KtimeNs uint64
+	Tid     uint32
+	State   uint32
+	Reason  uint32
+	Pad     uint32
+}
 
 // Names of all BPF objects in the ELF.
 //
@@ -128,6 +140,7 @@ const (
 	markersProgKernelLaunch      = "kernel_launch"
 	markersProgKernelName        = "kernel_name"
 	markersProgKernelRecords     = "kernel_records"
+	markersProgTraceState        = "trace_state"
 	markersVarExcludeTgid        = "exclude_tgid"
 	markersVarStackForkJobShare  = "stack_fork_job_share"
 	markersVarStackInterpreters  = "stack_interpreters"
@@ -136,6 +149,7 @@ const (
 	markersVarUnusedLaunch       = "unused_launch"
 	markersVarUnusedName         = "unused_name"
 	markersVarUnusedRecords      = "unused_records"
+	markersVarUnusedState        = "unused_state"
 	markersVarUserCallsBurst     = "user_calls_burst"
 	markersVarUserCallsPerSec    = "user_calls_per_sec"
 	markersVarWakeupBytes        = "wakeup_bytes"
@@ -186,6 +200,7 @@ type markersProgramSpecs struct {
 	KernelLaunch  *ebpf.ProgramSpec `ebpf:"kernel_launch"`
 	KernelName    *ebpf.ProgramSpec `ebpf:"kernel_name"`
 	KernelRecords *ebpf.ProgramSpec `ebpf:"kernel_records"`
+	TraceState    *ebpf.ProgramSpec `ebpf:"trace_state"`
 }
 
 // markersMapSpecs contains maps before they are loaded into the kernel.
@@ -225,6 +240,7 @@ type markersVariableSpecs struct {
 	UnusedLaunch      *ebpf.VariableSpec `ebpf:"unused_launch"`
 	UnusedName        *ebpf.VariableSpec `ebpf:"unused_name"`
 	UnusedRecords     *ebpf.VariableSpec `ebpf:"unused_records"`
+	UnusedState       *ebpf.VariableSpec `ebpf:"unused_state"`
 	UserCallsBurst    *ebpf.VariableSpec `ebpf:"user_calls_burst"`
 	UserCallsPerSec   *ebpf.VariableSpec `ebpf:"user_calls_per_sec"`
 	WakeupBytes       *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
@@ -307,6 +323,7 @@ type markersVariables struct {
 	UnusedLaunch      *ebpf.Variable `ebpf:"unused_launch"`
 	UnusedName        *ebpf.Variable `ebpf:"unused_name"`
 	UnusedRecords     *ebpf.Variable `ebpf:"unused_records"`
+	UnusedState       *ebpf.Variable `ebpf:"unused_state"`
 	UserCallsBurst    *ebpf.Variable `ebpf:"user_calls_burst"`
 	UserCallsPerSec   *ebpf.Variable `ebpf:"user_calls_per_sec"`
 	WakeupBytes       *ebpf.Variable `ebpf:"wakeup_bytes"`
@@ -319,6 +336,7 @@ type markersPrograms struct {
 	KernelLaunch  *ebpf.Program `ebpf:"kernel_launch"`
 	KernelName    *ebpf.Program `ebpf:"kernel_name"`
 	KernelRecords *ebpf.Program `ebpf:"kernel_records"`
+	TraceState    *ebpf.Program `ebpf:"trace_state"`
 }
 
 func (p *markersPrograms) Close() error {
@@ -326,6 +344,7 @@ func (p *markersPrograms) Close() error {
 		p.KernelLaunch,
 		p.KernelName,
 		p.KernelRecords,
+		p.TraceState,
 	)
 }
 

@@ -13,20 +13,27 @@ type metrics struct {
 	unattributed *promschema.ScaledCounterVec
 	lost         *prometheus.CounterVec
 	files        prometheus.Gauge
+	// Per job: time the library stood aside, processes with another
+	// injection library.
+	steppedAside, otherInjection *prometheus.CounterVec
 }
 
 func newMetrics() metrics {
 	return metrics{
-		gpuTime:      promschema.NewScaledCounter(schema.AgentGPUKernelTime, 1e9),
-		unattributed: promschema.NewScaledCounterVec(schema.AgentGPUKernelTimeUnattributed, 1e9),
-		lost:         promschema.CounterVec(schema.AgentGPUTraceLost),
-		files:        promschema.Gauge(schema.AgentGPUTraceAttachedFiles),
+		gpuTime:        promschema.NewScaledCounter(schema.AgentGPUKernelTime, 1e9),
+		unattributed:   promschema.NewScaledCounterVec(schema.AgentGPUKernelTimeUnattributed, 1e9),
+		lost:           promschema.CounterVec(schema.AgentGPUTraceLost),
+		files:          promschema.Gauge(schema.AgentGPUTraceAttachedFiles),
+		steppedAside:   promschema.JobCounterVec(schema.AgentGPUTraceSteppedAside),
+		otherInjection: promschema.JobCounterVec(schema.AgentGPUTraceOtherInjection),
 	}
 }
 
 // own are the metrics the source exports itself; the daemon exports
 // gpuTime and unattributed (source.Info).
-func (m metrics) own() []prometheus.Collector { return []prometheus.Collector{m.lost, m.files} }
+func (m metrics) own() []prometheus.Collector {
+	return []prometheus.Collector{m.lost, m.files, m.steppedAside, m.otherInjection}
+}
 
 // observe turns the tracer's running totals into counter increments.
 func (m metrics) observe(prev, cur Stats) {

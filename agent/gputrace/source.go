@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 
@@ -41,8 +42,14 @@ type Source struct {
 	m       metrics
 	last    Stats
 
+	// jobOf names a process's job ("" in none) for the per-job metrics.
+	jobOf func(procfs.ID) string
+
 	mu  sync.Mutex
 	env map[procfs.ID]map[string]string // of attached processes, read while they live
+	// Processes not injected whose CUDA_INJECTION64_PATH was read: each is
+	// counted once.
+	injectionChecked map[procfs.ID]bool
 }
 
 var (
@@ -56,12 +63,47 @@ var (
 // be nil (no GPU labels).
 func NewSource(t tracer, proc procfs.FS, envKeys []string, devices Devices) *Source {
 	return &Source{t: t, proc: proc, envKeys: envKeys, devices: devices, m: newMetrics(),
-		env: map[procfs.ID]map[string]string{}}
+		env: map[procfs.ID]map[string]string{}, injectionChecked: map[procfs.ID]bool{}}
+}
+
+// WithJobs names each process's job (jobOf: its job id, "" for none) in
+// the per-job metrics: time stepped aside, other injections.
+func (g *Source) WithJobs(jobOf func(procfs.ID) string) *Source { g.jobOf = jobOf; return g }
+
+func (g *Source) job(p procfs.ID) string {
+	if g.jobOf == nil {
+		return ""
+	}
+	return g.jobOf(p)
+}
+
+// injectionEnv is the variable through which CUDA loads an injection
+// library: ours, or a tool's of the job's own.
+const injectionEnv = "CUDA_INJECTION64_PATH"
+
+// checkOtherInjection counts, once, a process without the library whose
+// CUDA_INJECTION64_PATH names another one (Nsight Systems and Compute set
+// it for the processes they profile): CUDA loads that one, and nothing of
+// ours, so that the job's missing GPU profile has a reason. The path is
+// compared by name only: it lies in the job's mount namespace, where a
+// stat could meet a FUSE mount that never answers.
+func (g *Source) checkOtherInjection(p procfs.ID) {
+	g.mu.Lock()
+	checked := g.injectionChecked[p]
+	g.injectionChecked[p] = true
+	g.mu.Unlock()
+	if checked {
+		return
+	}
+	env, _ := g.proc.Environ(p.PID, injectionEnv)
+	if v := env[injectionEnv]; v != "" && !isLibraryName(filepath.Base(v)) {
+		g.m.otherInjection.WithLabelValues(g.job(p)).Inc()
+	}
 }
 
 // Info describes the source to the daemon.
 func (g *Source) Info() source.Info {
-	return source.Info{Name: profiles.GPU.Name, Type: profiles.GPU, Period: 1, Counted: 1,
+	return source.Info{Name: profiles.GPU.Name, Type: profiles.GPU, Period: 1, Counted: 2,
 		Drained: g.m.gpuTime, Unattributed: g.m.unattributed}
 }
 
@@ -74,6 +116,7 @@ func (g *Source) AttachProcess(p procfs.ID) (source.Attach, error) {
 	switch {
 	case err == nil:
 	case errors.Is(err, ErrNotInjected):
+		g.checkOtherInjection(p)
 		return source.AttachRetry, nil
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ESRCH):
 		return source.AttachDone, nil
@@ -96,6 +139,7 @@ func (g *Source) AttachProcess(p procfs.ID) (source.Attach, error) {
 func (g *Source) ForgetProcess(p procfs.ID) {
 	g.mu.Lock()
 	delete(g.env, p)
+	delete(g.injectionChecked, p)
 	g.mu.Unlock()
 }
 
@@ -120,7 +164,10 @@ func (g *Source) Drain() (source.Batch, error) {
 		}
 		out := source.Sample{Proc: s.Proc, Frames: []symbolize.Frame{leaf}, User: s.User,
 			Interp: s.Interp, Setup: source.Setup(s.Setup),
-			Labels: g.labels(s.Proc, s.Device), Values: []int64{saturate(s.Launches), saturate(s.GPUTime)}}
+			Labels: g.labels(s.Proc, s.Device), Values: []int64{saturate(s.Launches), saturate(s.Untraced), saturate(s.GPUTime)}}
+		if s.Untraced > 0 {
+			g.m.steppedAside.WithLabelValues(g.job(s.Proc), "cupti_client").Add(float64(s.Untraced) / 1e9)
+		}
 		if s.Unsampled {
 			out.Frames = append(out.Frames, symbolize.Frame{Function: UnsampledFrame})
 			out.User, out.Interp = nil, interp.Stack{}
@@ -199,7 +246,7 @@ func (k *Kind) Open(env source.Env) (source.Source, error) {
 		tr.Close()
 		return nil, fmt.Errorf("--gpu-inject-lib: %w", err)
 	}
-	src := &closingSource{Source: NewSource(tr, env.Proc, k.EnvKeys, k.Devices), t: tr}
+	src := &closingSource{Source: NewSource(tr, env.Proc, k.EnvKeys, k.Devices).WithJobs(env.Job), t: tr}
 	env.Reg.MustRegister(src.Collectors()...)
 	env.Log.Info("tracing GPU kernels", "library", k.lib)
 	return src, nil

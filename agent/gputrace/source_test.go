@@ -81,7 +81,7 @@ func TestSourceSamples(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if info := g.Info(); info.Period != 1 || info.Counted != 1 || info.Type.Name != profiles.GPU.Name {
+	if info := g.Info(); info.Period != 1 || info.Counted != 2 || info.Type.Name != profiles.GPU.Name {
 		t.Errorf("info %+v", info)
 	}
 	batch, err := g.Drain()
@@ -98,10 +98,10 @@ func TestSourceSamples(t *testing.T) {
 	}
 	idx := schema.GPUIndex.Label
 	want := []string{
-		"10 [gemm] [1 2] [{" + idx + " 2,3#1}] [7 700]",
-		"10 [gemm " + UnsampledFrame + "] [] [{" + idx + " 2,3#1}] [3 300]",
-		"10 [_Z6reducev] [3] [] [1 50]", // no demangled name: the raw one; unknown device: no label
-		"20 [k2] [4] [] [1 11]",
+		"10 [gemm] [1 2] [{" + idx + " 2,3#1}] [7 0 700]",
+		"10 [gemm " + UnsampledFrame + "] [] [{" + idx + " 2,3#1}] [3 0 300]",
+		"10 [_Z6reducev] [3] [] [1 0 50]", // no demangled name: the raw one; unknown device: no label
+		"20 [k2] [4] [] [1 0 11]",
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("samples\n%q\nwant\n%q", got, want)
@@ -130,7 +130,7 @@ func TestSourceSamples(t *testing.T) {
 // counters export it in seconds, exactly.
 func TestSourceCountsGPUTimeInSeconds(t *testing.T) {
 	info := NewSource(&fakeTracer{}, procfs.FS{}, nil, nil).Info()
-	if info.Counted != 1 {
+	if info.Counted != 2 {
 		t.Fatalf("counted value %d, want the gpu_time one", info.Counted)
 	}
 	for range 3 {
@@ -155,5 +155,43 @@ func TestSaturate(t *testing.T) {
 		if got := saturate(in); got != want {
 			t.Errorf("saturate(%d) = %d, want %d", in, got, want)
 		}
+	}
+}
+
+// A process that CUDA gives another injection library (Nsight sets
+// CUDA_INJECTION64_PATH for what it profiles) is counted once for its job,
+// whatever the name of ours or how often the daemon asks; time the library
+// stood aside is its job's too, in seconds.
+func TestSourcePerJobReasons(t *testing.T) {
+	tr := &fakeTracer{attach: map[int]error{2: ErrNotInjected, 3: ErrNotInjected, 4: ErrNotInjected, 5: ErrNotInjected}}
+	g := NewSource(tr, environs(t, map[int]string{
+		2: "A=1\x00CUDA_INJECTION64_PATH=/opt/nvidia/nsight-systems/target-linux-x64/libToolsInjection64.so\x00",
+		3: "CUDA_INJECTION64_PATH=/usr/lib/slurmscope/libslurmscope_inject.so\x00", // ours, not loaded yet
+		4: "CUDA_INJECTION64_PATH=\x00",
+		5: "HOME=/\x00",
+	}), nil, nil).WithJobs(func(p procfs.ID) string { return map[int]string{2: "77", 3: "77", 4: "78", 5: "78"}[p.PID] })
+	for range 3 {
+		for pid := 2; pid <= 5; pid++ {
+			if got, _ := g.AttachProcess(procfs.ID{PID: pid, Start: 1}); got != source.AttachRetry {
+				t.Errorf("pid %d: %v", pid, got)
+			}
+		}
+	}
+	if n := testutil.ToFloat64(g.m.otherInjection.WithLabelValues("77")); n != 1 {
+		t.Errorf("job 77: %v processes with another injection, want 1", n)
+	}
+	if n := testutil.CollectAndCount(g.m.otherInjection); n != 1 {
+		t.Errorf("%d series, want only job 77's", n)
+	}
+	tr.samples = []Sample{{Proc: procfs.ID{PID: 2, Start: 1}, Kernel: UntracedFrame, KernelRaw: UntracedFrame, Device: DeviceUnknown, Untraced: 1_500_000_000}}
+	b, err := g.Drain()
+	if err != nil || len(b.Samples) != 1 {
+		t.Fatalf("%+v %v", b, err)
+	}
+	if v := b.Samples[0].Values; fmt.Sprint(v) != "[0 1500000000 0]" || b.Samples[0].Frames[0].Function != UntracedFrame {
+		t.Errorf("untraced sample %+v", b.Samples[0])
+	}
+	if s := testutil.ToFloat64(g.m.steppedAside.WithLabelValues("77", "cupti_client")); s != 1.5 {
+		t.Errorf("job 77 stepped aside %v s, want 1.5", s)
 	}
 }

@@ -156,6 +156,7 @@ func (o *Options) limits() limits {
 type Stats struct {
 	// BPF side: marker calls turned into events, and calls dropped.
 	LaunchEvents, RecordBatches, NameEvents uint64
+	StateEvents                             uint64 // slurmscope_trace_state calls
 	StackErrors                             uint64 // launches without a user stack
 	LostRingBuffer                          uint64 // events dropped because the ring buffer was full
 	BadArgs                                 uint64 // calls with n or len out of range
@@ -177,6 +178,7 @@ type Stats struct {
 	FoldedRecords                    uint64 // records put under OverBudgetFrame
 	EvictedProcesses                 uint64
 	ExitedProcesses                  uint64
+	StepAsides, Resumes              uint64 // the library stepped aside for a process's own CUPTI client, and came back
 	FlushTimeouts                    uint64 // drains that could not wait for the reader
 	AttachErrors                     uint64
 	// Gauges.
@@ -366,16 +368,21 @@ func (t *Tracer) attachLocked(f *os.File, r *io.SectionReader, fk procfs.FileID)
 	}
 	af := &attachedFile{path: path}
 	for _, p := range []struct {
-		sym  string
-		prog *ebpf.Program
+		sym      string
+		prog     *ebpf.Program
+		optional bool // libraries built before it lack it
 	}{
 		// Names first: once attached, a name announced in the meantime is
 		// seen before the launches that use it.
-		{"slurmscope_kernel_name", t.objs.KernelName},
-		{"slurmscope_kernel_records", t.objs.KernelRecords},
-		{"slurmscope_kernel_launch", t.objs.KernelLaunch},
+		{"slurmscope_kernel_name", t.objs.KernelName, false},
+		{"slurmscope_kernel_records", t.objs.KernelRecords, false},
+		{"slurmscope_kernel_launch", t.objs.KernelLaunch, false},
+		{"slurmscope_trace_state", t.objs.TraceState, true},
 	} {
 		l, err := ex.Uprobe(p.sym, p.prog, nil) // pid 0: all processes, see the package doc
+		if p.optional && errors.Is(err, link.ErrNoSymbol) {
+			continue
+		}
 		if err != nil {
 			for _, l := range af.links {
 				l.Close()
@@ -465,6 +472,11 @@ func (t *Tracer) handle(b []byte, recs []kernelRecord) []kernelRecord {
 			if e, err = decodeName(h, b); err == nil {
 				t.join.name(e)
 			}
+		case markersEventKindEVENT_STATE:
+			var e stateEvent
+			if e, err = decodeState(h, b); err == nil {
+				t.join.state(e)
+			}
 		default:
 			err = fmt.Errorf("event kind %d", h.kind)
 		}
@@ -551,6 +563,7 @@ func (t *Tracer) bpfStats() (Stats, error) {
 		markersStatIndexSTAT_READ_ERRORS:    &st.ReadErrors,
 		markersStatIndexSTAT_SKIPPED_SELF:   &st.SkippedSelf,
 		markersStatIndexSTAT_RATE_LIMITED:   &st.RateLimited,
+		markersStatIndexSTAT_STATES:         &st.StateEvents,
 	}
 	var perCPU []uint64
 	for idx, dst := range fields {
@@ -575,6 +588,7 @@ func (t *Tracer) statsLocked(st Stats) Stats {
 	st.TruncatedStacks = j.TruncatedStacks
 	st.OverBudgetLaunches, st.OverBudgetNames, st.FoldedRecords = j.OverBudgetLaunches, j.OverBudgetNames, j.FoldedRecords
 	st.EvictedProcesses, st.ExitedProcesses = j.EvictedProcesses, j.ExitedProcesses
+	st.StepAsides, st.Resumes = j.StepAsides, j.Resumes
 	st.FlushTimeouts = t.flushTimeout
 	st.PendingLaunches = t.join.launches.Len()
 	st.Processes = len(t.join.procs)

@@ -365,6 +365,7 @@ func TestResourceListsAreTheSchemas(t *testing.T) {
 		{ID: schema.GPUTime.ID(), Name: schema.GPUTime.Title, Description: schema.GPUTime.Description},
 		{ID: schema.OffCPU.ID(), Name: schema.OffCPU.Title, Description: schema.OffCPU.Description},
 		{ID: schema.OffCPURunnable.ID(), Name: schema.OffCPURunnable.Title, Description: schema.OffCPURunnable.Description},
+		{ID: schema.GPUUntraced.ID(), Name: schema.GPUUntraced.Title, Description: schema.GPUUntraced.Description},
 		{ID: "memory:alloc_space:bytes:space:bytes", Name: "memory / alloc_space", HasData: true},
 	}
 	if !reflect.DeepEqual(pts, want) {
@@ -388,6 +389,7 @@ func TestResourceListsAreTheSchemas(t *testing.T) {
 		{ID: schema.GPUTime.ID(), Name: schema.GPUTime.Title, Description: schema.GPUTime.Description},
 		{ID: "off_cpu:blocked:nanoseconds:off_cpu:nanoseconds", Name: "Off-CPU time, blocked", Description: schema.OffCPU.Description, HasData: true},
 		{ID: "off_cpu:runnable:nanoseconds:off_cpu:nanoseconds", Name: "Off-CPU time, waiting for a CPU", Description: schema.OffCPURunnable.Description, HasData: true},
+		{ID: schema.GPUUntraced.ID(), Name: schema.GPUUntraced.Title, Description: schema.GPUUntraced.Description},
 		{ID: "off_cpu:switches:count:off_cpu:nanoseconds", Name: "off_cpu / switches", HasData: true},
 	}
 	if !reflect.DeepEqual(pts, want) {
