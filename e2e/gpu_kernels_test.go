@@ -42,14 +42,16 @@ func TestGPUKernelProfiles(t *testing.T) {
 	testenv.RequireIntegration(t, slurmtest.Needs(slurmtest.V2))
 	agent := buildAgent(t)
 	ctx := context.Background()
-	c := slurmtest.StartT(t, slurmtest.Options{Mode: slurmtest.V2})
-	bin := filepath.Join(c.JobDir(), "gputrace")
+	// The library and the stand-ins, built before the cluster starts: the
+	// real TaskProlog, which gives jobs CUDA_INJECTION64_PATH, names them.
+	bin := sharedTempDir(t, "slurmscope-gputrace-")
 	for _, script := range []string{"../gpuinject/build.sh", "../internal/testenv/cudastandin/build.sh"} {
 		if out, err := exec.Command("sh", script, bin).CombinedOutput(); err != nil {
 			t.Fatalf("%s: %v\n%s", script, err, out)
 		}
 	}
 	lib := filepath.Join(bin, "libslurmscope_inject.so")
+	c := slurmtest.StartT(t, slurmtest.Options{Mode: slurmtest.V2, TaskProlog: taskProlog(t, lib)})
 	truthFile := filepath.Join(c.JobDir(), "gpu-truth")
 	os.Remove(truthFile)
 
@@ -60,21 +62,28 @@ func TestGPUKernelProfiles(t *testing.T) {
 	const steps = 100000
 	// Slurm exports the job's GPUs; without NVML here the agent can only
 	// label by index, through this variable.
-	env := fmt.Sprintf("export CUDA_VISIBLE_DEVICES=0 CUDA_INJECTION64_PATH=%s SLURMSCOPE_CUPTI_PATH=%s TRAINER=%s\n",
-		lib, filepath.Join(bin, "mock", "libcupti.so"), filepath.Join(bin, "trainer"))
-	gpuScript := env + fmt.Sprintf("export SLURMSCOPE_MOCK_TRUTH_FILE=%s OUT=%s\n", truthFile, filepath.Join(c.JobDir(), "gpu-trainer.out")) +
+	// The library comes from the TaskProlog, as on a real cluster; each
+	// job writes down what it got.
+	env := fmt.Sprintf("export CUDA_VISIBLE_DEVICES=0 SLURMSCOPE_CUPTI_PATH=%s TRAINER=%s\n",
+		filepath.Join(bin, "mock", "libcupti.so"), filepath.Join(bin, "trainer"))
+	injected := func(job string) string {
+		return fmt.Sprintf("echo \"${CUDA_INJECTION64_PATH:-}\" >%s\n", filepath.Join(c.JobDir(), job+".injection"))
+	}
+	gpuScript := env + injected("gpu") + fmt.Sprintf("export SLURMSCOPE_MOCK_TRUTH_FILE=%s OUT=%s\n", truthFile, filepath.Join(c.JobDir(), "gpu-trainer.out")) +
 		fmt.Sprintf(pacedTrainer, steps)
-	// The other job runs the same trainer, without the injection library.
-	otherScript := fmt.Sprintf("export TRAINER=%s OUT=%s\n", filepath.Join(bin, "trainer"), filepath.Join(c.JobDir(), "other-trainer.out")) +
+	// The other job runs the same trainer, opted out of GPU tracing
+	// through its environment: the TaskProlog gives it no library.
+	otherScript := env + injected("other") + fmt.Sprintf("export OUT=%s\n", filepath.Join(c.JobDir(), "other-trainer.out")) +
 		fmt.Sprintf(pacedTrainer, steps)
 	gpuJob, err := c.Sbatch(ctx, "ssalice", []string{"-J", "gpu-train", "-w", profiledNode}, gpuScript)
 	if err != nil {
 		t.Fatal(err)
 	}
-	otherJob, err := c.Sbatch(ctx, "ssbob", []string{"-J", "no-inject", "-w", profiledNode}, otherScript)
+	otherJob, err := c.Sbatch(ctx, "ssbob", []string{"-J", "no-inject", "-w", profiledNode, "--export=ALL,SLURMSCOPE_GPU_TRACE=off"}, otherScript)
 	if err != nil {
 		t.Fatal(err)
 	}
+	coexist := submitCoexistJobs(t, c, bin)
 	js, err := c.WaitState(ctx, gpuJob, "RUNNING", 60*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -82,10 +91,17 @@ func TestGPUKernelProfiles(t *testing.T) {
 	job := js[0]
 	waitJobDone(t, c, gpuJob, 3*time.Minute)
 	waitJobDone(t, c, otherJob, 3*time.Minute)
+	coexist.wait(t)
 	// One more interval, so records the library flushed at exit are in.
 	time.Sleep(6 * time.Second)
-	ag.logMetrics(t, "slurmscope_agent_gpu")
+	metrics := ag.logMetrics(t, "slurmscope_agent_gpu")
 	ag.stop(t)
+	for job, want := range map[string]string{"gpu": lib, "other": ""} {
+		if got := readTrimmed(t, filepath.Join(c.JobDir(), job+".injection")); got != want {
+			t.Errorf("the TaskProlog gave the %s job CUDA_INJECTION64_PATH=%q, want %q", job, got, want)
+		}
+	}
+	coexist.check(t, out, metrics)
 
 	truth := readKernelTotals(t, truthFile)
 	if len(truth) == 0 {

@@ -75,6 +75,13 @@ func (c *Cluster) writeConfig() error {
 	if len(c.opts.GRES) > 0 {
 		w("GresTypes=gpu")
 	}
+	if c.opts.TaskProlog != "" {
+		path := p("run", "taskprolog.sh")
+		if err := os.WriteFile(path, []byte(c.opts.TaskProlog), 0o755); err != nil {
+			return err
+		}
+		w("TaskProlog=%s", path)
+	}
 	for i, n := range c.opts.Nodes {
 		w("NodeName=%s NodeHostname=%s NodeAddr=127.0.0.1 Port=%d CPUs=%d RealMemory=1000%s State=UNKNOWN", n, c.host, ports[1+i], c.opts.CPUs, gresCounts(c.opts.GRES, n))
 	}

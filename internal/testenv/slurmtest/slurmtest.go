@@ -105,6 +105,11 @@ type Options struct {
 	StartTimeout time.Duration
 	// GRES are GPU records for gres.conf; see GRES. None by default.
 	GRES []GRES
+	// TaskProlog, when set, is the text of a script slurmstepd runs as the
+	// job's user before each task (slurm.conf TaskProlog); its "export
+	// NAME=value" and "unset NAME" lines change the task's environment,
+	// as with deploy/slurmscope-taskprolog.sh on a real cluster.
+	TaskProlog string
 }
 
 // Cluster is a running local SLURM.
