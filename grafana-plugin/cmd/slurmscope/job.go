@@ -395,6 +395,9 @@ func printJob(w io.Writer, r *query.JobReport) {
 	if r.GPUProfile != "" {
 		printFuncs(w, "top GPU kernels", r.TopKernels)
 	}
+	if r.GPUUntraced > 0 {
+		fmt.Fprintf(w, "\nGPU kernel tracing stood aside for %s (summed over processes) while the job's own CUPTI profiler held CUPTI: kernels run then are in no GPU profile\n", seconds(r.GPUUntraced))
+	}
 }
 
 // printFindings is the report's first section, like jobstats' notes.

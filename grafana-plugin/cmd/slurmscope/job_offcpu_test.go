@@ -174,3 +174,17 @@ func TestJobPrintsWaitsEscaped(t *testing.T) {
 		}
 	}
 }
+
+// Time GPU tracing stood aside is said, and only when there is some.
+func TestJobPrintsGPUUntraced(t *testing.T) {
+	var b strings.Builder
+	printJob(&b, &query.JobReport{JobID: "42", Findings: []findings.Finding{}, GPUUntraced: 3.5e9})
+	if !strings.Contains(b.String(), "GPU kernel tracing stood aside for 3.50s") {
+		t.Errorf("no untraced line:\n%s", b.String())
+	}
+	b.Reset()
+	printJob(&b, &query.JobReport{JobID: "42", Findings: []findings.Finding{}})
+	if strings.Contains(b.String(), "stood aside") {
+		t.Errorf("untraced line without untraced time:\n%s", b.String())
+	}
+}

@@ -38,7 +38,11 @@ type JobReport struct {
 	TopOffCPU     []findings.Wait `json:"top_off_cpu_functions,omitempty"`
 	GPUProfile    string          `json:"gpu_profile_type,omitempty"`
 	TopKernels    []FuncStats     `json:"top_gpu_kernels,omitempty"`
-	Warnings      []string        `json:"warnings,omitempty"`
+	// GPUUntraced is wall time, summed over the job's processes, during
+	// which GPU kernel tracing stood aside for the job's own CUPTI
+	// profiler: kernels run then are in no GPU profile.
+	GPUUntraced int64    `json:"gpu_untraced_ns,omitempty"`
+	Warnings    []string `json:"warnings,omitempty"`
 }
 
 // GPUStats is one GPU (or MIG instance) of the job over the range.
@@ -130,6 +134,18 @@ func (e *Engine) Job(ctx context.Context, jobID string, r Range) (*JobReport, er
 			// Kernels are the leaves: rank by self time.
 			rep.GPUProfile = pt
 			rep.TopKernels = funcStats(t.TopFunctions(TopCPUFunctions))
+			return nil
+		})
+		run(func() error {
+			pt, err := e.heldProfileType(ctx, r, schema.GPUUntraced)
+			if err != nil || pt == "" {
+				return err
+			}
+			t, err := e.FlameGraph(ctx, scope, pt, r, 0)
+			if err != nil {
+				return err
+			}
+			rep.GPUUntraced = t.Total()
 			return nil
 		})
 		run(func() error {

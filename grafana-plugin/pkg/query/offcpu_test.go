@@ -74,7 +74,9 @@ func (usageProm) LabelValues(context.Context, string, []string, time.Time, time.
 type offCPUPyro struct {
 	types  []string
 	stacks map[string]map[string]int64
-	err    error
+	// untraced is each job's GPU time stood aside, for GPUUntraced.
+	untraced map[string]int64
+	err      error
 
 	mu    sync.Mutex
 	calls []string // "ProfileTypes", or "MergeStacktraces <profile type> <selector>"
@@ -98,6 +100,9 @@ func (p *offCPUPyro) MergeStacktraces(_ context.Context, pt, sel string, _, _ ti
 		for stack, v := range p.stacks[m[1]] {
 			t.Add(strings.Split(stack, ";"), v)
 		}
+	}
+	if m := jobIDRE.FindStringSubmatch(sel); m != nil && pt == schema.GPUUntraced.ID() && p.untraced[m[1]] > 0 {
+		t.Add([]string{"[gpu tracing stepped aside]"}, p.untraced[m[1]])
 	}
 	return t.Flamegraph(), nil
 }
@@ -336,5 +341,28 @@ func TestJobReportsWaits(t *testing.T) {
 	if err != nil || rep.OffCPUProfile != "" || rep.OffCPUBlocked != 0 || rep.TopOffCPU != nil ||
 		len(rep.Findings) != 1 || rep.Findings[0].Summary != "used 1 of 8 cores (12%)" {
 		t.Errorf("job 2: %+v, %v", rep, err)
+	}
+}
+
+// The report says how long GPU tracing stood aside for the job's own
+// profiler, only where Pyroscope holds that type and the job has some.
+func TestJobReportsGPUUntraced(t *testing.T) {
+	p := &offCPUPyro{types: append(slices.Clone(offCPUHeld), schema.GPUUntraced.ID()), untraced: map[string]int64{"1": 42e9}}
+	e := &Engine{Profiles: p, Metrics: usageProm{"1": {2, 16}, "2": {1, 8}}}
+	for job, want := range map[string]int64{"1": 42e9, "2": 0} {
+		rep, err := e.Job(context.Background(), job, lastHour)
+		if err != nil || rep.GPUUntraced != want {
+			t.Errorf("job %s: untraced %d, %v; want %d", job, rep.GPUUntraced, err, want)
+		}
+	}
+	p = &offCPUPyro{types: offCPUHeld, untraced: map[string]int64{"1": 42e9}}
+	e = &Engine{Profiles: p, Metrics: usageProm{"1": {2, 16}}}
+	if rep, err := e.Job(context.Background(), "1", lastHour); err != nil || rep.GPUUntraced != 0 {
+		t.Errorf("no such type held: %d, %v", rep.GPUUntraced, err)
+	}
+	for _, c := range p.merges() {
+		if strings.HasPrefix(c, schema.GPUUntraced.ID()) {
+			t.Errorf("asked for a type Pyroscope does not hold: %s", c)
+		}
 	}
 }
