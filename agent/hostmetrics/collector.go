@@ -17,7 +17,6 @@ package hostmetrics
 import (
 	"context"
 	"errors"
-	"io/fs"
 	"log/slog"
 	"path"
 	"slices"
@@ -195,7 +194,7 @@ func (c *Collector) job(r *reader, jc attribution.JobCgroup, now time.Time) []pr
 		return nil
 	}
 	// A job that ended while it was read would look unsupported.
-	if _, err := procfs.ReadDirBeneath(base, jc.Dir, maxSteps, r.owner); errors.Is(err, fs.ErrNotExist) {
+	if _, err := procfs.ReadDirBeneath(base, jc.Dir, maxSteps, r.owner); removed(err) {
 		return nil
 	}
 	j := jc.Job
@@ -247,7 +246,7 @@ func (c *Collector) steps(r *reader, jc attribution.JobCgroup) (_ []step, base s
 			continue
 		}
 		names, err := procfs.ReadDirBeneath(base, jc.Dir, maxSteps, r.owner)
-		if errors.Is(err, fs.ErrNotExist) {
+		if removed(err) {
 			continue
 		}
 		if err != nil {

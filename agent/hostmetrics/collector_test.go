@@ -3,8 +3,9 @@ package hostmetrics
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
-
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/slurmscope/slurmscope/agent/attribution"
+	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/internal/testenv"
 	"github.com/slurmscope/slurmscope/schema"
 )
@@ -410,5 +412,57 @@ func TestV1StepsOwnedByTheJobsUser(t *testing.T) {
 		} else {
 			g.want(t, schema.CgroupReadErrors.Name+"{file=memory.oom_control,reason=refused}", 2) // the job's sum and the step's
 		}
+	}
+}
+
+func TestRemovedErrors(t *testing.T) {
+	for err, want := range map[error]bool{
+		&fs.PathError{Op: "read", Path: "memory.oom_control", Err: syscall.ENODEV}: true, // kernfs: removed while open
+		&fs.PathError{Op: "open", Path: "memory.oom_control", Err: syscall.ENOENT}: true,
+		fs.ErrNotExist: true,
+		&fs.PathError{Op: "open", Path: "memory.oom_control", Err: syscall.EACCES}: false,
+		procfs.ErrTooLarge: false,
+	} {
+		if got := removed(err); got != want {
+			t.Errorf("removed(%v) = %v, want %v", err, got, want)
+		}
+	}
+}
+
+// The cause of a failure seen once in 13 rounds of TestHostMetrics beside
+// four busy loops: a v1 job's memory.oom_control counted unreadable while
+// Slurm removed the OOM-killed job's cgroups. kernfs answers ENODEV to a
+// read of a cgroup file opened before its rmdir; the reader takes that,
+// like a missing file, as the cgroup gone (TestRemovedErrors), counts no
+// error and reports nothing unsupported; read afresh, the path is gone.
+func TestIntegrationCgroupRemovedWhileRead(t *testing.T) {
+	testenv.RequireIntegration(t, testenv.Root)
+	var dir string
+	for _, d := range []string{"/sys/fs/cgroup/memory", "/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
+		if _, err := os.Stat(filepath.Join(d, "cgroup.procs")); err == nil {
+			dir = filepath.Join(d, fmt.Sprintf("slurmscope-removed-%d", os.Getpid()))
+			break
+		}
+	}
+	if dir == "" {
+		t.Fatal("no cgroup hierarchy mounted under /sys/fs/cgroup")
+	}
+	must(t, os.Mkdir(dir, 0o755))
+	t.Cleanup(func() { os.Remove(dir) })
+	f, err := os.Open(filepath.Join(dir, "cgroup.procs"))
+	must(t, err)
+	defer f.Close()
+	must(t, os.Remove(dir))
+	_, err = f.Read(make([]byte, 64))
+	if !errors.Is(err, syscall.ENODEV) {
+		t.Fatalf("reading a removed cgroup's file: %v, want ENODEV", err)
+	}
+	if !removed(&fs.PathError{Op: "read", Path: f.Name(), Err: err}) {
+		t.Errorf("%v not taken as the cgroup removed", err)
+	}
+	var failed []string
+	r := &reader{fail: func(file, reason string, err error) { failed = append(failed, file+" "+reason) }, owner: -1}
+	if _, missing, ok := r.file(filepath.Dir(dir), filepath.Base(dir), "cgroup.procs"); ok || !missing || len(failed) != 0 {
+		t.Errorf("a removed cgroup read: ok %v, missing %v, failures %v", ok, missing, failed)
 	}
 }

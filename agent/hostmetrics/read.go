@@ -6,6 +6,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"syscall"
 
 	"github.com/slurmscope/slurmscope/agent/procfs"
 )
@@ -71,6 +72,14 @@ func discover(root string) layout {
 	return l
 }
 
+// removed reports an error that means the cgroup was removed while it was
+// read, as a job's or a step's is when it ends: the path is gone (ENOENT),
+// or kernfs answers ENODEV for a file opened before the cgroup's rmdir.
+// Neither is a file that could not be read.
+func removed(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENODEV)
+}
+
 // reader reads cgroup files, telling fail about each file it could not use
 // (other than a missing one).
 type reader struct {
@@ -90,7 +99,7 @@ func (r *reader) file(base, dir, name string) (b []byte, missing bool, ok bool) 
 	switch {
 	case err == nil:
 		return b, false, true
-	case errors.Is(err, fs.ErrNotExist):
+	case removed(err):
 		return nil, true, false
 	case errors.Is(err, procfs.ErrTooLarge):
 		r.fail(name, "too_large", err)
@@ -237,7 +246,7 @@ func (r *reader) oomV1(base, dir string, depth int, budget *int) (n uint64, miss
 	}
 	subs, err := procfs.ReadDirBeneath(base, dir, maxSteps, r.owner)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
+		if removed(err) {
 			return n, false, true // it went away with its processes
 		}
 		r.fail("memory.oom_control", reasonOf(err), err)
