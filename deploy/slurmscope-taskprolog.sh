@@ -6,12 +6,14 @@
 #
 # What it puts in every job's environment, and nothing else:
 # CUDA_INJECTION64_PATH, so that the CUDA driver loads the injection library
-# in processes that use CUDA (a job without CUDA loads nothing). Slurm runs
+# in processes that use CUDA (a job without CUDA loads nothing), and
+# NVTX_INJECTION64_PATH, so that NVTX's headers load it in processes that
+# mark ranges (a job without NVTX loads nothing). Slurm runs
 # this with the task's environment, so a job decides for itself:
 #   SLURMSCOPE_GPU_TRACE=off   loads nothing (and drops ours if an earlier
 #                              step's TaskProlog left it in the environment)
-#   CUDA_INJECTION64_PATH set  to another library (Nsight Systems, ...):
-#                              kept; CUDA loads only one injection library
+#   CUDA_INJECTION64_PATH or   set to another library (Nsight Systems, ...):
+#   NVTX_INJECTION64_PATH      kept; CUDA and NVTX load one library each
 #
 # Opt-in, off unless the site sets python_perf_support=1 below (in its own
 # copy or TaskProlog: the package replaces this file on upgrade):
@@ -24,20 +26,28 @@
 python_perf_support=0
 
 lib=/usr/lib/slurmscope/libslurmscope_inject.so
-# Only where the agent's package is installed: a job on a node without it
-# gets nothing to load.
-case ${SLURMSCOPE_GPU_TRACE:-} in
-[Oo][Ff][Ff])
-	if [ "${CUDA_INJECTION64_PATH:-}" = "$lib" ]; then
-		echo "unset CUDA_INJECTION64_PATH"
-	fi
-	;;
-*)
-	if [ -r "$lib" ] && { [ -z "${CUDA_INJECTION64_PATH:-}" ] || [ "$CUDA_INJECTION64_PATH" = "$lib" ]; }; then
-		echo "export CUDA_INJECTION64_PATH=$lib"
-	fi
-	;;
-esac
+# give VAR: the same library serves CUDA (CUDA_INJECTION64_PATH: kernels
+# under their launching stacks) and NVTX (NVTX_INJECTION64_PATH: ranges as
+# frames). Only where the agent's package is installed (a job on a node
+# without it gets nothing to load); a job's own library (Nsight sets both)
+# is kept.
+give() {
+	eval "cur=\${$1:-}"
+	case ${SLURMSCOPE_GPU_TRACE:-} in
+	[Oo][Ff][Ff])
+		if [ "$cur" = "$lib" ]; then
+			echo "unset $1"
+		fi
+		;;
+	*)
+		if [ -r "$lib" ] && { [ -z "$cur" ] || [ "$cur" = "$lib" ]; }; then
+			echo "export $1=$lib"
+		fi
+		;;
+	esac
+}
+give CUDA_INJECTION64_PATH
+give NVTX_INJECTION64_PATH
 if [ "$python_perf_support" = 1 ]; then
 	echo "export PYTHONPERFSUPPORT=1"
 fi

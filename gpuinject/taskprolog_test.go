@@ -35,24 +35,28 @@ func TestTaskPrologHonoursTheJobsChoice(t *testing.T) {
 		return p
 	}
 	withLib, withoutLib := script(lib), script(filepath.Join(dir, "missing.so"))
+	// Both variables name the same library, each decided alone.
 	export, unset := "export CUDA_INJECTION64_PATH="+lib+"\n", "unset CUDA_INJECTION64_PATH\n"
+	exportNVTX, unsetNVTX := "export NVTX_INJECTION64_PATH="+lib+"\n", "unset NVTX_INJECTION64_PATH\n"
 	const nsight = "/opt/nvidia/nsight-systems/target-linux-x64/libToolsInjection64.so"
 	for _, tc := range []struct {
 		name, script string
 		env          []string
 		want         string
 	}{
-		{"default", withLib, nil, export},
+		{"default", withLib, nil, export + exportNVTX},
 		{"not installed", withoutLib, nil, ""},
 		{"opted out", withLib, []string{"SLURMSCOPE_GPU_TRACE=off"}, ""},
 		{"opted out, upper case", withLib, []string{"SLURMSCOPE_GPU_TRACE=OFF"}, ""},
-		{"other value", withLib, []string{"SLURMSCOPE_GPU_TRACE=on"}, export},
-		{"empty value", withLib, []string{"SLURMSCOPE_GPU_TRACE="}, export},
-		{"own injection library", withLib, []string{"CUDA_INJECTION64_PATH=" + nsight}, ""},
-		{"ours inherited", withLib, []string{"CUDA_INJECTION64_PATH=" + lib}, export},
-		{"empty inherited", withLib, []string{"CUDA_INJECTION64_PATH="}, export},
-		{"opted out, ours inherited", withLib, []string{"SLURMSCOPE_GPU_TRACE=off", "CUDA_INJECTION64_PATH=" + lib}, unset},
+		{"other value", withLib, []string{"SLURMSCOPE_GPU_TRACE=on"}, export + exportNVTX},
+		{"empty value", withLib, []string{"SLURMSCOPE_GPU_TRACE="}, export + exportNVTX},
+		{"own injection library", withLib, []string{"CUDA_INJECTION64_PATH=" + nsight}, exportNVTX},
+		{"own libraries (Nsight sets both)", withLib, []string{"CUDA_INJECTION64_PATH=" + nsight, "NVTX_INJECTION64_PATH=" + nsight}, ""},
+		{"ours inherited", withLib, []string{"CUDA_INJECTION64_PATH=" + lib}, export + exportNVTX},
+		{"empty inherited", withLib, []string{"CUDA_INJECTION64_PATH="}, export + exportNVTX},
+		{"opted out, ours inherited", withLib, []string{"SLURMSCOPE_GPU_TRACE=off", "CUDA_INJECTION64_PATH=" + lib, "NVTX_INJECTION64_PATH=" + lib}, unset + unsetNVTX},
 		{"opted out, own library", withLib, []string{"SLURMSCOPE_GPU_TRACE=off", "CUDA_INJECTION64_PATH=" + nsight}, ""},
+		{"hostile variable name content", withLib, []string{"CUDA_INJECTION64_PATH=$(touch " + filepath.Join(dir, "pwned") + ")"}, exportNVTX},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command("sh", tc.script)
@@ -63,6 +67,9 @@ func TestTaskPrologHonoursTheJobsChoice(t *testing.T) {
 			}
 			if string(out) != tc.want {
 				t.Fatalf("prints %q, want %q", out, tc.want)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "pwned")); err == nil {
+				t.Fatal("the TaskProlog ran what a job's variable held")
 			}
 		})
 	}

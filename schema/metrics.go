@@ -342,6 +342,9 @@ var (
 	AgentInterpSkipped    = counter("agent_interpreter_skipped_total", "", "Looks at processes that left them to native stacks, by interpreter and reason (python: not_python, unknown_version, unsupported, bad_interpreter, not_initialized, open, maps, memory, bpf_map, exited, stalled, read_panic, read_allowance: its job had read its allowance, looked at again later).", "interpreter", "reason")
 	AgentInterpFrames     = counter("agent_interpreter_frames_total", "", "Interpreter frames resolved, by interpreter and result: resolved, gone (what the frame ran was freed before it was read), unreadable (what the frame ran could not be read, or was none: the process exited before its frames were resolved, a freed or faked frame), read_budget (the job's read allowance was spent), refused_mapping (what the frame ran lies in no mapping the agent reads: only anonymous memory and the interpreter's own data are), not_resident (it lies on a page not in the process's memory, which reading would fetch from its file), stalled (the job's memory did not answer within the deadline, or a read of it is stuck), cpu_budget (the job's allowance of resolution time was spent), truncated (stacks cut at 64 frames).", "interpreter", "result")
 	AgentInterpCacheBytes = Metric{Name: MetricPrefix + "agent_interpreter_cache_bytes", Unit: "bytes", Type: Gauge, Labels: []string{"interpreter"}, Help: "Bytes of an interpreter's cache of what its frames run (python: code objects' names, files and line tables)."}
+	// NVTX ranges (agent/nvtx): the threads' open ranges at samples, and
+	// the names processes announce.
+	AgentNVTXEvents = counter("agent_nvtx_events_total", "", "NVTX range capture, by event: names (range names kept), names_refused (malformed, or an id that is not the text's hash), names_over_cap (past a process's 4096 or all processes' bytes), names_over_budget (the job's memory budget share), names_lost (the probe's ring buffer was full), calls_rate_limited (marker calls past a process's ration), structs_read (threads' structs read at samples), structs_unreadable, structs_invalid (magic, version or caps), structs_other_thread (a struct whose tid is not the sampled thread's: reused or forged), ranges_truncated (samples with more ranges open than the 16 kept), ranges_unnamed (range frames whose name was not known).", "event")
 
 	// Attribution (agent/attribution): what a user could not make it believe.
 	AgentCgroupRefused  = counter("agent_cgroup_refused_total", "", "Processes put in no job because their Slurm-looking cgroup path is not Slurm's, by reason (outside_slurm_tree: not where slurmd makes its tree; not_root_owned; unverified: its directories could not be checked).", "reason")
@@ -349,7 +352,7 @@ var (
 )
 
 // The memory budget (agent/budget): what jobs make the agent hold, by kind
-// (symbols, perf_map, maps, gpu_aggregation, unwind_tables, interpreter_cache).
+// (symbols, perf_map, maps, gpu_aggregation, unwind_tables, interpreter_cache, nvtx_names).
 var (
 	AgentMemoryBudget             = Metric{Name: MetricPrefix + "agent_memory_budget_bytes", Unit: "bytes", Type: Gauge, Help: "The memory budget: the most bytes the agent holds for all jobs together."}
 	AgentMemoryBudgetUsed         = Metric{Name: MetricPrefix + "agent_memory_budget_used_bytes", Unit: "bytes", Type: Gauge, Labels: []string{"kind"}, Help: "Bytes held in the memory budget, by kind."}
@@ -401,7 +404,7 @@ var Metrics = []Metric{
 	AgentMemoryBudget, AgentMemoryBudgetUsed, AgentMemoryBudgetEvictions, AgentMemoryBudgetEvictedBytes,
 	AgentMemoryBudgetRefused, AgentJobFileReadsDeferred,
 	AgentUnwindMode, AgentUnwindWalks, AgentUnwindFrames, AgentUnwindTableBytes, AgentUnwindBudget, AgentUnwindProcesses, AgentUnwindFiles,
-	AgentUnwindSyncs, AgentStackForksRefused, AgentUnwindShareRefused, AgentProcessSetup, AgentInterpWalks, AgentInterpProcesses, AgentInterpSkipped, AgentInterpFrames, AgentInterpCacheBytes,
+	AgentUnwindSyncs, AgentStackForksRefused, AgentUnwindShareRefused, AgentProcessSetup, AgentInterpWalks, AgentInterpProcesses, AgentInterpSkipped, AgentInterpFrames, AgentInterpCacheBytes, AgentNVTXEvents,
 	PyroscopePushes, PyroscopePushedBytes, PyroscopePushRetries, PyroscopeDroppedRequests, PyroscopeSpoolRequests, PyroscopeSpoolBytes,
 	PyroscopeTooOldProfiles, PyroscopeHeldRequests, PyroscopeClockSkew,
 	RemoteWriteRequestsSent, RemoteWriteSamplesSent, RemoteWriteSentBytes, RemoteWriteRetries, RemoteWriteDroppedRequests,

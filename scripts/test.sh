@@ -24,6 +24,7 @@ agent/gputrace/regen-check.sh
 agent/stackwalk/regen-check.sh
 agent/unwind/unwindtest/regen-check.sh
 agent/offcpu/regen-check.sh
+agent/nvtx/regen-check.sh
 
 step "go vet"
 go vet ./...

@@ -21,5 +21,8 @@ const enum interp_stack_flag *unused_interp_flag __attribute__((unused));
 const enum stack_event_flag *unused_event_flag __attribute__((unused));
 const enum stack_setup_flag *unused_setup_flag __attribute__((unused));
 const enum stack_stat *unused_stack_stat __attribute__((unused));
+const enum nvtx_stat *unused_nvtx_stat __attribute__((unused));
+const struct nvtx_thread_key *unused_nvtx_thread_key __attribute__((unused));
+const struct nvtx_thread_val *unused_nvtx_thread_val __attribute__((unused));
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

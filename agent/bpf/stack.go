@@ -12,6 +12,9 @@ type (
 	UnwindStack = stackUnwindStack
 	// InterpStatus is the outcome of one interpreter walk.
 	InterpStatus = stackInterpStatus
+	// NVTXThreadKey and NVTXThreadVal are an nvtx_threads entry (nvtx.h).
+	NVTXThreadKey = stackNvtxThreadKey
+	NVTXThreadVal = stackNvtxThreadVal
 )
 
 const (
@@ -25,6 +28,21 @@ const (
 	SetupInterp = uint32(stackStackSetupFlagSTACK_SETUP_INTERP)
 
 	InterpTruncated = uint32(stackInterpStackFlagINTERP_STACK_TRUNCATED)
+	// InterpRootTruncated: the thread had more root frames than a stack
+	// keeps (InterpRootFrames); the inner ones were cut.
+	InterpRootTruncated = uint32(stackInterpStackFlagINTERP_STACK_ROOT_TRUNCATED)
+	// InterpRootShift: bits 8-15 of a stack's flags count its root
+	// frames, the last of its Len frames, outermost first.
+	InterpRootShift = uint32(stackInterpStackFlagINTERP_STACK_ROOT_SHIFT)
+
+	// NVTXStat* index nvtx_stats (nvtx.h): the reads of threads' NVTX
+	// structs at samples, by outcome.
+	NVTXStatRead       = uint32(stackNvtxStatNVTX_STAT_READ)
+	NVTXStatReadFailed = uint32(stackNvtxStatNVTX_STAT_READ_FAILED)
+	NVTXStatInvalid    = uint32(stackNvtxStatNVTX_STAT_INVALID)
+	NVTXStatOtherTID   = uint32(stackNvtxStatNVTX_STAT_OTHER_TID)
+	NVTXStatTruncated  = uint32(stackNvtxStatNVTX_STAT_TRUNCATED)
+	NVTXStatMax        = uint32(stackNvtxStatNVTX_STAT_MAX)
 
 	// StackStatForkShare indexes stack_stats: forks refused their
 	// origin's state (STACK_FORK_SHARE).
@@ -42,12 +60,26 @@ const (
 	InterpStatusMax  = stackInterpStatusINTERP_STATUS_MAX
 )
 
-// InterpMaxFrames and InterpProcData are INTERP_MAX_FRAMES and
-// INTERP_PROC_DATA (interp.h), as the generated arrays hold them.
+// InterpStackFrames and InterpProcData are INTERP_STACK_FRAMES and
+// INTERP_PROC_DATA (interp.h), as the generated arrays hold them: a
+// stack's frames are at most InterpMaxFrames of an interpreter's walk
+// (INTERP_MAX_FRAMES) and at most InterpRootFrames root frames
+// (INTERP_ROOT_FRAMES: NVTX ranges).
 const (
-	InterpMaxFrames = len(InterpStack{}.Frames)
-	InterpProcData  = len(InterpProc{}.Data)
+	InterpStackFrames = len(InterpStack{}.Frames)
+	InterpMaxFrames   = 64
+	InterpRootFrames  = InterpStackFrames - InterpMaxFrames
+	InterpProcData    = len(InterpProc{}.Data)
 )
+
+// RootFrames splits a stack's frames: the interpreter walk's n first
+// ones, and the root frames after them (outermost first), as its flags
+// count them, bounded by Len and the arrays.
+func (s *InterpStack) RootFrames() (n uint32, root []InterpFrame) {
+	l := min(s.Len, uint32(InterpStackFrames))                             // #nosec G115 -- a small array length
+	r := min((s.Flags>>InterpRootShift)&0xff, l, uint32(InterpRootFrames)) // #nosec G115 -- likewise
+	return l - r, s.Frames[l-r : l]
+}
 
 var interpStatusNames = [...]string{"ok", "none", "no_thread_state", "thread_read", "threads_max", "frame_read"}
 

@@ -46,13 +46,15 @@ type stackInterpStack struct {
 	Status uint32
 	Flags  uint32
 	Kind   uint32
-	Frames [64]stackInterpFrame
+	Frames [80]stackInterpFrame
 }
 
 type stackInterpStackFlag uint32
 
 const (
-	stackInterpStackFlagINTERP_STACK_TRUNCATED stackInterpStackFlag = 1
+	stackInterpStackFlagINTERP_STACK_TRUNCATED      stackInterpStackFlag = 1
+	stackInterpStackFlagINTERP_STACK_ROOT_TRUNCATED stackInterpStackFlag = 2
+	stackInterpStackFlagINTERP_STACK_ROOT_SHIFT     stackInterpStackFlag = 8
 )
 
 type stackInterpStatus uint32
@@ -66,6 +68,29 @@ const (
 	stackInterpStatusINTERP_STATUS_FRAME_READ  stackInterpStatus = 5
 	stackInterpStatusINTERP_STATUS_MAX         stackInterpStatus = 6
 )
+
+type stackNvtxStat uint32
+
+const (
+	stackNvtxStatNVTX_STAT_READ        stackNvtxStat = 0
+	stackNvtxStatNVTX_STAT_READ_FAILED stackNvtxStat = 1
+	stackNvtxStatNVTX_STAT_INVALID     stackNvtxStat = 2
+	stackNvtxStatNVTX_STAT_OTHER_TID   stackNvtxStat = 3
+	stackNvtxStatNVTX_STAT_TRUNCATED   stackNvtxStat = 4
+	stackNvtxStatNVTX_STAT_MAX         stackNvtxStat = 5
+)
+
+type stackNvtxThreadKey struct {
+	_    structs.HostLayout
+	Tgid uint32
+	Tid  uint32
+}
+
+type stackNvtxThreadVal struct {
+	_             structs.HostLayout
+	Addr          uint64
+	StartBoottime uint64
+}
 
 type stackStackEvent struct {
 	_                   structs.HostLayout
@@ -116,6 +141,9 @@ type stackUnwindStack struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	stackMapInterpProcs          = "interp_procs"
+	stackMapNvtxScratch          = "nvtx_scratch"
+	stackMapNvtxStats            = "nvtx_stats"
+	stackMapNvtxThreads          = "nvtx_threads"
 	stackMapPyFrameScratch       = "py_frame_scratch"
 	stackMapPyThreads            = "py_threads"
 	stackMapStackEvents          = "stack_events"
@@ -126,6 +154,7 @@ const (
 	stackMapStackStats           = "stack_stats"
 	stackVarStackForkJobShare    = "stack_fork_job_share"
 	stackVarStackInterpreters    = "stack_interpreters"
+	stackVarStackNvtx            = "stack_nvtx"
 	stackVarStackTables          = "stack_tables"
 	stackVarUnusedEvent          = "unused_event"
 	stackVarUnusedEventFlag      = "unused_event_flag"
@@ -134,6 +163,9 @@ const (
 	stackVarUnusedInterpProc     = "unused_interp_proc"
 	stackVarUnusedInterpStack    = "unused_interp_stack"
 	stackVarUnusedInterpStatus   = "unused_interp_status"
+	stackVarUnusedNvtxStat       = "unused_nvtx_stat"
+	stackVarUnusedNvtxThreadKey  = "unused_nvtx_thread_key"
+	stackVarUnusedNvtxThreadVal  = "unused_nvtx_thread_val"
 	stackVarUnusedSetupFlag      = "unused_setup_flag"
 	stackVarUnusedStackStat      = "unused_stack_stat"
 	stackVarUnusedUnwindStack    = "unused_unwind_stack"
@@ -188,6 +220,9 @@ type stackProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type stackMapSpecs struct {
 	InterpProcs        *ebpf.MapSpec `ebpf:"interp_procs"`
+	NvtxScratch        *ebpf.MapSpec `ebpf:"nvtx_scratch"`
+	NvtxStats          *ebpf.MapSpec `ebpf:"nvtx_stats"`
+	NvtxThreads        *ebpf.MapSpec `ebpf:"nvtx_threads"`
 	PyFrameScratch     *ebpf.MapSpec `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.MapSpec `ebpf:"py_threads"`
 	StackEvents        *ebpf.MapSpec `ebpf:"stack_events"`
@@ -204,6 +239,7 @@ type stackMapSpecs struct {
 type stackVariableSpecs struct {
 	StackForkJobShare    *ebpf.VariableSpec `ebpf:"stack_fork_job_share"`
 	StackInterpreters    *ebpf.VariableSpec `ebpf:"stack_interpreters"`
+	StackNvtx            *ebpf.VariableSpec `ebpf:"stack_nvtx"`
 	StackTables          *ebpf.VariableSpec `ebpf:"stack_tables"`
 	UnusedEvent          *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedEventFlag      *ebpf.VariableSpec `ebpf:"unused_event_flag"`
@@ -212,6 +248,9 @@ type stackVariableSpecs struct {
 	UnusedInterpProc     *ebpf.VariableSpec `ebpf:"unused_interp_proc"`
 	UnusedInterpStack    *ebpf.VariableSpec `ebpf:"unused_interp_stack"`
 	UnusedInterpStatus   *ebpf.VariableSpec `ebpf:"unused_interp_status"`
+	UnusedNvtxStat       *ebpf.VariableSpec `ebpf:"unused_nvtx_stat"`
+	UnusedNvtxThreadKey  *ebpf.VariableSpec `ebpf:"unused_nvtx_thread_key"`
+	UnusedNvtxThreadVal  *ebpf.VariableSpec `ebpf:"unused_nvtx_thread_val"`
 	UnusedSetupFlag      *ebpf.VariableSpec `ebpf:"unused_setup_flag"`
 	UnusedStackStat      *ebpf.VariableSpec `ebpf:"unused_stack_stat"`
 	UnusedUnwindStack    *ebpf.VariableSpec `ebpf:"unused_unwind_stack"`
@@ -238,6 +277,9 @@ func (o *stackObjects) Close() error {
 // It can be passed to loadStackObjects or ebpf.CollectionSpec.LoadAndAssign.
 type stackMaps struct {
 	InterpProcs        *ebpf.Map `ebpf:"interp_procs"`
+	NvtxScratch        *ebpf.Map `ebpf:"nvtx_scratch"`
+	NvtxStats          *ebpf.Map `ebpf:"nvtx_stats"`
+	NvtxThreads        *ebpf.Map `ebpf:"nvtx_threads"`
 	PyFrameScratch     *ebpf.Map `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.Map `ebpf:"py_threads"`
 	StackEvents        *ebpf.Map `ebpf:"stack_events"`
@@ -251,6 +293,9 @@ type stackMaps struct {
 func (m *stackMaps) Close() error {
 	return _StackClose(
 		m.InterpProcs,
+		m.NvtxScratch,
+		m.NvtxStats,
+		m.NvtxThreads,
 		m.PyFrameScratch,
 		m.PyThreads,
 		m.StackEvents,
@@ -268,6 +313,7 @@ func (m *stackMaps) Close() error {
 type stackVariables struct {
 	StackForkJobShare    *ebpf.Variable `ebpf:"stack_fork_job_share"`
 	StackInterpreters    *ebpf.Variable `ebpf:"stack_interpreters"`
+	StackNvtx            *ebpf.Variable `ebpf:"stack_nvtx"`
 	StackTables          *ebpf.Variable `ebpf:"stack_tables"`
 	UnusedEvent          *ebpf.Variable `ebpf:"unused_event"`
 	UnusedEventFlag      *ebpf.Variable `ebpf:"unused_event_flag"`
@@ -276,6 +322,9 @@ type stackVariables struct {
 	UnusedInterpProc     *ebpf.Variable `ebpf:"unused_interp_proc"`
 	UnusedInterpStack    *ebpf.Variable `ebpf:"unused_interp_stack"`
 	UnusedInterpStatus   *ebpf.Variable `ebpf:"unused_interp_status"`
+	UnusedNvtxStat       *ebpf.Variable `ebpf:"unused_nvtx_stat"`
+	UnusedNvtxThreadKey  *ebpf.Variable `ebpf:"unused_nvtx_thread_key"`
+	UnusedNvtxThreadVal  *ebpf.Variable `ebpf:"unused_nvtx_thread_val"`
 	UnusedSetupFlag      *ebpf.Variable `ebpf:"unused_setup_flag"`
 	UnusedStackStat      *ebpf.Variable `ebpf:"unused_stack_stat"`
 	UnusedUnwindStack    *ebpf.Variable `ebpf:"unused_unwind_stack"`

@@ -44,10 +44,11 @@ const (
 	GPUAggregation Kind = "gpu_aggregation"   // the GPU tracer's per-process join state and aggregates
 	UnwindTables   Kind = "unwind_tables"     // agent/unwind's tables (not charged yet)
 	InterpCache    Kind = "interpreter_cache" // the interpreters' caches (agent/python's code objects; not charged yet)
+	NVTXNames      Kind = "nvtx_names"        // the NVTX range names processes announced (agent/nvtx)
 )
 
 // Kinds lists every kind, for metrics that show zeros too.
-var Kinds = []Kind{Symbols, PerfMap, Maps, GPUAggregation, UnwindTables, InterpCache}
+var Kinds = []Kind{Symbols, PerfMap, Maps, GPUAggregation, UnwindTables, InterpCache, NVTXNames}
 
 // Shared owns what serves every job alike: files owned by root (the
 // system's libraries), which no job can make larger. It has its own share.

@@ -28,6 +28,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/httpclient"
 	"github.com/slurmscope/slurmscope/agent/interp"
 	"github.com/slurmscope/slurmscope/agent/jobinfo"
+	"github.com/slurmscope/slurmscope/agent/nvtx"
 	"github.com/slurmscope/slurmscope/agent/offcpu"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/procfs/procfstest"
@@ -91,6 +92,8 @@ func TestAgentExportsTheSchemasMetrics(t *testing.T) {
 	}
 	defer walker.Close()
 	described = append(described, walker.Collectors()...)
+	// The NVTX capture's, as the stack capture registers them with it.
+	described = append(described, nvtx.Collectors(nvtx.NewNames(nvtx.NamesOptions{}), nil)...)
 	// Each interpreter's metrics, as the stack capture registers them.
 	for _, in := range interpreters {
 		inst, err := in.Open(interp.Env{})

@@ -92,7 +92,7 @@ func newProfiler(f runFlags, senv service.Env) (*profiler, error) {
 	}
 	sym := symbolize.New(symbolize.Options{Proc: proc, Budget: bud, Work: work, Owner: owner})
 	reg.MustRegister(sym.Collector(), elfcheck.Collector())
-	stacks, err := newStacks(f, proc, sym, res, &d, work, cachedOwner, log)
+	stacks, err := newStacks(f, proc, sym, res, &d, bud, work, cachedOwner, log)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 	"github.com/slurmscope/slurmscope/agent/attribution"
 	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/daemon"
+	"github.com/slurmscope/slurmscope/agent/interp"
+	"github.com/slurmscope/slurmscope/agent/nvtx"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/source"
 	"github.com/slurmscope/slurmscope/agent/stackwalk"
@@ -28,6 +31,7 @@ type stackFlags struct {
 	interps      interpFlags
 	labelSetup   bool
 	unwindBudget int64
+	nvtx         bool
 }
 
 func (f *stackFlags) register(fs *flag.FlagSet) {
@@ -35,6 +39,7 @@ func (f *stackFlags) register(fs *flag.FlagSet) {
 	f.interps = interpFlags{}
 	f.interps.register(fs)
 	fs.BoolVar(&f.labelSetup, "label-stack-setup", false, "label each sample with what of the stack capture was set up for its process (stack_setup): a diagnostic for checking unwinding, which splits series")
+	fs.BoolVar(&f.nvtx, "nvtx-ranges", true, "show the NVTX ranges open on a thread (kept by libslurmscope_inject.so, which the job loads through NVTX_INJECTION64_PATH) as \"[nvtx] name\" frames at the root of its CPU samples and of the GPU kernels it launches")
 	fs.Var(units.NewBytes(&f.unwindBudget, unwind.DefaultMaxTableBytes), "unwind-table-bytes", "bound of the unwind tables in kernel memory; the least recently used are evicted past it (their frames fall back to frame pointers)")
 }
 
@@ -52,14 +57,24 @@ func (f *stackFlags) check() error {
 // tables and the interpreter state of the processes the agent profiles.
 type stacks struct {
 	walker     *stackwalk.Walker
+	nvtx       *nvtx.Tracker // nil: --nvtx-ranges=false
+	names      *nvtx.Names
 	labelSetup bool
 }
 
 // newStacks starts the stack capture. A process the probes meet before a
 // rescan is admitted at once, as a rescan would (d holds the daemon once
 // the sources exist).
-func newStacks(f runFlags, proc procfs.FS, sym *symbolize.Symbolizer, res *attribution.Resolver, d *atomic.Pointer[daemon.Daemon], work *budget.Work, owner func(procfs.ID) string, log *slog.Logger) (*stacks, error) {
-	walker, err := stackwalk.New(stackwalk.Options{Proc: proc, Tables: f.unwind == "auto", Interpreters: f.interps.enabled(),
+func newStacks(f runFlags, proc procfs.FS, sym *symbolize.Symbolizer, res *attribution.Resolver, d *atomic.Pointer[daemon.Daemon], bud *budget.Budget, work *budget.Work, owner func(procfs.ID) string, log *slog.Logger) (*stacks, error) {
+	// NVTX ranges are no interpreter: an annotation of every process's
+	// threads, named from what each process announced (agent/nvtx).
+	var names *nvtx.Names
+	var annotators []interp.Annotator
+	if f.nvtx {
+		names = nvtx.NewNames(nvtx.NamesOptions{Budget: bud, Owner: owner})
+		annotators = append(annotators, names)
+	}
+	walker, err := stackwalk.New(stackwalk.Options{Proc: proc, Tables: f.unwind == "auto", Interpreters: f.interps.enabled(), Annotators: annotators,
 		Remapped: sym.Refresh, Work: work, Owner: owner,
 		MaxTableBytes: f.unwindBudget, ExitGrace: 2*f.interval + time.Minute, Log: log,
 		Profiled: func(id procfs.ID) bool {
@@ -79,10 +94,23 @@ func newStacks(f runFlags, proc procfs.FS, sym *symbolize.Symbolizer, res *attri
 	if err != nil {
 		return nil, fmt.Errorf("starting the stack unwinder (needs root, BTF and Linux 5.8 or later; slurmscope-agent check says what this node lacks): %w", err)
 	}
-	return &stacks{walker, f.labelSetup}, nil
+	s := &stacks{walker: walker, names: names, labelSetup: f.labelSetup}
+	if names != nil {
+		if s.nvtx, err = nvtx.New(nvtx.Options{Proc: proc, Stacks: walker, Names: names, ExcludePID: os.Getpid(), Log: log}); err != nil {
+			walker.Close()
+			return nil, fmt.Errorf("starting the NVTX range probes (--nvtx-ranges=false turns them off): %w", err)
+		}
+	}
+	return s, nil
 }
 
-func (s *stacks) Close() error { return s.walker.Close() }
+func (s *stacks) Close() error {
+	var err error
+	if s.nvtx != nil {
+		err = s.nvtx.Close()
+	}
+	return errors.Join(err, s.walker.Close())
+}
 
 // forSources gives the sources' probes the stack capture.
 func (s *stacks) forSources(env *source.Env) { env.Stacks = s.walker }
@@ -91,12 +119,18 @@ func (s *stacks) forSources(env *source.Env) { env.Stacks = s.walker }
 // source uses it.
 func (s *stacks) started(reg prometheus.Registerer, log *slog.Logger) {
 	reg.MustRegister(s.walker.Collectors()...)
+	if s.nvtx != nil {
+		reg.MustRegister(nvtx.Collectors(s.names, s.nvtx)...)
+	}
 	log.Info("capturing user stacks", "unwind", map[bool]string{true: "tables", false: "frame pointers"}[s.walker.Tables()],
-		"frame_pointers_because", s.walker.FramePointerReason(), "interpreters", s.walker.Interpreters())
+		"frame_pointers_because", s.walker.FramePointerReason(), "interpreters", s.walker.Interpreters(), "nvtx_ranges", s.nvtx != nil)
 }
 
 // forDaemon has the daemon tell the capture of every process it profiles.
 func (s *stacks) forDaemon(cfg *daemon.Config) {
 	cfg.Watchers = append(cfg.Watchers, source.ProcessAttacher(s.walker))
+	if s.nvtx != nil {
+		cfg.Watchers = append(cfg.Watchers, s.nvtx)
+	}
 	cfg.LabelStackSetup = s.labelSetup
 }

@@ -215,8 +215,8 @@ static __always_inline __u64 interp_stack(void *stats, void *interp_stacks, void
 
 	if (n == 0)
 		return 0;
-	if (n > INTERP_MAX_FRAMES)
-		n = INTERP_MAX_FRAMES;
+	if (n > INTERP_STACK_FRAMES)
+		n = INTERP_STACK_FRAMES;
 	__u64 h = interp_stack_hash(in, n, pid_tgid >> 32, start);
 
 	if (bpf_map_lookup_elem(interp_stacks, &h))

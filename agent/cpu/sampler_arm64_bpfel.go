@@ -61,6 +61,9 @@ const (
 	samplerMapInterpQuota1       = "interp_quota_1"
 	samplerMapInterpStacks0      = "interp_stacks_0"
 	samplerMapInterpStacks1      = "interp_stacks_1"
+	samplerMapNvtxScratch        = "nvtx_scratch"
+	samplerMapNvtxStats          = "nvtx_stats"
+	samplerMapNvtxThreads        = "nvtx_threads"
 	samplerMapPyFrameScratch     = "py_frame_scratch"
 	samplerMapPyThreads          = "py_threads"
 	samplerMapStackEvents        = "stack_events"
@@ -79,6 +82,7 @@ const (
 	samplerVarStackForkJobShare  = "stack_fork_job_share"
 	samplerVarStackHashSeed      = "stack_hash_seed"
 	samplerVarStackInterpreters  = "stack_interpreters"
+	samplerVarStackNvtx          = "stack_nvtx"
 	samplerVarStackTables        = "stack_tables"
 	samplerVarUnusedInterpNew    = "unused_interp_new"
 )
@@ -143,6 +147,9 @@ type samplerMapSpecs struct {
 	InterpQuota1       *ebpf.MapSpec `ebpf:"interp_quota_1"`
 	InterpStacks0      *ebpf.MapSpec `ebpf:"interp_stacks_0"`
 	InterpStacks1      *ebpf.MapSpec `ebpf:"interp_stacks_1"`
+	NvtxScratch        *ebpf.MapSpec `ebpf:"nvtx_scratch"`
+	NvtxStats          *ebpf.MapSpec `ebpf:"nvtx_stats"`
+	NvtxThreads        *ebpf.MapSpec `ebpf:"nvtx_threads"`
 	PyFrameScratch     *ebpf.MapSpec `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.MapSpec `ebpf:"py_threads"`
 	StackEvents        *ebpf.MapSpec `ebpf:"stack_events"`
@@ -166,6 +173,7 @@ type samplerVariableSpecs struct {
 	StackForkJobShare *ebpf.VariableSpec `ebpf:"stack_fork_job_share"`
 	StackHashSeed     *ebpf.VariableSpec `ebpf:"stack_hash_seed"`
 	StackInterpreters *ebpf.VariableSpec `ebpf:"stack_interpreters"`
+	StackNvtx         *ebpf.VariableSpec `ebpf:"stack_nvtx"`
 	StackTables       *ebpf.VariableSpec `ebpf:"stack_tables"`
 	UnusedInterpNew   *ebpf.VariableSpec `ebpf:"unused_interp_new"`
 }
@@ -201,6 +209,9 @@ type samplerMaps struct {
 	InterpQuota1       *ebpf.Map `ebpf:"interp_quota_1"`
 	InterpStacks0      *ebpf.Map `ebpf:"interp_stacks_0"`
 	InterpStacks1      *ebpf.Map `ebpf:"interp_stacks_1"`
+	NvtxScratch        *ebpf.Map `ebpf:"nvtx_scratch"`
+	NvtxStats          *ebpf.Map `ebpf:"nvtx_stats"`
+	NvtxThreads        *ebpf.Map `ebpf:"nvtx_threads"`
 	PyFrameScratch     *ebpf.Map `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.Map `ebpf:"py_threads"`
 	StackEvents        *ebpf.Map `ebpf:"stack_events"`
@@ -228,6 +239,9 @@ func (m *samplerMaps) Close() error {
 		m.InterpQuota1,
 		m.InterpStacks0,
 		m.InterpStacks1,
+		m.NvtxScratch,
+		m.NvtxStats,
+		m.NvtxThreads,
 		m.PyFrameScratch,
 		m.PyThreads,
 		m.StackEvents,
@@ -252,6 +266,7 @@ type samplerVariables struct {
 	StackForkJobShare *ebpf.Variable `ebpf:"stack_fork_job_share"`
 	StackHashSeed     *ebpf.Variable `ebpf:"stack_hash_seed"`
 	StackInterpreters *ebpf.Variable `ebpf:"stack_interpreters"`
+	StackNvtx         *ebpf.Variable `ebpf:"stack_nvtx"`
 	StackTables       *ebpf.Variable `ebpf:"stack_tables"`
 	UnusedInterpNew   *ebpf.Variable `ebpf:"unused_interp_new"`
 }

@@ -89,15 +89,17 @@ func (d *Daemon) add(builders map[string]*jobProfile, s *src, smp *source.Sample
 	if len(smp.Kernel) > 0 {
 		stack = append(stack, d.sym.Kernel(smp.Kernel)...)
 	}
-	if len(smp.User) > 0 || len(smp.Interp.Frames) > 0 {
+	spliced := len(smp.Interp.Frames) > 0 || len(smp.Interp.Root) > 0
+	if len(smp.User) > 0 || spliced {
 		var user []symbolize.Frame
 		if len(smp.User) > 0 {
 			user = d.sym.User(smp.Proc, smp.User)
 		}
 		// The one place interpreter frames join the native ones,
 		// whichever source captured them: each eval-loop frame becomes
-		// the frames it ran.
-		if len(smp.Interp.Frames) > 0 {
+		// the frames it ran, and root frames (NVTX ranges) go at the
+		// root.
+		if spliced {
 			user = interp.Splice(user, smp.Interp)
 		}
 		stack = append(stack, user...)

@@ -73,6 +73,51 @@ func TestInterpreterFramesSplicedForEverySource(t *testing.T) {
 	}
 }
 
+// Root frames (a thread's NVTX ranges) go at the root of every source's
+// stack, after its native and interpreter frames, and also where a sample
+// has no user stack at all.
+func TestRootFramesAtTheRoot(t *testing.T) {
+	res := fixtureProcs()
+	sink := &memSink{}
+	root := []symbolize.Frame{{Function: "[nvtx] phase_a", Module: "[nvtx]"}, {Function: "[nvtx] step", Module: "[nvtx]"}}
+	py := []interp.Frame{{Function: "Model.forward", File: "m.py", Line: 3, Entry: true}}
+	cpuSrc := cpuLike([]source.Sample{
+		{Proc: proc(10, 100), User: []uint64{7, 8}, Interp: interp.Stack{Root: root}, Values: []int64{1, 1e7}},
+		{Proc: proc(10, 100), User: []uint64{7, 100, 9}, Interp: interp.Stack{Frames: py, By: fakeInterp{}, Root: root}, Values: []int64{1, 1e7}},
+		{Proc: proc(10, 100), Kernel: []uint64{5}, Interp: interp.Stack{Root: root}, Values: []int64{1, 1e7}},
+	})
+	gpuSrc := newFakeSource("gpu", profiles.GPU, 1, 2)
+	gpuSrc.batches = [][]source.Sample{{{Proc: proc(10, 100), Frames: []symbolize.Frame{{Function: "gemm_kernel"}},
+		User: []uint64{7}, Interp: interp.Stack{Root: root}, Values: []int64{1, 0, 500}}}}
+	d := New(Config{Now: func() time.Time { return time.Unix(1000, 0) }}, []source.Source{cpuSrc, gpuSrc}, &evalSym{}, res, sink)
+	if err := d.Collect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"fn7 fn8 [nvtx] phase_a [nvtx] step",
+		"fn7 Model.forward fn9 [nvtx] phase_a [nvtx] step",
+		"k5 [nvtx] phase_a [nvtx] step", // no user stack: under the kernel's
+		"gemm_kernel fn7 [nvtx] phase_a [nvtx] step",
+	}
+	got := map[string][]string{}
+	for _, typ := range []profiles.Type{profiles.CPU, profiles.GPU} {
+		for _, smp := range byJob(t, sink.outs, typ)["1"].Sample {
+			var names []string
+			for _, l := range smp.Location {
+				for _, ln := range l.Line {
+					names = append(names, ln.Function.Name)
+				}
+			}
+			got[strings.Join(names, " ")] = nil
+		}
+	}
+	for _, k := range want {
+		if _, ok := got[k]; !ok {
+			t.Errorf("no stack %q among %q", k, slices.Collect(maps.Keys(got)))
+		}
+	}
+}
+
 // With LabelStackSetup, each sample says what of the capture was set up
 // for its process; without, no sample carries the label.
 func TestStackSetupLabel(t *testing.T) {

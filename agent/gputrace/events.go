@@ -19,7 +19,7 @@ const (
 	recordsMax      = 64 // SLURMSCOPE_RECORDS_MAX
 	recordSize      = 56 // sizeof(struct slurmscope_kernel_record)
 	nameMax         = 512
-	interpStackLen  = 16 + bpf.InterpMaxFrames*24 // struct interp_stack
+	interpStackLen  = 16 + bpf.InterpStackFrames*24 // struct interp_stack
 	launchEventLen  = headerSize + 8 + 8 + 4*4 + 8 + 8 + stackDepth*8 + interpStackLen
 	launchStackOff  = headerSize + 8 + 8 + 4*4 + 8 + 8
 	launchInterpOff = launchStackOff + stackDepth*8

@@ -13,6 +13,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/interp"
 	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/agent/symbolize"
 )
 
 // The joiner matches launch events (stack, correlation id) with completed
@@ -139,12 +140,24 @@ func (t *stackTable) intern(frames []uint64, in interp.Stack, setup uint32) stac
 			}
 		}
 	}
+	// So are its root frames (the thread's open NVTX ranges): one stack
+	// launches under many ranges.
+	if len(in.Root) > 0 {
+		buf = append(buf, 0xfe)
+		for _, f := range in.Root {
+			buf = binary.AppendUvarint(buf, uint64(len(f.Function)))
+			buf = append(buf, f.Function...)
+			buf = binary.AppendUvarint(buf, uint64(len(f.Module)))
+			buf = append(buf, f.Module...)
+		}
+	}
 	key := string(buf)
 	if id, ok := t.ids[key]; ok {
 		t.slots[id].refs++
 		return id
 	}
 	in.Frames = slices.Clone(in.Frames)
+	in.Root = slices.Clone(in.Root)
 	s := stackSlot{key: key, frames: slices.Clone(frames), interp: in, setup: setup, refs: 1}
 	var id stackID
 	if n := len(t.free); n > 0 {
@@ -449,6 +462,9 @@ func (j *joiner) launch(e launchEvent, now time.Time) {
 	cost := int64(launchBytes + 8*len(e.stack))
 	for _, f := range e.interp.Frames {
 		cost += pyFrameBytes + int64(len(f.Function)+len(f.File))
+	}
+	for _, f := range e.interp.Root {
+		cost += pyFrameBytes + int64(len(f.Function)+len(f.Module))
 	}
 	if !j.grow(p, cost) {
 		// Over the job's share: the launch is not kept. Its records will
@@ -804,6 +820,9 @@ func compareSamples(a, b Sample) int {
 		cmp.Compare(a.Setup, b.Setup),
 		slices.CompareFunc(a.Interp.Frames, b.Interp.Frames, func(x, y interp.Frame) int {
 			return cmp.Or(cmp.Compare(x.Function, y.Function), cmp.Compare(x.File, y.File), cmp.Compare(x.Line, y.Line))
+		}),
+		slices.CompareFunc(a.Interp.Root, b.Interp.Root, func(x, y symbolize.Frame) int {
+			return cmp.Or(cmp.Compare(x.Function, y.Function), cmp.Compare(x.Module, y.Module))
 		}),
 	)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/bpf"
 	"github.com/slurmscope/slurmscope/agent/interp"
 	"github.com/slurmscope/slurmscope/agent/procfs"
+	"github.com/slurmscope/slurmscope/agent/symbolize"
 )
 
 var t0 = time.Unix(1000, 0)
@@ -346,7 +347,7 @@ func TestDecodeEvents(t *testing.T) {
 	le.PutUint64(b[launchInterpOff+16+16:], 42)
 	le.PutUint32(b[60:], 3) // setup
 	le.PutUint32(b[56:], unwindEndFrameLimit)
-	if e, _ := decodeLaunch(h, b); e.raw == nil || int(e.raw.Len) != bpf.InterpMaxFrames || e.raw.Kind != 1 || e.raw.Frames[0].Addr != 0xc0de || e.raw.Frames[0].Data != 42 || !e.truncated || e.setup != 3 {
+	if e, _ := decodeLaunch(h, b); e.raw == nil || int(e.raw.Len) != bpf.InterpStackFrames || e.raw.Kind != 1 || e.raw.Frames[0].Addr != 0xc0de || e.raw.Frames[0].Data != 42 || !e.truncated || e.setup != 3 {
 		t.Errorf("interpreter frames %+v, truncated %v, setup %d", e.raw, e.truncated, e.setup)
 	}
 	le.PutUint32(b[56:], 0)
@@ -575,5 +576,38 @@ func TestDecodeState(t *testing.T) {
 	}
 	if _, err := decodeState(h, b[:stateEventLen-1]); err == nil {
 		t.Error("short event accepted")
+	}
+}
+
+// TestJoinKeepsRootFramesApart: launches from one stack under different
+// NVTX ranges (interp.Stack.Root) are different stacks: each kernel's time
+// sits under the ranges open at its launch.
+func TestJoinKeepsRootFramesApart(t *testing.T) {
+	j := newJoiner(testLimits())
+	j.name(nameEv(1, 5, "gemm"))
+	rangeFrames := func(names ...string) []symbolize.Frame {
+		var out []symbolize.Frame
+		for _, n := range names {
+			out = append(out, symbolize.Frame{Function: n, Module: "[nvtx]"})
+		}
+		return out
+	}
+	for cid, root := range map[uint64][]symbolize.Frame{1: rangeFrames("[nvtx] fwd", "[nvtx] step"), 2: rangeFrames("[nvtx] fwd", "[nvtx] step"),
+		3: rangeFrames("[nvtx] bwd", "[nvtx] step"), 4: nil} {
+		e := launchEv(1, 5, cid, "gemm", 0xa, 0xb)
+		e.interp = interp.Stack{Root: root}
+		j.launch(e, t0)
+	}
+	j.records(hdr(1, 5), []kernelRecord{rec(1, "gemm", 10, true), rec(2, "gemm", 20, true), rec(3, "gemm", 70, true), rec(4, "gemm", 5, true)}, t0)
+	got := map[string]uint64{}
+	for _, s := range j.drain(t0, always) {
+		k := "none"
+		if len(s.Interp.Root) > 0 {
+			k = s.Interp.Root[0].Function
+		}
+		got[k] += s.GPUTime
+	}
+	if got["[nvtx] fwd"] != 30 || got["[nvtx] bwd"] != 70 || got["none"] != 5 {
+		t.Errorf("GPU time by innermost range %v, want fwd 30, bwd 70, none 5", got)
 	}
 }

@@ -62,7 +62,7 @@ type markersLaunchEvent struct {
 		Status uint32
 		Flags  uint32
 		Kind   uint32
-		Frames [64]struct {
+		Frames [80]struct {
 			_     structs.HostLayout
 			Addr  uint64
 			Check uint64
@@ -120,6 +120,9 @@ type markersStateEvent struct {
 const (
 	markersMapEvents             = "events"
 	markersMapInterpProcs        = "interp_procs"
+	markersMapNvtxScratch        = "nvtx_scratch"
+	markersMapNvtxStats          = "nvtx_stats"
+	markersMapNvtxThreads        = "nvtx_threads"
 	markersMapPyFrameScratch     = "py_frame_scratch"
 	markersMapPyThreads          = "py_threads"
 	markersMapStackEvents        = "stack_events"
@@ -137,6 +140,7 @@ const (
 	markersVarExcludeTgid        = "exclude_tgid"
 	markersVarStackForkJobShare  = "stack_fork_job_share"
 	markersVarStackInterpreters  = "stack_interpreters"
+	markersVarStackNvtx          = "stack_nvtx"
 	markersVarStackTables        = "stack_tables"
 	markersVarUnusedKind         = "unused_kind"
 	markersVarUnusedLaunch       = "unused_launch"
@@ -202,6 +206,9 @@ type markersProgramSpecs struct {
 type markersMapSpecs struct {
 	Events             *ebpf.MapSpec `ebpf:"events"`
 	InterpProcs        *ebpf.MapSpec `ebpf:"interp_procs"`
+	NvtxScratch        *ebpf.MapSpec `ebpf:"nvtx_scratch"`
+	NvtxStats          *ebpf.MapSpec `ebpf:"nvtx_stats"`
+	NvtxThreads        *ebpf.MapSpec `ebpf:"nvtx_threads"`
 	PyFrameScratch     *ebpf.MapSpec `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.MapSpec `ebpf:"py_threads"`
 	StackEvents        *ebpf.MapSpec `ebpf:"stack_events"`
@@ -221,6 +228,7 @@ type markersVariableSpecs struct {
 	ExcludeTgid       *ebpf.VariableSpec `ebpf:"exclude_tgid"`
 	StackForkJobShare *ebpf.VariableSpec `ebpf:"stack_fork_job_share"`
 	StackInterpreters *ebpf.VariableSpec `ebpf:"stack_interpreters"`
+	StackNvtx         *ebpf.VariableSpec `ebpf:"stack_nvtx"`
 	StackTables       *ebpf.VariableSpec `ebpf:"stack_tables"`
 	UnusedKind        *ebpf.VariableSpec `ebpf:"unused_kind"`
 	UnusedLaunch      *ebpf.VariableSpec `ebpf:"unused_launch"`
@@ -254,6 +262,9 @@ func (o *markersObjects) Close() error {
 type markersMaps struct {
 	Events             *ebpf.Map `ebpf:"events"`
 	InterpProcs        *ebpf.Map `ebpf:"interp_procs"`
+	NvtxScratch        *ebpf.Map `ebpf:"nvtx_scratch"`
+	NvtxStats          *ebpf.Map `ebpf:"nvtx_stats"`
+	NvtxThreads        *ebpf.Map `ebpf:"nvtx_threads"`
 	PyFrameScratch     *ebpf.Map `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.Map `ebpf:"py_threads"`
 	StackEvents        *ebpf.Map `ebpf:"stack_events"`
@@ -270,6 +281,9 @@ func (m *markersMaps) Close() error {
 	return _MarkersClose(
 		m.Events,
 		m.InterpProcs,
+		m.NvtxScratch,
+		m.NvtxStats,
+		m.NvtxThreads,
 		m.PyFrameScratch,
 		m.PyThreads,
 		m.StackEvents,
@@ -290,6 +304,7 @@ type markersVariables struct {
 	ExcludeTgid       *ebpf.Variable `ebpf:"exclude_tgid"`
 	StackForkJobShare *ebpf.Variable `ebpf:"stack_fork_job_share"`
 	StackInterpreters *ebpf.Variable `ebpf:"stack_interpreters"`
+	StackNvtx         *ebpf.Variable `ebpf:"stack_nvtx"`
 	StackTables       *ebpf.Variable `ebpf:"stack_tables"`
 	UnusedKind        *ebpf.Variable `ebpf:"unused_kind"`
 	UnusedLaunch      *ebpf.Variable `ebpf:"unused_launch"`

@@ -53,8 +53,8 @@ type Options struct {
 	// ExcludePID is a process not to trace, normally the agent itself.
 	ExcludePID int
 	// RingBufferBytes is the size of the BPF ring buffer, a power of two
-	// multiple of the page size. Default 8 MiB: a launch event takes 2.6
-	// KiB (its native and interpreter stacks), a batch of 64 records 3.6 KiB.
+	// multiple of the page size. Default 8 MiB: a launch event takes 2.9
+	// KiB (its native and interpreter stacks, NVTX ranges), a batch of 64 records 3.6 KiB.
 	RingBufferBytes int
 	// MaxFiles bounds the library files attached at once. A job can copy
 	// the library under any name, so this is a bound, not a guess. Default 32.

@@ -12,6 +12,11 @@
 // their entries into the capture's process table, names the raw frames the
 // probes recorded, and forgets processes that exited. What it reads of a
 // process and its files comes through Env, from agent/procfs.
+//
+// An Annotator is the other kind of thing the capture records beside the
+// native frames: root frames of every process, whatever its interpreter
+// (agent/nvtx: the thread's open NVTX ranges), which Splice puts at the
+// root side of the stack.
 package interp
 
 import (
@@ -158,4 +163,27 @@ type Stack struct {
 	Truncated bool
 	// By is the interpreter that ran them; nil with no frames.
 	By Splicer
+	// Root are named frames that go at the root side of the whole stack,
+	// innermost first: annotations of the thread captured beside its
+	// frames (its open NVTX ranges), by an Annotator.
+	Root []symbolize.Frame
+}
+
+// Annotator names root frames: what the capture records of a thread
+// beside its native and interpreter frames, for every process whatever its
+// interpreter (agent/nvtx: the NVTX ranges open on the thread). Its BPF
+// half appends them to the thread's interp_stack after the interpreter's
+// frames (interp.h's root frames), each frame's check word its Tag.
+type Annotator interface {
+	// Name names it in logs.
+	Name() string
+	// Const is the __u32 constant of stack.h that turns its capture on.
+	Const() string
+	// Tag is the check word of its root frames.
+	Tag() uint64
+	// Root names one sample's root frames of p, outermost first as
+	// captured; truncated: inner ones were cut. It returns them innermost
+	// first, as Stack.Root holds them. Called soon after the sample; it
+	// must not block.
+	Root(p Process, frames []bpf.InterpFrame, truncated bool) []symbolize.Frame
 }

@@ -28,15 +28,18 @@ func TruncatedFunction(s Splicer) string {
 //     go on the root side of what there is, rather than nowhere;
 //   - where the interpreter stack was truncated, TruncatedFunction follows
 //     its last frame, and native eval-loop frames without interpreter
-//     frames stay as they are.
+//     frames stay as they are;
+//   - s.Root (a thread's open NVTX ranges) goes last, at the root side of
+//     everything, so that a flame graph groups the time by them.
 //
 // Splice is pure: it neither reads nor changes its inputs.
 func Splice(native []symbolize.Frame, s Stack) []symbolize.Frame {
 	if len(s.Frames) == 0 || s.By == nil {
-		return append([]symbolize.Frame(nil), native...)
+		out := make([]symbolize.Frame, 0, len(native)+len(s.Root))
+		return append(append(out, native...), s.Root...)
 	}
 	module := s.By.Module()
-	out := make([]symbolize.Frame, 0, len(native)+len(s.Frames)+1)
+	out := make([]symbolize.Frame, 0, len(native)+len(s.Frames)+1+len(s.Root))
 	next := 0 // first interpreter frame not yet placed
 	group := func() {
 		for next < len(s.Frames) {
@@ -61,5 +64,5 @@ func Splice(native []symbolize.Frame, s Stack) []symbolize.Frame {
 	for next < len(s.Frames) {
 		group()
 	}
-	return out
+	return append(out, s.Root...)
 }

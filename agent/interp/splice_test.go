@@ -127,3 +127,28 @@ func TestSpliceWithoutInterpreter(t *testing.T) {
 		t.Errorf("frames without an interpreter spliced: %q", names(got))
 	}
 }
+
+// TestSpliceRootFrames: root frames (a thread's NVTX ranges) go at the
+// root side of everything, after the native frames below the outermost
+// eval loop, with or without interpreter frames.
+func TestSpliceRootFrames(t *testing.T) {
+	root := []symbolize.Frame{{Function: "[nvtx] phase_a", Module: "[nvtx]"}, {Function: "[nvtx] step", Module: "[nvtx]"}}
+	native := nat("work", "_PyEval_EvalFrameDefault", "main")
+	s := Stack{Frames: []Frame{pyf("forward", 3, true)}, By: fakePython{}, Root: root}
+	got := names(Splice(native, s))
+	want := []string{"work", "py:forward", "main", "[nvtx] phase_a", "[nvtx] step"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("with interpreter frames: %q, want %q", got, want)
+	}
+	got = names(Splice(nat("work_phase_a", "run_steps", "main"), Stack{Root: root}))
+	want = []string{"work_phase_a", "run_steps", "main", "[nvtx] phase_a", "[nvtx] step"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("native only: %q, want %q", got, want)
+	}
+	if got := names(Splice(nil, Stack{Root: root})); !reflect.DeepEqual(got, []string{"[nvtx] phase_a", "[nvtx] step"}) {
+		t.Errorf("no user stack: %q", got)
+	}
+	if &root[0] == &Splice(nil, Stack{Root: root})[0] {
+		t.Error("Splice returned its input")
+	}
+}

@@ -74,6 +74,9 @@ const (
 	offcpuMapInterpStacks       = "interp_stacks"
 	offcpuMapJobs               = "jobs"
 	offcpuMapJobsGen            = "jobs_gen"
+	offcpuMapNvtxScratch        = "nvtx_scratch"
+	offcpuMapNvtxStats          = "nvtx_stats"
+	offcpuMapNvtxThreads        = "nvtx_threads"
 	offcpuMapPending            = "pending"
 	offcpuMapPyFrameScratch     = "py_frame_scratch"
 	offcpuMapPyThreads          = "py_threads"
@@ -103,6 +106,7 @@ const (
 	offcpuVarStackForkJobShare  = "stack_fork_job_share"
 	offcpuVarStackHashSeed      = "stack_hash_seed"
 	offcpuVarStackInterpreters  = "stack_interpreters"
+	offcpuVarStackNvtx          = "stack_nvtx"
 	offcpuVarStackShare         = "stack_share"
 	offcpuVarStackTables        = "stack_tables"
 	offcpuVarUnusedInterpNew    = "unused_interp_new"
@@ -168,6 +172,9 @@ type offcpuMapSpecs struct {
 	InterpStacks       *ebpf.MapSpec `ebpf:"interp_stacks"`
 	Jobs               *ebpf.MapSpec `ebpf:"jobs"`
 	JobsGen            *ebpf.MapSpec `ebpf:"jobs_gen"`
+	NvtxScratch        *ebpf.MapSpec `ebpf:"nvtx_scratch"`
+	NvtxStats          *ebpf.MapSpec `ebpf:"nvtx_stats"`
+	NvtxThreads        *ebpf.MapSpec `ebpf:"nvtx_threads"`
 	Pending            *ebpf.MapSpec `ebpf:"pending"`
 	PyFrameScratch     *ebpf.MapSpec `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.MapSpec `ebpf:"py_threads"`
@@ -202,6 +209,7 @@ type offcpuVariableSpecs struct {
 	StackForkJobShare *ebpf.VariableSpec `ebpf:"stack_fork_job_share"`
 	StackHashSeed     *ebpf.VariableSpec `ebpf:"stack_hash_seed"`
 	StackInterpreters *ebpf.VariableSpec `ebpf:"stack_interpreters"`
+	StackNvtx         *ebpf.VariableSpec `ebpf:"stack_nvtx"`
 	StackShare        *ebpf.VariableSpec `ebpf:"stack_share"`
 	StackTables       *ebpf.VariableSpec `ebpf:"stack_tables"`
 	UnusedInterpNew   *ebpf.VariableSpec `ebpf:"unused_interp_new"`
@@ -238,6 +246,9 @@ type offcpuMaps struct {
 	InterpStacks       *ebpf.Map `ebpf:"interp_stacks"`
 	Jobs               *ebpf.Map `ebpf:"jobs"`
 	JobsGen            *ebpf.Map `ebpf:"jobs_gen"`
+	NvtxScratch        *ebpf.Map `ebpf:"nvtx_scratch"`
+	NvtxStats          *ebpf.Map `ebpf:"nvtx_stats"`
+	NvtxThreads        *ebpf.Map `ebpf:"nvtx_threads"`
 	Pending            *ebpf.Map `ebpf:"pending"`
 	PyFrameScratch     *ebpf.Map `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.Map `ebpf:"py_threads"`
@@ -274,6 +285,9 @@ func (m *offcpuMaps) Close() error {
 		m.InterpStacks,
 		m.Jobs,
 		m.JobsGen,
+		m.NvtxScratch,
+		m.NvtxStats,
+		m.NvtxThreads,
 		m.Pending,
 		m.PyFrameScratch,
 		m.PyThreads,
@@ -309,6 +323,7 @@ type offcpuVariables struct {
 	StackForkJobShare *ebpf.Variable `ebpf:"stack_fork_job_share"`
 	StackHashSeed     *ebpf.Variable `ebpf:"stack_hash_seed"`
 	StackInterpreters *ebpf.Variable `ebpf:"stack_interpreters"`
+	StackNvtx         *ebpf.Variable `ebpf:"stack_nvtx"`
 	StackShare        *ebpf.Variable `ebpf:"stack_share"`
 	StackTables       *ebpf.Variable `ebpf:"stack_tables"`
 	UnusedInterpNew   *ebpf.Variable `ebpf:"unused_interp_new"`

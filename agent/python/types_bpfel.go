@@ -56,6 +56,9 @@ const (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	typesMapInterpProcs        = "interp_procs"
+	typesMapNvtxScratch        = "nvtx_scratch"
+	typesMapNvtxStats          = "nvtx_stats"
+	typesMapNvtxThreads        = "nvtx_threads"
 	typesMapPyFrameScratch     = "py_frame_scratch"
 	typesMapPyThreads          = "py_threads"
 	typesMapStackEvents        = "stack_events"
@@ -66,6 +69,7 @@ const (
 	typesMapStackStats         = "stack_stats"
 	typesVarStackForkJobShare  = "stack_fork_job_share"
 	typesVarStackInterpreters  = "stack_interpreters"
+	typesVarStackNvtx          = "stack_nvtx"
 	typesVarStackTables        = "stack_tables"
 	typesVarUnusedBuf          = "unused_buf"
 	typesVarUnusedFlag         = "unused_flag"
@@ -122,6 +126,9 @@ type typesProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type typesMapSpecs struct {
 	InterpProcs        *ebpf.MapSpec `ebpf:"interp_procs"`
+	NvtxScratch        *ebpf.MapSpec `ebpf:"nvtx_scratch"`
+	NvtxStats          *ebpf.MapSpec `ebpf:"nvtx_stats"`
+	NvtxThreads        *ebpf.MapSpec `ebpf:"nvtx_threads"`
 	PyFrameScratch     *ebpf.MapSpec `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.MapSpec `ebpf:"py_threads"`
 	StackEvents        *ebpf.MapSpec `ebpf:"stack_events"`
@@ -138,6 +145,7 @@ type typesMapSpecs struct {
 type typesVariableSpecs struct {
 	StackForkJobShare *ebpf.VariableSpec `ebpf:"stack_fork_job_share"`
 	StackInterpreters *ebpf.VariableSpec `ebpf:"stack_interpreters"`
+	StackNvtx         *ebpf.VariableSpec `ebpf:"stack_nvtx"`
 	StackTables       *ebpf.VariableSpec `ebpf:"stack_tables"`
 	UnusedBuf         *ebpf.VariableSpec `ebpf:"unused_buf"`
 	UnusedFlag        *ebpf.VariableSpec `ebpf:"unused_flag"`
@@ -166,6 +174,9 @@ func (o *typesObjects) Close() error {
 // It can be passed to loadTypesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type typesMaps struct {
 	InterpProcs        *ebpf.Map `ebpf:"interp_procs"`
+	NvtxScratch        *ebpf.Map `ebpf:"nvtx_scratch"`
+	NvtxStats          *ebpf.Map `ebpf:"nvtx_stats"`
+	NvtxThreads        *ebpf.Map `ebpf:"nvtx_threads"`
 	PyFrameScratch     *ebpf.Map `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.Map `ebpf:"py_threads"`
 	StackEvents        *ebpf.Map `ebpf:"stack_events"`
@@ -179,6 +190,9 @@ type typesMaps struct {
 func (m *typesMaps) Close() error {
 	return _TypesClose(
 		m.InterpProcs,
+		m.NvtxScratch,
+		m.NvtxStats,
+		m.NvtxThreads,
 		m.PyFrameScratch,
 		m.PyThreads,
 		m.StackEvents,
@@ -196,6 +210,7 @@ func (m *typesMaps) Close() error {
 type typesVariables struct {
 	StackForkJobShare *ebpf.Variable `ebpf:"stack_fork_job_share"`
 	StackInterpreters *ebpf.Variable `ebpf:"stack_interpreters"`
+	StackNvtx         *ebpf.Variable `ebpf:"stack_nvtx"`
 	StackTables       *ebpf.Variable `ebpf:"stack_tables"`
 	UnusedBuf         *ebpf.Variable `ebpf:"unused_buf"`
 	UnusedFlag        *ebpf.Variable `ebpf:"unused_flag"`

@@ -17,6 +17,9 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	procsMapInterpProcs        = "interp_procs"
+	procsMapNvtxScratch        = "nvtx_scratch"
+	procsMapNvtxStats          = "nvtx_stats"
+	procsMapNvtxThreads        = "nvtx_threads"
 	procsMapPyFrameScratch     = "py_frame_scratch"
 	procsMapPyThreads          = "py_threads"
 	procsMapStackEvents        = "stack_events"
@@ -30,6 +33,7 @@ const (
 	procsProgOnFork            = "on_fork"
 	procsVarStackForkJobShare  = "stack_fork_job_share"
 	procsVarStackInterpreters  = "stack_interpreters"
+	procsVarStackNvtx          = "stack_nvtx"
 	procsVarStackTables        = "stack_tables"
 )
 
@@ -85,6 +89,9 @@ type procsProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type procsMapSpecs struct {
 	InterpProcs        *ebpf.MapSpec `ebpf:"interp_procs"`
+	NvtxScratch        *ebpf.MapSpec `ebpf:"nvtx_scratch"`
+	NvtxStats          *ebpf.MapSpec `ebpf:"nvtx_stats"`
+	NvtxThreads        *ebpf.MapSpec `ebpf:"nvtx_threads"`
 	PyFrameScratch     *ebpf.MapSpec `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.MapSpec `ebpf:"py_threads"`
 	StackEvents        *ebpf.MapSpec `ebpf:"stack_events"`
@@ -101,6 +108,7 @@ type procsMapSpecs struct {
 type procsVariableSpecs struct {
 	StackForkJobShare *ebpf.VariableSpec `ebpf:"stack_fork_job_share"`
 	StackInterpreters *ebpf.VariableSpec `ebpf:"stack_interpreters"`
+	StackNvtx         *ebpf.VariableSpec `ebpf:"stack_nvtx"`
 	StackTables       *ebpf.VariableSpec `ebpf:"stack_tables"`
 }
 
@@ -125,6 +133,9 @@ func (o *procsObjects) Close() error {
 // It can be passed to loadProcsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type procsMaps struct {
 	InterpProcs        *ebpf.Map `ebpf:"interp_procs"`
+	NvtxScratch        *ebpf.Map `ebpf:"nvtx_scratch"`
+	NvtxStats          *ebpf.Map `ebpf:"nvtx_stats"`
+	NvtxThreads        *ebpf.Map `ebpf:"nvtx_threads"`
 	PyFrameScratch     *ebpf.Map `ebpf:"py_frame_scratch"`
 	PyThreads          *ebpf.Map `ebpf:"py_threads"`
 	StackEvents        *ebpf.Map `ebpf:"stack_events"`
@@ -138,6 +149,9 @@ type procsMaps struct {
 func (m *procsMaps) Close() error {
 	return _ProcsClose(
 		m.InterpProcs,
+		m.NvtxScratch,
+		m.NvtxStats,
+		m.NvtxThreads,
 		m.PyFrameScratch,
 		m.PyThreads,
 		m.StackEvents,
@@ -155,6 +169,7 @@ func (m *procsMaps) Close() error {
 type procsVariables struct {
 	StackForkJobShare *ebpf.Variable `ebpf:"stack_fork_job_share"`
 	StackInterpreters *ebpf.Variable `ebpf:"stack_interpreters"`
+	StackNvtx         *ebpf.Variable `ebpf:"stack_nvtx"`
 	StackTables       *ebpf.Variable `ebpf:"stack_tables"`
 }
 

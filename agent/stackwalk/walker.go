@@ -25,6 +25,7 @@ import (
 	"github.com/slurmscope/slurmscope/agent/prio"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/source"
+	"github.com/slurmscope/slurmscope/agent/symbolize"
 	"github.com/slurmscope/slurmscope/agent/unwind"
 )
 
@@ -38,6 +39,10 @@ type Options struct {
 	// Interpreters are the interpreters whose frames are walked (each
 	// one's --<name>-frames); none: native frames only.
 	Interpreters []interp.Interpreter
+	// Annotators name the root frames the capture records beside the
+	// native and interpreter frames of every process (agent/nvtx: the
+	// thread's open NVTX ranges); each one's BPF constant is turned on.
+	Annotators []interp.Annotator
 	// Profiled says whether the agent profiles a process (it is in a job,
 	// or --all-processes): only those are loaded. nil: every process. It
 	// is called on the reader of new processes, whose interpreter set-up
@@ -159,7 +164,7 @@ func New(o Options) (*Walker, error) {
 		}
 	}
 	w.life = newLifecycle(o.Profiled, w.tables, o.ExitGrace)
-	if !w.tables && len(o.Interpreters) == 0 {
+	if !w.tables && len(o.Interpreters) == 0 && len(o.Annotators) == 0 {
 		return w, nil
 	}
 	if err := w.init(); err != nil {
@@ -255,6 +260,9 @@ func (w *Walker) Prepare(spec *ebpf.CollectionSpec) (map[string]any, map[string]
 	if w.interps != nil {
 		consts["stack_interpreters"] = w.interps.mask
 	}
+	for _, a := range w.o.Annotators {
+		consts[a.Const()] = uint32(1)
+	}
 	repl := map[string]*ebpf.Map{}
 	if w.loader != nil {
 		r, err := w.loader.Maps().Replace(spec)
@@ -306,11 +314,50 @@ func (w *Walker) Resolve(pid uint32, startNs uint64, raw *bpf.InterpStack) inter
 	if raw == nil || raw.Len == 0 {
 		return interp.Stack{}
 	}
-	in := w.interps.of(raw.Kind)
-	if in == nil {
-		return interp.Stack{}
+	p := interp.Process{PID: pid, StartNs: startNs}
+	n, root := raw.RootFrames()
+	var st interp.Stack
+	if in := w.interps.of(raw.Kind); in != nil && n > 0 {
+		if len(root) == 0 {
+			st = in.Resolve(p, raw)
+		} else {
+			// The interpreter sees its own frames only.
+			own := *raw
+			own.Len = n
+			own.Flags &^= bpf.InterpRootTruncated | 0xff<<bpf.InterpRootShift
+			st = in.Resolve(p, &own)
+		}
 	}
-	return in.Resolve(interp.Process{PID: pid, StartNs: startNs}, raw)
+	if len(root) > 0 {
+		st.Root = w.annotate(p, root, raw.Flags&bpf.InterpRootTruncated != 0)
+	}
+	return st
+}
+
+// annotate names root frames: each annotator the frames that carry its
+// tag, in order; frames of no annotator's tag are dropped.
+func (w *Walker) annotate(p interp.Process, root []bpf.InterpFrame, truncated bool) []symbolize.Frame {
+	var out []symbolize.Frame
+	for _, a := range w.o.Annotators {
+		mine := root
+		for _, f := range root {
+			if f.Check != a.Tag() {
+				mine = nil
+				break
+			}
+		}
+		if mine == nil {
+			for _, f := range root {
+				if f.Check == a.Tag() {
+					mine = append(mine, f)
+				}
+			}
+		}
+		if len(mine) > 0 {
+			out = append(out, a.Root(p, mine, truncated)...)
+		}
+	}
+	return out
 }
 
 // AttachProcess loads a process the daemon found in a rescan, unless it is

@@ -17,6 +17,12 @@
 
 // Interpreter frames kept per stack, the innermost ones.
 #define INTERP_MAX_FRAMES 64
+// Root frames a stack can carry after its interpreter frames: annotations
+// of the thread captured beside them (nvtx.h: its open NVTX ranges), not
+// an interpreter's, resolved by their own resolver in user space.
+#define INTERP_ROOT_FRAMES 16
+// Frames a struct interp_stack holds: what its len is bounded by.
+#define INTERP_STACK_FRAMES (INTERP_MAX_FRAMES + INTERP_ROOT_FRAMES)
 // Bytes of an interpreter's own per-process data in interp_procs.
 #define INTERP_PROC_DATA 64
 
@@ -38,7 +44,14 @@ enum interp_status {
 // interp_stack.flags
 enum interp_stack_flag {
 	INTERP_STACK_TRUNCATED = 1 << 0, // deeper than INTERP_MAX_FRAMES: outer frames cut
+	INTERP_STACK_ROOT_TRUNCATED = 1 << 1, // more root frames than INTERP_ROOT_FRAMES: inner ones cut
+	// Bits 8-15 (INTERP_STACK_ROOT_SHIFT): how many of the len frames are
+	// root frames, the last ones, outermost first; the interpreter's are
+	// frames[0 .. len - that).
+	INTERP_STACK_ROOT_SHIFT = 8,
 };
+
+#define INTERP_STACK_ROOT_MASK (0xffU << INTERP_STACK_ROOT_SHIFT)
 
 struct interp_frame {
 	__u64 addr;  // what the frame runs (CPython: the code object)
@@ -47,11 +60,11 @@ struct interp_frame {
 };
 
 struct interp_stack {
-	__u32 len;    // frames filled
+	__u32 len;    // frames filled: the interpreter's, then the root frames (flags)
 	__u32 status; // enum interp_status
 	__u32 flags;  // INTERP_STACK_*
 	__u32 kind;   // the interpreter (its enum in its header); 0 with INTERP_STATUS_NONE
-	struct interp_frame frames[INTERP_MAX_FRAMES];
+	struct interp_frame frames[INTERP_STACK_FRAMES];
 };
 
 // A process an interpreter was set up for, keyed by tgid; written by user

@@ -9,7 +9,9 @@
 //	// st->ips[0 .. st->len), innermost first; st->end: enum unwind_end.
 //	// 0 with err < 0: no user stack (a kernel thread, an unreadable stack).
 //	struct interp_stack *in = stack_interp_frames(task, pid_tgid, start_boottime_ns);
-//	// 0 when no interpreter is on; else in->len frames of in->kind, in->status.
+//	// 0 when neither interpreters nor NVTX ranges are on; else in->len
+//	// frames: those of in->kind (in->status), then the thread's open NVTX
+//	// ranges as root frames (nvtx.h, counted in in->flags).
 //	__u32 setup = stack_setup(st, in); // STACK_SETUP_*: what was loaded
 //
 // Both return per-CPU buffers, valid until the program returns: copy or
@@ -34,6 +36,7 @@
 #include "unwind.h"
 #include "interp.h"
 #include "interpreters.h"
+#include "nvtx.h"
 
 #ifndef BPF_MAP_TYPE_LRU_HASH
 #define BPF_MAP_TYPE_LRU_HASH 9
@@ -292,16 +295,44 @@ static __always_inline struct unwind_stack *stack_native_task(void *ctx, __u32 t
 	return stack_native_regs(ctx, 1, tgid, start_boottime_ns, err);
 }
 
-// stack_interp_frames walks the current thread's interpreter frames; 0
-// when no interpreter is on. task is bpf_get_current_task(). A process
-// with no entry (or one left by an earlier image) costs one lookup, and is
-// announced.
+// stack_interp_walk fills out with the current thread's interpreter
+// frames. A process with no entry (or one left by an earlier image) costs
+// one lookup, and is announced.
+static __always_inline void stack_interp_walk(void *task, __u64 pid_tgid, __u64 start, __u64 mm,
+					      struct interp_stack *out)
+{
+	__u32 tgid = pid_tgid >> 32;
+	struct interp_proc *p = bpf_map_lookup_elem(&interp_procs, &tgid);
+
+	if (!p || p->start_boottime != start || p->mm != mm || p->kind >= 32 ||
+	    !(stack_interpreters & (1U << p->kind))) {
+		stack_announce(tgid, start, mm, STACK_EVENT_NO_INTERP);
+		return;
+	}
+	out->status = INTERP_STATUS_OK;
+	out->kind = p->kind;
+	switch (p->kind) {
+#define STACK_WALK(kind, walk)                          \
+	case kind:                                      \
+		walk(p, task, pid_tgid, start, out);    \
+		break;
+		STACK_INTERPRETERS(STACK_WALK)
+#undef STACK_WALK
+	default:
+		out->status = INTERP_STATUS_NONE;
+	}
+}
+
+// stack_interp_frames walks the current thread's interpreter frames and
+// appends its open NVTX ranges as root frames (nvtx.h); 0 when neither is
+// on. task is bpf_get_current_task(). in->status and in->kind are the
+// interpreter walk's alone: a thread with ranges and no interpreter has
+// INTERP_STATUS_NONE and only root frames.
 static __always_inline struct interp_stack *stack_interp_frames(void *task, __u64 pid_tgid, __u64 start)
 {
 	__u32 slot = UNWIND_SLOT;
-	__u32 tgid = pid_tgid >> 32;
 
-	if (!stack_interpreters)
+	if (!stack_interpreters && !stack_nvtx)
 		return 0;
 	struct interp_stack *out = bpf_map_lookup_elem(&stack_interp_scratch, &slot);
 
@@ -317,25 +348,10 @@ static __always_inline struct interp_stack *stack_interp_frames(void *task, __u6
 
 	if (!mm)
 		return out;
-	struct interp_proc *p = bpf_map_lookup_elem(&interp_procs, &tgid);
-
-	if (!p || p->start_boottime != start || p->mm != mm || p->kind >= 32 ||
-	    !(stack_interpreters & (1U << p->kind))) {
-		stack_announce(tgid, start, mm, STACK_EVENT_NO_INTERP);
-		return out;
-	}
-	out->status = INTERP_STATUS_OK;
-	out->kind = p->kind;
-	switch (p->kind) {
-#define STACK_WALK(kind, walk)                          \
-	case kind:                                      \
-		walk(p, task, pid_tgid, start, out);    \
-		break;
-		STACK_INTERPRETERS(STACK_WALK)
-#undef STACK_WALK
-	default:
-		out->status = INTERP_STATUS_NONE;
-	}
+	if (stack_interpreters)
+		stack_interp_walk(task, pid_tgid, start, mm, out);
+	if (stack_nvtx)
+		nvtx_frames(pid_tgid, start, out);
 	return out;
 }
 

@@ -90,7 +90,7 @@ static __always_inline __u64 interp_stack_hash(const struct interp_stack *in, __
 
 	h = mix64(h ^ tgid);
 	h = mix64(h ^ start);
-	for (__u32 i = 0; i < INTERP_MAX_FRAMES; i++) {
+	for (__u32 i = 0; i < INTERP_STACK_FRAMES; i++) {
 		if (i >= n)
 			break;
 		const struct interp_frame *f = &in->frames[i];
