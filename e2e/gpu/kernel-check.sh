@@ -13,7 +13,11 @@
 #     agent (--gpu-inject-lib) writing to a profile directory;
 #  4. prints the top kernels by GPU time with their launching Python stacks
 #     (`slurmscope-agent top --dir`, over the gpu profiles only) and the
-#     loop's slowdown with the library loaded.
+#     loop's slowdown with the library loaded;
+#  5. checks that torch.profiler, run for 20 steps after the timed loop,
+#     got its CUDA kernels while the library stood aside, and that the
+#     loop's NVTX ranges (torch.cuda.nvtx) sit over the kernels as [nvtx]
+#     frames (NVTX_INJECTION64_PATH).
 #
 # Run as root from anywhere in the repository; needs no network.
 # Environment: CUDA_HOME (default /usr/local/cuda), KCHECK_SECONDS (60),
@@ -55,7 +59,7 @@ cupti_inc=$CUDA_HOME/include
 
 # --- the training loop ----------------------------------------------------------
 cat >"$work/train.py" <<'PY'
-import sys, time, torch
+import os, sys, time, torch
 secs = float(sys.argv[1])
 dev = torch.device("cuda:0")
 model = torch.nn.Sequential(torch.nn.Linear(2048, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 2048)).to(dev)
@@ -70,8 +74,19 @@ def backward(loss):
     loss.backward()
     opt.step()
 
+nvtx = torch.cuda.nvtx
+
 def train_step():
-    backward(forward())
+    # NVTX ranges, as frameworks mark their steps: with
+    # NVTX_INJECTION64_PATH they become [nvtx] frames in the profiles.
+    nvtx.range_push("step")
+    nvtx.range_push("forward")
+    loss = forward()
+    nvtx.range_pop()
+    nvtx.range_push("backward")
+    backward(loss)
+    nvtx.range_pop()
+    nvtx.range_pop()
 
 for _ in range(20):
     train_step()
@@ -82,6 +97,21 @@ while time.time() < end:
     n += 1
 torch.cuda.synchronize()
 print("steps_per_second=%.2f steps=%d" % (n / (time.time() - t0), n), flush=True)
+
+# The user's own profiler after the timed loop: it must get its CUDA
+# kernels while the injection library steps aside.
+prof_steps = int(os.environ.get("KCHECK_PROFILE_STEPS", "0"))
+if prof_steps > 0:
+    from torch.profiler import profile, ProfilerActivity
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(prof_steps):
+            train_step()
+        torch.cuda.synchronize()
+    kernels = sum(e.count for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA)
+    print("user_profiler_cuda_kernels=%d" % kernels, flush=True)
+    for _ in range(prof_steps):
+        train_step()
+    torch.cuda.synchronize()
 PY
 rate() { sed -n 's/^steps_per_second=\([0-9.]*\).*/\1/p' "$1"; }
 
@@ -102,7 +132,7 @@ cg2=$(cgroup2_mount)
 job_cgroup_create "$cg2/$SLICE" "$JOB_ID" || die "cannot create $cg_leaf"
 log "traced run: ${SECS}s in job $JOB_ID under $lib"
 env SLURM_JOB_ID="$JOB_ID" SLURM_JOB_NAME=kcheck-train CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" \
-	CUDA_INJECTION64_PATH="$lib" PYTHONPERFSUPPORT=1 \
+	CUDA_INJECTION64_PATH="$lib" NVTX_INJECTION64_PATH="$lib" PYTHONPERFSUPPORT=1 KCHECK_PROFILE_STEPS=20 \
 	bash -c "$enter" kcheck-job "$cg_leaf" "$PY" "$work/train.py" "$SECS" >"$work/traced.log" 2>&1 &
 job_pid=$!
 wait "$job_pid" || { cat "$work/traced.log" >&2; die "the traced training loop failed"; }
@@ -127,7 +157,23 @@ if ((n == 0)); then
 	exit 1
 fi
 log "top kernels by GPU time, with their launching stacks ($n profiles):"
-"$agent" top --dir "$work/gpu" | sed 's/^/    /'
+"$agent" top --type gpu --dir "$work/gpu" | sed 's/^/    /'
+# The user's torch.profiler got its kernels while the library stood aside,
+# and the time aside is in the gpu profile's untraced type.
+user=$(sed -n 's/^user_profiler_cuda_kernels=\([0-9]*\)$/\1/p' "$work/traced.log")
+if [[ -z $user || $user == 0 ]]; then
+	log "FAIL: torch.profiler recorded no CUDA kernel beside the injection library"
+	exit 1
+fi
+log "torch.profiler recorded $user CUDA kernels beside the library"
+if command -v go >/dev/null; then
+	go tool pprof -top -sample_index=untraced "$work/gpu/$JOB_ID"/gpu-*.pb.gz 2>/dev/null | head -n 8 | sed 's/^/    untraced: /'
+fi
+# NVTX ranges at the root of the kernels' stacks: [nvtx] step, forward, backward.
+if ! "$agent" top --type gpu --dir "$work/gpu" --cum | grep -q '\[nvtx\] step'; then
+	log "FAIL: no [nvtx] step frame over the GPU kernels"
+	exit 1
+fi
 # top lists leaves (the kernels); the launching stacks, heaviest first:
 if command -v go >/dev/null; then
 	go tool pprof -traces -sample_index=gpu_time "$work/gpu/$JOB_ID"/gpu-*.pb.gz 2>/dev/null | head -n 120 | sed 's/^/    /'
