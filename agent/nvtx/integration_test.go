@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -93,7 +94,16 @@ int main(int argc, char **argv)
 
 func build(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
+	// Readable by nobody, who runs the hostile process (t.TempDir's
+	// parents are root's alone).
+	dir, err := os.MkdirTemp("", "slurmscope-nvtx-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range [][]string{
 		{"sh", "../../internal/testenv/nvtxstandin/build.sh", dir},
 		{"sh", "../../gpuinject/build.sh", dir},
@@ -199,6 +209,8 @@ func TestIntegrationNVTXRanges(t *testing.T) {
 	}
 	host := exec.Command(filepath.Join(dir, "hostile"), lib, fmt.Sprint(driverTID),
 		fmt.Sprint(nvtx.RangeID([]byte("\x00step"))), fmt.Sprint(nvtx.RangeID([]byte("\x00forged"))), fmt.Sprint(nvtx.RangeID([]byte("\x00phase_a"))))
+	// The attack runs as an unprivileged user, as a job would.
+	host.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	mu.Lock()
 	host, ready, _ := start(t, host)
 	profiled[host.Process.Pid] = true
