@@ -2,10 +2,10 @@ package gputrace
 
 import (
 	"fmt"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/ianlancetaylor/demangle"
+
+	"github.com/slurmscope/slurmscope/internal/printable"
 )
 
 // UnsampledFrame is the frame a kernel's GPU time sits under when none of its
@@ -45,33 +45,13 @@ func parseName(id uint64, b []byte, partial bool) (kernelName, bool) {
 	if !partial && nameIDOf(b) != id {
 		return kernelName{}, false
 	}
-	s := printable(b)
+	s := printable.Name(b)
 	n := kernelName{raw: s, demangled: demangleKernel(s)}
 	if partial {
 		n.raw += "…"
 		n.demangled += "…"
 	}
 	return n, true
-}
-
-// printable turns arbitrary bytes into a string that is safe in a label or a
-// flame graph: valid UTF-8, no control characters.
-func printable(b []byte) string {
-	var sb strings.Builder
-	sb.Grow(len(b))
-	for len(b) > 0 {
-		r, size := utf8.DecodeRune(b)
-		switch {
-		case r == utf8.RuneError && size <= 1:
-			sb.WriteRune(utf8.RuneError)
-		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
-			sb.WriteByte('?')
-		default:
-			sb.WriteRune(r)
-		}
-		b = b[max(size, 1):]
-	}
-	return sb.String()
 }
 
 // demangleKernel follows agent/symbolize: C++ linkage names become readable,

@@ -2,15 +2,14 @@ package nvtx
 
 import (
 	"fmt"
-	"strings"
 	"sync"
-	"unicode/utf8"
 
 	"github.com/slurmscope/slurmscope/agent/bpf"
 	"github.com/slurmscope/slurmscope/agent/budget"
 	"github.com/slurmscope/slurmscope/agent/interp"
 	"github.com/slurmscope/slurmscope/agent/procfs"
 	"github.com/slurmscope/slurmscope/agent/symbolize"
+	"github.com/slurmscope/slurmscope/internal/printable"
 )
 
 // The ABI's caps (gpuinject/slurmscope_nvtx.h, version 1).
@@ -77,7 +76,7 @@ func ParseName(id uint64, text []byte, domainLen uint32) (string, error) {
 	case RangeID(text) != id:
 		return "", fmt.Errorf("id %016x is not the text's hash", id)
 	}
-	domain, msg := printable(text[:domainLen]), printable(text[domainLen+1:])
+	domain, msg := printable.Name(text[:domainLen]), printable.Name(text[domainLen+1:])
 	if msg == "" {
 		msg = "(unnamed)"
 	}
@@ -85,27 +84,6 @@ func ParseName(id uint64, text []byte, domainLen uint32) (string, error) {
 		return Prefix + msg, nil
 	}
 	return Prefix + domain + ": " + msg, nil
-}
-
-// printable turns arbitrary bytes into a string safe in a label or a
-// flame graph: valid UTF-8, no control characters (as agent/gputrace
-// treats kernel names).
-func printable(b []byte) string {
-	var sb strings.Builder
-	sb.Grow(len(b))
-	for len(b) > 0 {
-		r, size := utf8.DecodeRune(b)
-		switch {
-		case r == utf8.RuneError && size <= 1:
-			sb.WriteRune(utf8.RuneError)
-		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
-			sb.WriteByte('?')
-		default:
-			sb.WriteRune(r)
-		}
-		b = b[max(size, 1):]
-	}
-	return sb.String()
 }
 
 // unknownFrame names a range whose name the process has not announced

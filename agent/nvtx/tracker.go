@@ -399,9 +399,7 @@ func sumPerCPU(m *ebpf.Map, n int) ([]uint64, error) {
 		if err := m.Lookup(key, &per); err != nil {
 			return nil, err
 		}
-		for _, v := range per {
-			out[i] += v
-		}
+		out[i] = bpf.SumPerCPU(per)
 	}
 	return out, nil
 }

@@ -58,3 +58,25 @@ func Lines(s string) []string {
 	}
 	return out
 }
+
+// Name turns bytes a job wrote (a kernel name, an NVTX range) into a name
+// that a profile or a label can carry: valid UTF-8, each invalid byte
+// U+FFFD, each control character (C0, DEL, C1) '?'. Unlike String it
+// escapes nothing: it is stored, and String renders it for a terminal.
+func Name(b []byte) string {
+	var sb strings.Builder
+	sb.Grow(len(b))
+	for len(b) > 0 {
+		r, size := utf8.DecodeRune(b)
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			sb.WriteRune(utf8.RuneError)
+		case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
+			sb.WriteByte('?')
+		default:
+			sb.WriteRune(r)
+		}
+		b = b[max(size, 1):]
+	}
+	return sb.String()
+}

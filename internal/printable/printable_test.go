@@ -22,3 +22,18 @@ func TestLines(t *testing.T) {
 		t.Errorf("Lines = %q", got)
 	}
 }
+
+func TestName(t *testing.T) {
+	for in, want := range map[string]string{
+		"gemm_kernel":             "gemm_kernel",
+		"step\x00\n\t\x1b[2J":     "step????[2J",
+		"\xff\xfeA":               "\uFFFD\uFFFDA",
+		"caf\u00e9 \u0085 \u7b97": "caf\u00e9 ? \u7b97",
+		"\x7f":                    "?",
+		"":                        "",
+	} {
+		if got := Name([]byte(in)); got != want {
+			t.Errorf("Name(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
