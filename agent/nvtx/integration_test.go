@@ -471,15 +471,21 @@ func TestIntegrationNVTXKernelLaunches(t *testing.T) {
 // headers (ctypes), then in cold() outside any range. A mark first loads
 // the injection library, so that the test attaches before the range.
 const pyRanges = `
-import ctypes, sys, time
+import ctypes, random, sys, time
 lib = ctypes.CDLL(sys.argv[1])
 lib.nvtxMarkA(b"init")
 print("ready", flush=True)
 sys.stdin.readline()
 
-def hot(t):
+def phase_a_work(n):
     x = 0
-    while time.monotonic() < t:
+    for _ in range(7 * n):
+        x += 1
+    return x
+
+def phase_b_work(n):
+    x = 0
+    for _ in range(3 * n):
         x += 1
     return x
 
@@ -489,16 +495,31 @@ def cold(t):
         x += 1
     return x
 
-lib.nvtxRangePushA(b"py_range")
-hot(time.monotonic() + 3)
-lib.nvtxRangePop()
+# The must-show workload: 70% of the CPU time in step > phase_a, 30% in
+# step > phase_b, by iterations; rounds of random length so that sampling
+# cannot alias with them.
+r = random.Random(1)
+end = time.process_time() + 4
+while time.process_time() < end:
+    n = r.randint(2000, 20000)
+    lib.nvtxRangePushA(b"step")
+    lib.nvtxRangePushA(b"phase_a")
+    phase_a_work(n)
+    lib.nvtxRangePop()
+    lib.nvtxRangePushA(b"phase_b")
+    phase_b_work(n)
+    lib.nvtxRangePop()
+    lib.nvtxRangePop()
 cold(time.monotonic() + 1.5)
 `
 
-// TestIntegrationNVTXWithPython: a Python thread's ranges go at the root
-// of its stack, after the interpreter frames the same capture walked
-// (CPython and NVTX share the sample's interp_stack), and its frames are
-// intact.
+// TestIntegrationNVTXWithPython: a Python program that marks ranges
+// through ctypes on the stand-in NVTX side (70% of its CPU in step >
+// phase_a, 30% in step > phase_b): its ranges go at the root of its
+// stacks, after the interpreter frames the same capture walked (CPython
+// and NVTX share the sample's interp_stack), split 70/30 within 5 points
+// over the samples taken once set up, and a function run outside any
+// range has none.
 func TestIntegrationNVTXWithPython(t *testing.T) {
 	testenv.RequireIntegration(t, testenv.Root, testenv.BTF, testenv.Tools("cc", "python3.11"))
 	dir := build(t)
@@ -559,7 +580,7 @@ func TestIntegrationNVTXWithPython(t *testing.T) {
 				continue
 			}
 			st := w.Resolve(uint32(smp.Proc.PID), smp.StartNs, smp.Interp) // #nosec G115 -- a test's child pid
-			if len(st.Frames) == 0 || (st.Frames[0].Function != "hot" && st.Frames[0].Function != "cold") {
+			if len(st.Frames) == 0 || !slices.Contains([]string{"phase_a_work", "phase_b_work", "cold"}, st.Frames[0].Function) {
 				continue
 			}
 			got[st.Frames[0].Function+" under "+strings.Join(roots(st.Root), " < ")] += smp.Count
@@ -576,8 +597,13 @@ func TestIntegrationNVTXWithPython(t *testing.T) {
 		}
 		drain()
 	}
-	t.Logf("set-up samples by innermost Python function and ranges: %v", got)
-	if got["hot under [nvtx] py_range"] < 50 || got["cold under "] < 20 || len(got) != 2 {
-		t.Errorf("want hot() only under [nvtx] py_range and cold() under no range, at least 50 and 20 samples: %v", got)
+	a, b := got["phase_a_work under [nvtx] phase_a < [nvtx] step"], got["phase_b_work under [nvtx] phase_b < [nvtx] step"]
+	share := float64(a) / float64(max(a+b, 1))
+	t.Logf("set-up samples by innermost Python function and ranges: %v; phase_a share %.3f", got, share)
+	if a+b < 500 || got["cold under "] < 20 || len(got) != 3 {
+		t.Errorf("want phase_a_work only under step > phase_a, phase_b_work only under step > phase_b (500 samples or more) and cold() under no range (20 or more): %v", got)
+	}
+	if share < 0.65 || share > 0.75 {
+		t.Errorf("phase_a / (phase_a + phase_b) = %.3f, want 0.70 ± 0.05", share)
 	}
 }
