@@ -27,16 +27,77 @@ import (
 // whose agent takes only that slice's jobs (v1 and v2 parents), so that
 // neither lane's agents see the other's jobs. Load from the other lane
 // changes no assertion: shares are of CPU time, and deadlines wait for
-// an event.
-var slurmLane, simLane sync.Mutex
+// an event. The tests that must run alone go after both lanes have
+// drained: taken in turn with the lanes, an alone test that held one lane
+// while it waited for the other left that lane idle (200 s of 550 in CI).
+var (
+	slurmLane, simLane testLane
+	lanes              = newLaneSchedule(&slurmLane, &simLane)
+)
+
+// testLane runs one test at a time.
+type testLane struct{ busy bool }
+
+// laneSchedule admits a test to its lane when the lane is free and no
+// test runs alone, and an alone test when every lane is free and no lane
+// test is still to run. Tests register before t.Parallel, in the
+// sequential phase, so that every lane test is counted before any
+// parallel test is admitted.
+type laneSchedule struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	lanes   []*testLane
+	pending int // lane tests registered and not yet admitted
+	alone   bool
+}
+
+func newLaneSchedule(lanes ...*testLane) *laneSchedule {
+	s := &laneSchedule{lanes: lanes}
+	s.cond = sync.NewCond(&s.mu)
+	return s
+}
+
+func (s *laneSchedule) register() {
+	s.mu.Lock()
+	s.pending++
+	s.mu.Unlock()
+}
+
+func (s *laneSchedule) enter(l *testLane) (leave func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for l.busy || s.alone {
+		s.cond.Wait()
+	}
+	l.busy = true
+	s.pending--
+	return func() { s.release(func() { l.busy = false }) }
+}
+
+func (s *laneSchedule) enterAlone() (leave func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.alone || s.pending > 0 || slices.ContainsFunc(s.lanes, func(l *testLane) bool { return l.busy }) {
+		s.cond.Wait()
+	}
+	s.alone = true
+	return func() { s.release(func() { s.alone = false }) }
+}
+
+func (s *laneSchedule) release(f func()) {
+	s.mu.Lock()
+	f()
+	s.mu.Unlock()
+	s.cond.Broadcast()
+}
 
 // lane runs t in parallel with the other lane's tests, after those of its
 // own lane before it.
-func lane(t *testing.T, l *sync.Mutex) {
+func lane(t *testing.T, l *testLane) {
+	lanes.register()
 	t.Parallel()
 	start := time.Now()
-	l.Lock()
-	t.Cleanup(l.Unlock) // the first cleanup registered runs last
+	t.Cleanup(lanes.enter(l)) // the first cleanup registered runs last
 	logQueued(t, start)
 }
 
@@ -46,18 +107,17 @@ func logQueued(t *testing.T, since time.Time) {
 	t.Logf("queued %s for its lane", time.Since(since).Round(time.Millisecond))
 }
 
-// alone runs t with neither lane beside it: the tests that judge CPU
-// shares and the labels set in a job's first seconds. Beside the other
-// lane's load (fork storms, a SLURM cluster starting) they found two agent
-// bugs, since fixed (a process's last interval lost its Python frames; a
-// v2 job was labelled root), and TestPushToPyroscope's spinner fell to
-// 87% of its job's CPU (bar 90%) to the Go runtime's own threads.
+// alone runs t with neither lane beside it, once both have drained: the
+// tests that judge CPU shares and the labels set in a job's first
+// seconds. Beside the other lane's load (fork storms, a SLURM cluster
+// starting) they found two agent bugs, since fixed (a process's last
+// interval lost its Python frames; a v2 job was labelled root), and
+// TestPushToPyroscope's spinner fell to 87% of its job's CPU (bar 90%) to
+// the Go runtime's own threads.
 func alone(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
-	slurmLane.Lock() // always in this order: no lock cycle
-	simLane.Lock()
-	t.Cleanup(func() { simLane.Unlock(); slurmLane.Unlock() })
+	t.Cleanup(lanes.enterAlone())
 	logQueued(t, start)
 }
 

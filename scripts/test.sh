@@ -16,6 +16,32 @@ step() { printf '\n=== %s (at %dm%02ds)\n' "$*" $((SECONDS / 60)) $((SECONDS % 6
 
 trap 'step "finished: exit $?"' EXIT
 
+# The front end (npm ci, type checks, jest, what Grafana loads, and the
+# browser test) runs in the background from the start, beside the Go
+# checks and the unit and integration tests, which wait on real clocks
+# (SLURM, timers, workloads) for much of their time; its log is printed
+# after them. The e2e tests still run alone: load beside them moved their
+# shares. What Grafana loads is module.js and plugin.json (webpack), and
+# the backend for linux/amd64 and arm64 (the SDK's mage targets; `mage
+# buildAll` also builds macOS and Windows, which CI skips for time).
+# TestPluginDist checks it.
+frontend_log=$(mktemp)
+(
+	set -e
+	step "front end: npm ci, type check, jest"
+	npm ci --no-audit --no-fund --loglevel=error
+	npx tsc --noEmit -p tsconfig.json
+	npm run test:ci
+	step "plugin build: dist/"
+	npm run build
+	go run github.com/magefile/mage -v sdk:build:linux sdk:build:linuxARM64
+	step "browser test: the real editors and flame graph in Chromium"
+	npm run build:harness
+	npm run e2e:browser
+	step "front end built and tested"
+) >"$frontend_log" 2>&1 &
+frontend=$!
+
 step "generated eBPF objects are reproducible (clang-14)"
 agent/bpf/regen-check.sh
 agent/python/regen-check.sh
@@ -38,32 +64,6 @@ go vet ./...
 step "gosec: no HIGH severity findings"
 (cd tools/gosec && go vet . && go test -count=1 . && go run . -severity high -confidence low ../..)
 
-step "front end: npm ci, type check, jest"
-npm ci --no-audit --no-fund --loglevel=error
-npx tsc --noEmit -p tsconfig.json
-npm run test:ci
-
-# What Grafana loads, and the browser test, build and run in the background
-# beside the Go unit and integration tests, which wait on real clocks
-# (SLURM, timers, workloads) for much of their time; their log is printed
-# after. The e2e tests still run alone: load beside them moved their
-# shares. What Grafana loads is module.js and plugin.json (webpack), and
-# the backend for linux/amd64 and arm64 (the SDK's mage targets; `mage
-# buildAll` also builds macOS and Windows, which CI skips for time).
-# TestPluginDist checks it.
-frontend_log=$(mktemp)
-(
-	set -e
-	step "plugin build: dist/"
-	npm run build
-	go run github.com/magefile/mage -v sdk:build:linux sdk:build:linuxARM64
-	step "browser test: the real editors and flame graph in Chromium"
-	npm run build:harness
-	npm run e2e:browser
-	step "front end built and tested"
-) >"$frontend_log" 2>&1 &
-frontend=$!
-
 # go test -json through tools/testsum: each package's line, the whole
 # output of failed tests, then the slowest tests (the e2e lanes' queueing
 # taken off), so that a CI log says where its minutes went.
@@ -80,7 +80,7 @@ gotest() {
 # still run in parallel. e2e runs last, on its own: its tests run in two
 # lanes that keep both CPUs busy (e2e/helpers_test.go), and the other
 # packages' load beside them made its share checks fail.
-step "unit and integration tests (the front end builds beside them)"
+step "unit and integration tests (the front end runs beside them)"
 rc=0
 gotest $(go list ./... | grep -v '/e2e$') || rc=1
 wait "$frontend" || { echo "front end: FAILED"; rc=1; }
