@@ -134,6 +134,7 @@ type sample struct {
 	n, ns  int64
 	vals   []int64 // every value, in the profile's sample type order
 	setup  string
+	file   string // the profile's file: one interval
 }
 
 func (s sample) index(fn string) int {
@@ -187,6 +188,7 @@ func readSamples(t *testing.T, dir, prefix string) []sample {
 		}
 		for _, s := range p.Sample {
 			var st sample
+			st.file = filepath.Base(path)
 			st.n = s.Value[0]
 			st.vals = s.Value
 			if l := s.Label[schema.StackSetupLabel]; len(l) == 1 {
@@ -578,6 +580,7 @@ func checkPySplitOf(t *testing.T, r jobRun, script string) {
 	r.enough(t, "set-up samples under hot_a or hot_b", a+b, 0.5)
 	if share := float64(a) / float64(a+b); share < 0.65 || share > 0.75 {
 		t.Errorf("hot_a %.1f%% of the two, want 70 +- 5", 100*share)
+		logSplitByInterval(t, run)
 	}
 	// The walk's misses, not the script's own loop: its time in main
 	// (process_time's system call, randint) grows with the host's load
@@ -587,6 +590,36 @@ func checkPySplitOf(t *testing.T, r jobRun, script string) {
 	if frac := float64(missed) / float64(max(total(run), 1)); frac > 0.02 {
 		t.Errorf("%.1f%% of the script's set-up samples have no Python frames, want <= 2%%", 100*frac)
 		logTop(t, "the script's samples without Python frames", where(run, func(s sample) bool { return len(s.python()) == 0 }))
+	}
+}
+
+// logSplitByInterval logs hot_a's and hot_b's samples in each interval's
+// profile: whether a share out of bounds comes from one interval or all.
+func logSplitByInterval(t *testing.T, run []sample) {
+	t.Helper()
+	byFile := map[string]*[2]int64{}
+	var files []string
+	for _, s := range run {
+		py := s.python()
+		if len(py) == 0 || (py[0].fn != "hot_a" && py[0].fn != "hot_b") {
+			continue
+		}
+		c := byFile[s.file]
+		if c == nil {
+			c = new([2]int64)
+			byFile[s.file] = c
+			files = append(files, s.file)
+		}
+		if py[0].fn == "hot_a" {
+			c[0] += s.n
+		} else {
+			c[1] += s.n
+		}
+	}
+	slices.Sort(files)
+	for _, f := range files {
+		c := byFile[f]
+		t.Logf("%s: hot_a %d, hot_b %d (%.1f%%)", f, c[0], c[1], 100*float64(c[0])/float64(max(c[0]+c[1], 1)))
 	}
 }
 

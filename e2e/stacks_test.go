@@ -177,7 +177,7 @@ func TestStacks(t *testing.T) {
 	pre := r.start(first)
 	out := evidenceDir(t, "slurmscope-stacks-")
 	ag := startAgent(t, agent, "run", "--output-dir", out, "--upload-interval", "3s", "--node-name", "stacks",
-		"--sample-rate", strconv.Itoa(stackHz), "--metrics-addr", "127.0.0.1:0", "--gpu-metrics=false", "--label-stack-setup",
+		"--sample-rate", strconv.Itoa(stackHz), "--metrics-addr", "127.0.0.1:0", "--gpu-metrics=false", "--label-stack-setup", "--log-level", "debug",
 		// The simulated jobs' slurmstepd.scope is in their slice, not
 		// slurmd's /system.slice.
 		"--slurm-cgroup-v2-parent", "/"+r.slice, "--slurm-cgroup-v1-parent", "/"+r.slice,
@@ -211,6 +211,9 @@ func TestStacks(t *testing.T) {
 	time.Sleep(4 * time.Second)
 	metrics := ag.logMetrics(t, "slurmscope_agent_")
 	ag.stop(t)
+	// Its debug log (each sync's time, by pid) goes with the profiles,
+	// kept if the test fails: set-up latency's outliers are read there.
+	must(t, os.WriteFile(filepath.Join(out, "agent.log"), []byte(ag.log.String()), 0o600))
 
 	for _, j := range jobs {
 		t.Run(j.name, func(t *testing.T) {
