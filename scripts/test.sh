@@ -82,13 +82,7 @@ gotest() {
 # packages' load beside them made its share checks fail.
 step "unit and integration tests (the front end runs beside them)"
 rc=0
-# go test starts packages in the order given, two at a time: the slowest
-# go first, so that they run beside the many short ones rather than
-# after them (stackwalk alone took the last 150 s of this phase).
-slowest="agent/stackwalk agent/gputrace agent/nvtx agent/unwind internal/packaging agent/unwind/replay gpuinject"
-module=$(go list -m)
-pkgs=$(for p in $slowest; do echo "$module/$p"; done; go list ./... | grep -v '/e2e$' | grep -vxF "$(for p in $slowest; do echo "$module/$p"; done)")
-gotest $pkgs || rc=1
+gotest $(go list ./... | grep -v '/e2e$') || rc=1
 wait "$frontend" || { echo "front end: FAILED"; rc=1; }
 sed 's/^/front end: /' "$frontend_log"
 step "end-to-end tests"
