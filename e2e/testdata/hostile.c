@@ -2,7 +2,8 @@
 /*
  * TEST PROGRAM for e2e/hostile_test.go: what a hostile job does to the
  * agent, run as an unprivileged user inside a (simulated) SLURM job. Each
- * mode plants its files, prints "ready", then spins until killed: CPU
+ * mode plants its files, prints "ready", then spins (a quarter of a CPU)
+ * until killed: CPU
  * samples are what make the agent look at the files.
  *
  *   hostile innocent            spin in innocent_spin (the other job)
@@ -69,11 +70,31 @@ static void die(const char *what)
 
 static volatile unsigned long sink;
 
+/* The spinners (the innocent job, and an attacker's JIT code) run SPIN_MS
+ * of CPU in every SPIN_MS + REST_US: sampled in every interval, yet the
+ * thirteen of one attack leave the host's CPUs to the agent and to the
+ * tests beside them (spinning flat out, they held both CPUs). */
+#define SPIN_MS 5
+#define REST_US 15000
+
+static long cpu_ms_since(const struct timespec *t0)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+	return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
+}
+
 __attribute__((noinline)) void innocent_spin(void)
 {
-	for (;;)
-		for (unsigned long i = 0; i < (1UL << 20); i++)
-			sink += i ^ (sink >> 3);
+	for (;;) {
+		struct timespec t0;
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+		do {
+			for (unsigned long i = 0; i < (1UL << 14); i++)
+				sink += i ^ (sink >> 3);
+		} while (cpu_ms_since(&t0) < SPIN_MS);
+		usleep(REST_US);
+	}
 }
 
 /* burst runs ms of CPU time. */
@@ -108,17 +129,20 @@ static void ready(void)
 	fflush(stdout);
 }
 
-/* jit_spin runs `jmp .` (eb fe) in anonymous executable memory. */
+/* jit_spin runs spin_code in anonymous executable memory, as the
+ * spinners do (SPIN_MS in every SPIN_MS + REST_US). */
 static void jit_spin(void)
 {
 	unsigned char *code = mmap((void *)JIT_ADDR, 4096, PROT_READ | PROT_WRITE | PROT_EXEC,
 				   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
 	if (code == MAP_FAILED)
 		die("mmap jit");
-	code[0] = 0xeb;
-	code[1] = 0xfe;
+	memcpy(code, spin_code, sizeof(spin_code));
 	ready();
-	((void (*)(void))code)();
+	for (;;) {
+		burst_in((void (*)(void))code, SPIN_MS);
+		usleep(REST_US);
+	}
 }
 
 static char perfmap[64];
