@@ -721,6 +721,11 @@ func (l *Loader) build(id fileID, build func() (*cfi.Table, error)) *built {
 		return b
 	}
 	elems, pages := encode(t)
+	// Only the base and segments are needed from here on: the rows can go
+	// before the map is filled (t itself may be kept: the vDSO's).
+	kept := *t
+	kept.Rows = nil
+	b.table = &kept
 	b.bytes, b.pages = int64(len(elems))*8, pages
 	if b.bytes > l.opts.MaxTableBytes {
 		// Never fits: frame pointers, without rebuilding it at every sync.

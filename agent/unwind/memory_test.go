@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,8 +19,9 @@ import (
 )
 
 // BenchmarkTableMemory reports, for the largest shared libraries found on
-// the machine, the bytes of table the unwinder loads per MiB of .text and
-// how long building it takes:
+// the machine, the bytes of table the unwinder loads per MiB of .text, how
+// long building it takes and what the build allocates per byte of table
+// (build-alloc/table: the agent's transient memory):
 //
 //	go test -run '^$' -bench TableMemory -benchtime 1x ./agent/unwind/
 func BenchmarkTableMemory(b *testing.B) {
@@ -27,7 +29,8 @@ func BenchmarkTableMemory(b *testing.B) {
 	for _, pat := range []string{
 		"/usr/lib/x86_64-linux-gnu/libLLVM-*.so.1", "/usr/lib/llvm-*/lib/libclang-cpp.so.*", "/usr/lib/chromium/chromium",
 		"/usr/lib/x86_64-linux-gnu/libz3.so.*", "/usr/lib/x86_64-linux-gnu/libstdc++.so.6", "/usr/lib/x86_64-linux-gnu/libpython3.*.so.1.0",
-		"/usr/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libopenblas*.so*", "/usr/lib/x86_64-linux-gnu/openblas*/libblas.so.3",
+		"/usr/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libopenblas*.so*",
+		"/usr/lib/x86_64-linux-gnu/libtorch_cpu.so.*.*.*", "/usr/lib/x86_64-linux-gnu/openblas*/libblas.so.3",
 	} {
 		m, _ := filepath.Glob(pat)
 		for _, f := range m {
@@ -48,6 +51,8 @@ func BenchmarkTableMemory(b *testing.B) {
 					b.Fatal(err)
 				}
 				fi, _ := f.Stat()
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
 				t0 := time.Now()
 				tab, err := cfi.Build(f, fi.Size(), cfi.Limits{})
 				took := time.Since(t0)
@@ -59,6 +64,10 @@ func BenchmarkTableMemory(b *testing.B) {
 				if !tab.FramePointer {
 					elems, _ := encode(tab)
 					bytes = len(elems) * 8
+				}
+				runtime.ReadMemStats(&after)
+				if bytes > 0 {
+					b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(bytes), "build-alloc/table")
 				}
 				mib := float64(text) / (1 << 20)
 				b.ReportMetric(mib, "text-MiB")

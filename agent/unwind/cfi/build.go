@@ -38,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -151,15 +152,16 @@ var (
 // execSeg is an executable PT_LOAD segment.
 type execSeg struct{ vaddr, end, off, filesz uint64 }
 
-// builder accumulates rows of one file.
+// builder accumulates the FDEs of one file, then its rows.
 type builder struct {
-	lim   Limits
-	segs  []execSeg
-	base  uint64
-	rows  []Row // PC relative to base, per FDE in fdes order
-	fdes  []fde
-	stats Stats
-	err   error
+	lim     Limits
+	segs    []execSeg
+	base    uint64
+	fdes    []fde
+	cies    []*cie     // every section's, indexed by fde.cie
+	parsers [2]*parser // by sectionKind: the sections the FDEs' programs lie in
+	stats   Stats
+	err     error
 }
 
 func (b *builder) fail(err error) {
@@ -176,17 +178,6 @@ func (b *builder) inExec(begin, end uint64) bool {
 		}
 	}
 	return false
-}
-
-func (b *builder) addRow(f *fde, loc uint64, u Rule) {
-	cfa, flags, rbp := pack(u)
-	row := Row{PC: uint32(loc - b.base), CFA: cfa, Flags: flags, RBP: rbp} // #nosec G115 -- loc lies in an executable segment (fde) and build refuses a span from base over 4 GiB
-	if f.n > 0 && b.rows[len(b.rows)-1].PC == row.PC {
-		b.rows[len(b.rows)-1] = row // a later rule at the same pc wins
-		return
-	}
-	b.rows = append(b.rows, row)
-	f.n++
 }
 
 // Build reads the unwind information of the ELF file r of the given size.
@@ -291,10 +282,12 @@ func build(r io.ReaderAt, size int64, lim Limits) (t *Table, err error) {
 		}
 		b.parse(debugFrame, data, 0)
 	}
+	if b.err == nil {
+		t.Rows = b.finish(t.GapKind)
+	}
 	if b.err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrTooLarge, b.err)
 	}
-	t.Rows = b.finish(t.GapKind)
 	t.Stats = b.stats
 	if len(t.Rows) == 0 {
 		t.FramePointer = true
@@ -303,7 +296,15 @@ func build(r io.ReaderAt, size int64, lim Limits) (t *Table, err error) {
 }
 
 func (b *builder) parse(kind sectionKind, data []byte, addr uint64) {
+	if uint64(len(data)) > math.MaxUint32 {
+		b.fail(errTooLarge) // an FDE records its instructions' offset in 32 bits
+		return
+	}
 	p := &parser{b: b, kind: kind, data: data, secAddr: addr, cies: map[uint64]*cie{}}
+	b.parsers[kind] = p
+	// An FDE record takes about 45 bytes (libtorch_cpu; C code more):
+	// room for the section's FDEs at once, rather than growing by appends.
+	b.fdes = slices.Grow(b.fdes, min(len(data)/40, b.lim.MaxFDEs-len(b.fdes)))
 	p.walk()
 }
 
@@ -393,7 +394,14 @@ func readRecords(r io.ReaderAt, off, n uint64) ([]byte, error) {
 		for uint64(len(data)) < min(upto, n) {
 			// Small first: a file of no records costs a page or so.
 			c := int(min(max(uint64(len(data)), 64<<10), recordChunk, n-uint64(len(data)))) // #nosec G115 -- at most recordChunk
-			data = slices.Grow(data, c)
+			if cap(data)-len(data) < c {
+				// Doubling, up to the size claimed: appends grow a large
+				// slice by a quarter at a time, allocating five times
+				// libtorch_cpu's 10 MiB of records to read them.
+				grown := make([]byte, len(data), min(max(2*uint64(cap(data)), uint64(len(data)+c)), n))
+				copy(grown, data)
+				data = grown
+			}
 			// Inside the file: the caller checked off+n.
 			at := int64(off + uint64(len(data))) // #nosec G115 -- inside the file, whose size is an int64
 			got, err := r.ReadAt(data[len(data):len(data)+c], at)
@@ -440,10 +448,10 @@ func readRecords(r io.ReaderAt, off, n uint64) ([]byte, error) {
 }
 
 // finish sorts the FDEs, drops overlaps (.eh_frame wins over .debug_frame,
-// the earlier FDE over a later one), inserts gap rows between functions
-// and after the last, and merges adjacent rows with the same rule.
+// the earlier FDE over a later one), runs the programs of those it keeps,
+// inserts gap rows between functions and after the last, and merges
+// adjacent rows with the same rule. It fails (b.err) past Limits.MaxRows.
 func (b *builder) finish(gap Kind) []Row {
-	b.stats.RowsBeforeMerge = len(b.rows)
 	// In place: .eh_frame's FDEs come first (parsed first), then
 	// .debug_frame's; the sort and the sweep reuse the slice.
 	eh, dbg := b.fdes, b.fdes[:0]
@@ -463,9 +471,9 @@ func (b *builder) finish(gap Kind) []Row {
 	b.fdes = nil
 	byBegin := func(a, b fde) int {
 		switch {
-		case a.begin < b.begin:
+		case a.pc < b.pc:
 			return -1
-		case a.begin > b.begin:
+		case a.pc > b.pc:
 			return 1
 		}
 		return 0
@@ -478,8 +486,8 @@ func (b *builder) finish(gap Kind) []Row {
 		for _, f := range sweep(dbg, &b.stats) {
 			// The first kept .eh_frame FDE ending after f begins is the only
 			// one that can overlap it.
-			i := sort.Search(len(kept), func(i int) bool { return kept[i].end > f.begin })
-			if i < len(kept) && kept[i].begin < f.end {
+			i := sort.Search(len(kept), func(i int) bool { return kept[i].end() > f.begin() })
+			if i < len(kept) && kept[i].begin() < f.end() {
 				b.stats.OverlappingFDEs++
 				continue
 			}
@@ -491,7 +499,10 @@ func (b *builder) finish(gap Kind) []Row {
 	}
 	b.stats.FDEs = len(kept)
 	_, gapFlags, _ := pack(Rule{Kind: gap})
-	out := make([]Row, 0, len(b.rows)/2+len(kept)+1)
+	// Six rows an FDE: the C and C++ libraries of a Debian system merge to
+	// 5.5 (p10) to 11.5 (p90), libtorch_cpu 5.5; growing by appends from
+	// nothing allocates about five times the final table.
+	out := make([]Row, 0, 6*len(kept)+1)
 	push := func(r Row) {
 		if n := len(out); n > 0 {
 			last := out[n-1]
@@ -505,22 +516,29 @@ func (b *builder) finish(gap Kind) []Row {
 		}
 		out = append(out, r)
 	}
+	run := &runner{b: b}
 	var prevEnd uint64
-	for i, f := range kept {
+	for i := range kept {
+		f := &kept[i]
 		// Padding between functions (under 16 bytes: alignment) is never
 		// executed: it keeps the previous rule instead of costing a row.
-		if i > 0 && prevEnd < f.begin && f.begin-prevEnd >= minGap {
-			push(Row{PC: uint32(prevEnd - b.base), Flags: gapFlags}) // #nosec G115 -- an FDE end lies in an executable segment, under 4 GiB from base (build)
+		if i > 0 && prevEnd < f.begin() && f.begin()-prevEnd >= minGap {
+			push(Row{PC: uint32(prevEnd), Flags: gapFlags}) // #nosec G115 -- an FDE end lies in an executable segment, under 4 GiB from base (build)
 		}
-		for _, r := range b.rows[f.first : f.first+f.n] {
+		rows := run.run(f)
+		b.stats.RowsBeforeMerge += len(rows)
+		if b.stats.RowsBeforeMerge > b.lim.MaxRows {
+			b.fail(errTooMany)
+			return nil
+		}
+		for _, r := range rows {
 			push(r)
 		}
-		prevEnd = f.end
+		prevEnd = f.end()
 	}
 	if len(kept) > 0 {
-		push(Row{PC: uint32(prevEnd - b.base), Flags: gapFlags}) // #nosec G115 -- an FDE end lies in an executable segment, under 4 GiB from base (build)
+		push(Row{PC: uint32(prevEnd), Flags: gapFlags}) // #nosec G115 -- an FDE end lies in an executable segment, under 4 GiB from base (build)
 	}
-	b.rows = nil
 	return slices.Clip(out)
 }
 
@@ -533,12 +551,12 @@ func sweep(fdes []fde, st *Stats) []fde {
 	kept := fdes[:0] // in place: it writes no further than it has read
 	var end uint64
 	for i, f := range fdes {
-		if i > 0 && len(kept) > 0 && f.begin < end {
+		if i > 0 && len(kept) > 0 && f.begin() < end {
 			st.OverlappingFDEs++
 			continue
 		}
 		kept = append(kept, f)
-		end = f.end
+		end = f.end()
 	}
 	return kept
 }

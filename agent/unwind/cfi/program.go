@@ -230,6 +230,7 @@ type program struct {
 	secAddr uint64
 	// setLoc decodes DW_CFA_set_loc operands.
 	setLoc func(r *reader) (uint64, error)
+	rd     reader
 }
 
 // maxOffset bounds the offsets the interpreter keeps (no frame is 2 GiB
@@ -321,7 +322,10 @@ func (p *program) advance(to uint64) (bool, error) {
 // and one for the final state; on an error the rows so far stand and the
 // caller marks the rest of the FDE unsupported.
 func (p *program) run(prog []byte) error {
-	r := &reader{b: prog}
+	// The program's own reader: one allocated here would escape (through
+	// setLoc) once per FDE.
+	r := &p.rd
+	*r = reader{b: prog}
 	for r.left() > 0 {
 		op := r.u8()
 		var err error
