@@ -18,7 +18,9 @@
 // headers pass agent/elfcheck first, every length and count is checked
 // against the section, the file's real size and hard caps (Limits), time
 // is linear in the section sizes (a CIE's initial instructions run once,
-// not once per FDE), and a panic in the ELF reader becomes an error. A
+// not once per FDE; a first pass finds the FDEs, a second runs the
+// programs of those kept straight into the merged rows), and a panic in
+// the ELF reader becomes an error. A
 // read error (a job's read allowance used up) fails the build, wrapped:
 // no table is built from part of a section. A malformed entry loses that
 // entry; a malformed program keeps the rows before the error and marks
