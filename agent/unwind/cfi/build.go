@@ -400,7 +400,7 @@ func readRecords(r io.ReaderAt, off, n uint64) ([]byte, error) {
 				// Doubling, up to the size claimed: appends grow a large
 				// slice by a quarter at a time, allocating five times
 				// libtorch_cpu's 10 MiB of records to read them.
-				grown := make([]byte, len(data), min(max(2*uint64(cap(data)), uint64(len(data)+c)), n))
+				grown := make([]byte, len(data), min(max(2*uint64(cap(data)), uint64(len(data)+c)), n)) // #nosec G115 -- lengths and capacities are never negative; n is at most MaxSectionBytes
 				copy(grown, data)
 				data = grown
 			}
