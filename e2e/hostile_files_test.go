@@ -73,7 +73,11 @@ func TestHostileJobs(t *testing.T) {
 		// FIFO now. Neither may block the agent.
 		h := s.start(t)
 		h.attack("jit", "fifo")
-		h.attack("mapfifo", filepath.Join("/tmp", fmt.Sprintf("slurmscope-mapfifo-%d", os.Getpid())))
+		// Unique and removed: a FIFO left by an earlier run at a reused
+		// pid's path blocked the attacker's copy before it said ready.
+		fifo := filepath.Join("/tmp", fmt.Sprintf("slurmscope-mapfifo-%d-%d", os.Getpid(), time.Now().UnixNano()))
+		t.Cleanup(func() { os.Remove(fifo) })
+		h.attack("mapfifo", fifo)
 		h.run()
 		h.wantCounted("agent_symbolize_errors_total", `reason="not_regular"`)
 		h.stop()
@@ -284,9 +288,22 @@ func (h *hostileRun) spawn(job *simjob.Job, uid int, args ...string) {
 	pid := cmd.Process.Pid
 	h.t.Cleanup(func() { os.Remove(fmt.Sprintf("/tmp/perf-%d.map", pid)) })
 	killAtCleanup(h.t, cmd)
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "ready" {
-		h.t.Fatalf("hostile %v: %q, %v", args, line, err)
+	type said struct {
+		line string
+		err  error
+	}
+	ready := make(chan said, 1)
+	go func() {
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		ready <- said{line, err}
+	}()
+	select {
+	case r := <-ready:
+		if r.err != nil || strings.TrimSpace(r.line) != "ready" {
+			h.t.Fatalf("hostile %v: %q, %v", args, r.line, r.err)
+		}
+	case <-time.After(time.Minute):
+		h.t.Fatalf("hostile %v: not ready after a minute", args)
 	}
 }
 

@@ -345,6 +345,7 @@ int main(int argc, char **argv)
 		if (fclose(f) != 0)
 			die("close");
 	} else if (!strcmp(mode, "mapfifo") && argc >= 3) {
+		unlink(argv[2]); // a FIFO left there would block the copy's open
 		if (copy_file("/proc/self/exe", argv[2]) != 0)
 			die("copy");
 		int fd = open(argv[2], O_RDONLY);
